@@ -1,0 +1,62 @@
+"""`DataConfig`: how samples are stored, split, normalised and loaded.
+
+One pydantic section of the pipeline config (``data:`` in the YAML files). Every field has a
+default, so ``DataConfig()`` is a working configuration for a CPU laptop.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+#: paper split: 90/5/5 train/dev/test (Laanait et al. 2019, Sec. 3).
+DEFAULT_SPLIT_FRACTIONS: tuple[float, float, float] = (0.90, 0.05, 0.05)
+
+
+class DataConfig(BaseModel):
+    """Store format, splits, input normalisation and loader knobs.
+
+    cbed_dtype:        dtype of stored CBED intensities; float16 halves disk and I/O and is exact
+                       enough for intensities in [0, 1] (relative error 2^-11).
+    compression:       ``none`` or ``zstd`` (zstd over byte-shuffled CBED bytes, lossless).
+                       Default chosen by benchmarks/bench_io.py (see benchmarks/RESULTS.md).
+    compression_level: zstd level (1 = fastest).
+    split_fractions:   (train, dev, test) fractions, assigned per material (never per sample).
+    split_seed:        seed of the hash-based material -> split assignment.
+    transform:         input transform applied to each pattern after subtracting its minimum:
+                       ``none`` | ``log1p`` | ``sqrt``; the result is then standardised.
+    num_workers, prefetch_factor, pin_memory: torch DataLoader knobs (pin_memory only has an
+                       effect when CUDA is available).
+    shard_mode:        ``unique``: each rank reads its own stores (node-local shards, the paper's
+                       mode); ``shared``: all ranks read all stores through a DistributedSampler.
+    node_local_dir:    where `namsa stage` puts node-local copies (e.g. ``$TMPDIR``); None = the
+                       caller decides.
+    map_size_mb:       initial LMDB map size; it doubles automatically when full.
+    max_map_size_gb:   the map never grows beyond this; reaching it is a clear error.
+    manifest_every_s:  a writer refreshes manifest.json at least this often (seconds); the
+                       manifest is also rewritten on close and rebuilt from LMDB on open.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    cbed_dtype: Literal["float16", "float32"] = "float16"
+    compression: Literal["none", "zstd"] = "none"
+    compression_level: int = Field(1, ge=1, le=19)
+    split_fractions: tuple[float, float, float] = DEFAULT_SPLIT_FRACTIONS
+    split_seed: int = 0
+    transform: Literal["none", "log1p", "sqrt"] = "log1p"
+    num_workers: int = Field(2, ge=0)
+    prefetch_factor: int = Field(2, ge=1)
+    pin_memory: bool = True
+    shard_mode: Literal["unique", "shared"] = "unique"
+    node_local_dir: str | None = None
+    map_size_mb: int = Field(256, ge=1)
+    max_map_size_gb: float = Field(4096.0, gt=0)
+    manifest_every_s: float = Field(30.0, gt=0)
+
+    @field_validator("split_fractions")
+    @classmethod
+    def _fractions_sum_to_one(cls, value: tuple[float, float, float]) -> tuple[float, float, float]:
+        if any(f < 0 for f in value) or abs(sum(value) - 1.0) > 1e-6:
+            raise ValueError(f"split_fractions {value} must be three non-negative numbers summing to 1")
+        return value

@@ -1,0 +1,788 @@
+"""Store format v1: one LMDB environment per writer, checksummed records, a JSON manifest beside it.
+
+Layout of a store directory (docs/store-format.md has the full description)::
+
+    <store>/data.mdb, lock.mdb   LMDB environment with three named databases:
+        records   sample id -> sealed binary record (stage.codec): cbed, potential, density, meta
+        index     sample id -> sealed JSON {split, material_id, nbytes, stats}
+        info      b"store"  -> sealed JSON {schema_version, config_hash, arrays, ...}
+    <store>/manifest.json       human-readable summary, written atomically (temp + rename)
+    <store>/writer.lock         flock'ed by the one writer allowed at a time
+
+A record and its index entry are committed in one LMDB transaction, so a kill never leaves a
+partial sample, and the manifest is always derivable from the LMDB contents: the writer rebuilds
+it on open and on close, and readers reconcile it with the index.
+"""
+from __future__ import annotations
+
+import bisect
+import errno
+import fcntl
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import numpy as np
+
+from namsa.errors import UserError
+from namsa.sample import Sample
+
+from . import codec
+from .config import DataConfig
+from .errors import (CorruptRecordError, EmptyStoreError, NotAStoreError, SchemaError, StoreError,
+                     StoreFullError, StoreLockedError, StoreNotFoundError)
+from .normalize import merge_statistics, sample_statistics
+from .splits import SPLITS, split_of
+
+SCHEMA_VERSION = 1
+FORMAT_NAME = "namsa-store"
+MANIFEST_NAME = "manifest.json"
+LOCK_NAME = "writer.lock"
+DATA_NAME = "data.mdb"
+ARRAY_NAMES: tuple[str, ...] = ("cbed", "potential", "density")
+_DBS = (b"records", b"index", b"info")
+_INFO_KEY = b"store"
+#: errno values that mean "the disk is full" (EFBIG: a file-size limit, e.g. RLIMIT_FSIZE or quota).
+_DISK_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+def code_version() -> str:
+    try:
+        return metadata.version("namsa")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def is_store(path: str | os.PathLike) -> bool:
+    return (Path(path) / DATA_NAME).is_file()
+
+
+def find_stores(root: str | os.PathLike) -> list[Path]:
+    """Every store (a directory holding data.mdb) at or below ``root``, sorted by path."""
+    root = Path(root)
+    if not root.exists():
+        raise StoreNotFoundError(f"data directory {root} does not exist; check the path or run namsa simulate")
+    if is_store(root):
+        return [root]
+    return sorted(p.parent for p in root.rglob(DATA_NAME) if p.is_file())
+
+
+# --------------------------------------------------------------------------------------------
+# small helpers
+
+def _json_seal(obj: Any) -> bytes:
+    return codec.seal(json.dumps(obj, separators=(",", ":"), sort_keys=True).encode())
+
+
+def _json_unseal(buf: bytes | memoryview) -> Any:
+    return json.loads(bytes(codec.unseal(buf)))
+
+
+def _write_json_atomic(path: Path, obj: Any) -> None:
+    """Write JSON to a temp file in the same directory, fsync, rename over ``path``."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(obj, fh, indent=1, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def _is_disk_full(exc: BaseException) -> bool:
+    if isinstance(exc, OSError) and exc.errno in _DISK_FULL_ERRNOS:
+        return True
+    text = str(exc).lower()
+    return any(os.strerror(e).lower() in text for e in _DISK_FULL_ERRNOS)
+
+
+def _check_schema_version(path: Path, version: Any, where: str) -> None:
+    if not isinstance(version, int):
+        raise SchemaError(f"store {path}: {where} has no integer schema_version; it was not written by namsa")
+    if version > SCHEMA_VERSION:
+        raise SchemaError(f"store {path} was written with store schema v{version} but this namsa reads up to "
+                          f"v{SCHEMA_VERSION}; upgrade namsa to read it")
+
+
+def build_manifest(path: Path, info: dict[str, Any], index: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The manifest of a store, derived entirely from its LMDB info and index databases."""
+    ids = sorted(index)
+    counts = {s: 0 for s in SPLITS}
+    per_split: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLITS}
+    for sid in ids:
+        entry = index[sid]
+        counts[entry["split"]] += 1
+        per_split[entry["split"]].append(entry["stats"])
+    return {
+        "format": FORMAT_NAME,
+        "schema_version": info.get("schema_version", SCHEMA_VERSION),
+        "code_version": info.get("code_version", code_version()),
+        "config_hash": info.get("config_hash"),
+        "cbed_dtype": info.get("cbed_dtype"),
+        "compression": info.get("compression"),
+        "checksum": codec.CHECKSUM_NAME,
+        "arrays": info.get("arrays", {}),
+        "split_fractions": info.get("split_fractions"),
+        "split_seed": info.get("split_seed"),
+        "count": len(ids),
+        "counts": counts,
+        "bytes": int(sum(index[s]["nbytes"] for s in ids)),
+        "samples": [{"id": sid, "split": index[sid]["split"], "material_id": index[sid]["material_id"]}
+                    for sid in ids],
+        "statistics": {s: merge_statistics(per_split[s]) for s in SPLITS},
+        "created": info.get("created"),
+        "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def _read_info_and_index(env: lmdb.Environment, dbs: dict[bytes, Any], path: Path
+                         ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    with env.begin(buffers=True) as txn:
+        raw_info = txn.get(_INFO_KEY, db=dbs[b"info"])
+        try:
+            info = _json_unseal(raw_info) if raw_info is not None else {}
+        except (codec.RecordCorrupt, ValueError) as exc:
+            raise CorruptRecordError(str(path), "info", str(exc)) from exc
+        index = {}
+        for key, value in txn.cursor(db=dbs[b"index"]):
+            sid = bytes(key).decode()
+            try:
+                index[sid] = _json_unseal(value)
+            except (codec.RecordCorrupt, ValueError) as exc:
+                raise CorruptRecordError(str(path), f"index/{sid}", str(exc)) from exc
+    return info, index
+
+
+def _open_dbs(env: lmdb.Environment, create: bool) -> dict[bytes, Any]:
+    return {name: env.open_db(name, create=create) for name in _DBS}
+
+
+# --------------------------------------------------------------------------------------------
+# one LMDB environment per (process, store)
+
+class _EnvEntry:
+    def __init__(self, env: lmdb.Environment, dbs: dict[bytes, Any] | None, writable: bool):
+        self.env, self.dbs, self.writable = env, dbs, writable
+        self.refs = 1
+        self.pid = os.getpid()
+
+
+#: py-lmdb refuses to open one environment twice in a process, so readers and the writer of a
+#: store in the same process share one handle (reference counted).
+_ENVS: dict[str, _EnvEntry] = {}
+
+
+def _acquire_env(path: Path, *, write: bool, map_size: int = 0) -> _EnvEntry:
+    key = os.path.realpath(path)
+    entry = _ENVS.get(key)
+    if entry is not None and entry.pid != os.getpid():
+        entry = None  # inherited through fork(): never touch the parent's handle
+    if entry is not None:
+        if write and not entry.writable:
+            raise StoreError(f"store {path} is open read-only in this process; close its readers before "
+                             f"writing to it")
+        entry.refs += 1
+        return entry
+    if write:
+        try:
+            env = lmdb.open(str(path), map_size=map_size, max_dbs=len(_DBS), subdir=True,
+                            readahead=False, meminit=False, max_spare_txns=1)
+        except lmdb.Error as exc:
+            raise StoreError(f"cannot open store {path} for writing: {exc}; check the path and "
+                             f"free disk space") from exc
+        entry = _EnvEntry(env, _open_dbs(env, create=True), True)
+    else:
+        env = _open_readonly_env(path)
+        entry = _EnvEntry(env, _open_dbs_readonly(env), False)
+    _ENVS[key] = entry
+    return entry
+
+
+def _release_env(path: Path, entry: _EnvEntry) -> None:
+    if entry.pid != os.getpid():
+        return
+    entry.refs -= 1
+    if entry.refs <= 0:
+        entry.env.close()
+        if _ENVS.get(os.path.realpath(path)) is entry:
+            del _ENVS[os.path.realpath(path)]
+
+
+# --------------------------------------------------------------------------------------------
+# writer
+
+class StoreWriter:
+    """Exactly-once, crash-safe writer of one store (one LMDB environment, one process).
+
+    ``put(sample)`` commits the record and its index entry in one transaction and returns False if
+    the sample id is already present, so re-running a simulation is a no-op for finished samples.
+    The map grows automatically (doubling, up to ``data_cfg.max_map_size_gb``); a full disk raises
+    `StoreFullError` and leaves every committed sample intact. A second writer on the same
+    directory is refused (``flock`` on writer.lock).
+    """
+
+    def __init__(self, path: str | os.PathLike, *, config_hash: str, data_cfg: DataConfig | None = None,
+                 resume: bool = True):
+        if not isinstance(config_hash, str) or not config_hash:
+            raise UserError("StoreWriter needs config_hash (a non-empty string, SimulationConfig.physics_hash())")
+        self.path = Path(path)
+        self.config_hash = config_hash
+        self.cfg = data_cfg if data_cfg is not None else DataConfig()
+        self._env: lmdb.Environment | None = None
+        self._lock_fh = None
+        self._last_manifest = 0.0
+        self._dirty = False
+        self._prepare_directory()
+        self._lock()
+        try:
+            self._open_env()
+            self.info, self._index = self._load_or_create_info()
+            if self._index and not resume:
+                raise StoreError(f"store {self.path} already holds {len(self._index)} samples and resume=False; "
+                                 f"pass resume=True to continue it or choose a new directory")
+            self.write_manifest()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- opening ---------------------------------------------------------------------------
+    def _prepare_directory(self) -> None:
+        path = self.path
+        if path.exists() and not path.is_dir():
+            raise NotAStoreError(f"store path {path} is a file, not a directory; choose a directory for the store")
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except PermissionError as exc:
+            raise StoreError(f"permission denied creating store directory {path}; choose a writable "
+                             f"directory (data.node_local_dir or --out)") from exc
+        except OSError as exc:
+            raise StoreError(f"cannot create store directory {path}: {exc.strerror}; choose another path") from exc
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise StoreError(f"permission denied: store directory {path} is not writable; fix its "
+                             f"permissions or choose another directory")
+        if not is_store(path):
+            stray = [p.name for p in path.iterdir() if p.name not in (LOCK_NAME, "lock.mdb")]
+            if stray:
+                raise NotAStoreError(f"{path} is not empty and is not a store (found {stray[:3]}); "
+                                     f"write the store into an empty or new directory")
+        if (path / MANIFEST_NAME).exists():
+            manifest = _load_manifest(path)
+            _check_schema_version(path, manifest.get("schema_version"), MANIFEST_NAME)
+
+    def _lock(self) -> None:
+        try:
+            fh = open(self.path / LOCK_NAME, "a+")
+        except PermissionError as exc:
+            raise StoreError(f"permission denied opening {self.path / LOCK_NAME}; fix the store's permissions") from exc
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "unknown"
+            fh.close()
+            raise StoreLockedError(f"store {self.path} is already open by another writer (pid {holder}); "
+                                   f"give every writer its own store directory") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        self._lock_fh = fh
+
+    def _open_env(self) -> None:
+        data_file = self.path / DATA_NAME
+        size = data_file.stat().st_size if data_file.exists() else 0
+        self._entry = _acquire_env(self.path, write=True, map_size=max(self.cfg.map_size_mb << 20, size))
+        self._env = self._entry.env
+        self._dbs = self._entry.dbs
+
+    def _load_or_create_info(self) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        info, index = _read_info_and_index(self._env, self._dbs, self.path)
+        if not info:
+            info = {"schema_version": SCHEMA_VERSION, "config_hash": self.config_hash,
+                    "cbed_dtype": self.cfg.cbed_dtype, "compression": self.cfg.compression,
+                    "split_fractions": list(self.cfg.split_fractions), "split_seed": self.cfg.split_seed,
+                    "code_version": code_version(), "arrays": {},
+                    "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            self._commit([(b"info", _INFO_KEY, _json_seal(info))])
+            return info, index
+        _check_schema_version(self.path, info.get("schema_version"), "LMDB info")
+        for key, wanted in (("config_hash", self.config_hash), ("cbed_dtype", self.cfg.cbed_dtype),
+                            ("split_fractions", list(self.cfg.split_fractions)),
+                            ("split_seed", self.cfg.split_seed)):
+            if info.get(key) != wanted:
+                raise SchemaError(f"store {self.path} was written with {key}={info.get(key)!r}, not {wanted!r}; "
+                                  f"resume with the same configuration or use a new directory")
+        return info, index
+
+    # -- writing ---------------------------------------------------------------------------
+    def has(self, sample_id: str) -> bool:
+        return sample_id in self._index
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def put(self, sample: Sample) -> bool:
+        """Store ``sample`` (validated) in one transaction; False if its id is already present."""
+        self._require_open()
+        sample.validate()
+        sid = sample.id
+        if self.has(sid):
+            return False
+        key = sid.encode()
+        if not 0 < len(key) <= 480:
+            raise UserError(f"sample id {sid[:60]!r} is {len(key)} bytes; LMDB keys hold at most 480")
+        if sample.meta.get("config_hash") != self.config_hash:
+            raise UserError(f"sample {sid} has config_hash {sample.meta.get('config_hash')!r} but store "
+                            f"{self.path} holds config {self.config_hash!r}; write it to its own store")
+        arrays = self._stored_arrays(sample)
+        shapes = {name: {"dtype": a.dtype.str, "shape": list(a.shape)} for name, a in arrays.items()}
+        if self.info["arrays"] and self.info["arrays"] != shapes:
+            raise SchemaError(f"sample {sid} has arrays {shapes} but store {self.path} holds "
+                              f"{self.info['arrays']}; all samples of a store share shapes and dtypes")
+        codecs = {"cbed": "zstd-shuffle"} if self.cfg.compression == "zstd" else {}
+        record = codec.encode_record(arrays, sample.meta, codecs, self.cfg.compression_level)
+        split = split_of(str(sample.meta["material_id"]), self.cfg.split_fractions, self.cfg.split_seed)
+        entry = {"split": split, "material_id": str(sample.meta["material_id"]), "nbytes": len(record),
+                 "stats": sample_statistics(arrays["cbed"], {k: arrays[k] for k in ("potential", "density")})}
+        writes = [(b"records", key, record), (b"index", key, _json_seal(entry))]
+        new_info = None
+        if not self.info["arrays"]:
+            new_info = dict(self.info, arrays=shapes)
+            writes.append((b"info", _INFO_KEY, _json_seal(new_info)))
+        self._commit(writes)
+        if new_info is not None:
+            self.info = new_info
+        self._index[sid] = entry
+        self._dirty = True
+        if time.monotonic() - self._last_manifest > self.cfg.manifest_every_s:
+            self.write_manifest()
+        return True
+
+    def _stored_arrays(self, sample: Sample) -> dict[str, np.ndarray]:
+        dtype = np.dtype(self.cfg.cbed_dtype)
+        if dtype == np.float16:
+            try:
+                codec.check_float16_safe("cbed", sample.cbed)
+            except ValueError as exc:
+                raise UserError(f"sample {sample.id}: {exc}; float16 cannot store it: fix the simulation "
+                                f"or set data.cbed_dtype=float32") from exc
+        return {"cbed": np.ascontiguousarray(sample.cbed, dtype=dtype),
+                "potential": np.ascontiguousarray(sample.potential, dtype=np.float32),
+                "density": np.ascontiguousarray(sample.density, dtype=np.float32)}
+
+    def _commit(self, writes: list[tuple[bytes, bytes, bytes]]) -> None:
+        """Write all ``(db, key, value)`` triples in one transaction, growing the map when it is full."""
+        need = sum(len(value) for _, _, value in writes)
+        while True:
+            try:
+                with self._env.begin(write=True) as txn:
+                    for db, key, value in writes:
+                        txn.put(key, value, db=self._dbs[db])
+                return
+            except lmdb.MapFullError:
+                self._grow(need)
+            except lmdb.Error as exc:
+                if _is_disk_full(exc):
+                    raise StoreFullError(f"disk full while writing store {self.path} ({exc}); every sample "
+                                         f"committed before is intact: free space and resume") from exc
+                raise StoreError(f"LMDB error writing store {self.path}: {exc}") from exc
+
+    def _grow(self, need: int) -> None:
+        current = self._env.info()["map_size"]
+        cap = int(self.cfg.max_map_size_gb * (1 << 30))
+        if current >= cap:
+            raise StoreFullError(f"store {self.path} reached data.max_map_size_gb="
+                                 f"{self.cfg.max_map_size_gb:g} GiB; raise it or start a new store "
+                                 f"(every committed sample is intact)")
+        self._env.set_mapsize(min(cap, max(2 * current, current + 4 * need)))
+
+    # -- manifest / closing ----------------------------------------------------------------
+    def write_manifest(self) -> dict[str, Any]:
+        """Render manifest.json from the LMDB contents (atomic rename)."""
+        manifest = build_manifest(self.path, self.info, self._index)
+        try:
+            _write_json_atomic(self.path / MANIFEST_NAME, manifest)
+        except OSError as exc:
+            if _is_disk_full(exc):
+                raise StoreFullError(f"disk full writing {self.path / MANIFEST_NAME}; the LMDB records are "
+                                     f"intact and the manifest is rebuilt on the next open") from exc
+            raise
+        self._last_manifest = time.monotonic()
+        self._dirty = False
+        return manifest
+
+    def commit(self) -> None:
+        """Flush LMDB to disk and refresh the manifest (records are already committed per put)."""
+        self._require_open()
+        self._env.sync(True)
+        self.write_manifest()
+
+    def _require_open(self) -> None:
+        if self._env is None:
+            raise StoreError(f"store writer for {self.path} is closed")
+
+    def close(self) -> None:
+        try:
+            if self._env is not None:
+                self._env.sync(True)
+                if self._dirty:
+                    self.write_manifest()
+                _release_env(self.path, self._entry)
+        finally:
+            self._env = None
+            if self._lock_fh is not None:
+                fcntl.flock(self._lock_fh, fcntl.LOCK_UN)
+                self._lock_fh.close()
+                self._lock_fh = None
+
+    def __enter__(self) -> "StoreWriter":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+# --------------------------------------------------------------------------------------------
+# reader
+
+def _open_readonly_env(path: Path) -> lmdb.Environment:
+    try:
+        return lmdb.open(str(path), readonly=True, lock=False, readahead=False, max_dbs=len(_DBS),
+                         subdir=True, max_spare_txns=1)
+    except PermissionError as exc:
+        raise StoreError(f"permission denied reading store {path}; fix its permissions") from exc
+    except lmdb.Error as exc:
+        if "Permission denied" in str(exc):
+            raise StoreError(f"permission denied reading store {path}; fix its permissions") from exc
+        raise StoreError(f"cannot open store {path}: {exc}; is it a namsa store?") from exc
+
+
+def _open_dbs_readonly(env: lmdb.Environment) -> dict[bytes, Any] | None:
+    try:
+        return _open_dbs(env, create=False)
+    except lmdb.NotFoundError:
+        return None  # killed before the first commit: an empty store
+
+
+def _load_manifest(path: Path) -> dict[str, Any]:
+    try:
+        manifest = json.loads((path / MANIFEST_NAME).read_text())
+    except PermissionError as exc:
+        raise StoreError(f"permission denied reading {path / MANIFEST_NAME}; fix its permissions") from exc
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise SchemaError(f"{path / MANIFEST_NAME} is not valid JSON ({exc}); delete it and open the "
+                          f"store with a writer to rebuild it") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+        raise SchemaError(f"{path / MANIFEST_NAME} is not a {FORMAT_NAME} manifest; point at a store "
+                          f"directory written by namsa")
+    return manifest
+
+
+class StoreReader:
+    """Read-only, lock-free view of one store; safe to pickle into DataLoader workers.
+
+    ``len``, ``[i] -> Sample`` (sorted by sample id), iteration, ``.manifest``, ``.ids(split)``.
+    Every record's checksum is verified on read (``verify=True``). With ``skip_corrupt=True``
+    iteration skips corrupt records and lists them in ``.skipped``; indexing still raises
+    `CorruptRecordError` naming the store and the key.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, verify: bool = True, skip_corrupt: bool = False,
+                 allow_empty: bool = False):
+        self.path = Path(path)
+        self.verify = verify
+        self.skip_corrupt = skip_corrupt
+        self.skipped: list[str] = []
+        self._env: lmdb.Environment | None = None
+        self._pid = -1
+        self._check_path()
+        self.manifest, self.reconciled = self._load_and_reconcile()
+        self._ids = [s["id"] for s in self.manifest["samples"]]
+        self._keys = [sid.encode() for sid in self._ids]
+        self._splits = [s["split"] for s in self.manifest["samples"]]
+        if not self._ids and not allow_empty:
+            raise EmptyStoreError(f"store {self.path} holds no samples; run namsa simulate into it first "
+                                  f"(or remove the empty directory)")
+        if self._ids:
+            self._check_first_record()
+
+    def _check_path(self) -> None:
+        path = self.path
+        if not path.exists():
+            raise StoreNotFoundError(f"no store at {path}: the path does not exist; check it or run namsa simulate")
+        if not path.is_dir() or not is_store(path):
+            inner = find_stores(path) if path.is_dir() else []
+            hint = (f"it contains {len(inner)} stores: use stage.open_stores(stage.find_stores('{path}'))"
+                    if inner else "point at a directory written by namsa simulate")
+            raise NotAStoreError(f"{path} is not a store (no {DATA_NAME}); {hint}")
+        if not os.access(path / DATA_NAME, os.R_OK):
+            raise StoreError(f"permission denied reading store {path}; fix its permissions")
+
+    def _load_and_reconcile(self) -> tuple[dict[str, Any], bool]:
+        on_disk = _load_manifest(self.path) if (self.path / MANIFEST_NAME).exists() else None
+        if on_disk is not None:
+            _check_schema_version(self.path, on_disk.get("schema_version"), MANIFEST_NAME)
+        env = self.env
+        dbs = self._dbs
+        info, index = _read_info_and_index(env, dbs, self.path) if dbs is not None else ({}, {})
+        if info:
+            _check_schema_version(self.path, info.get("schema_version"), "LMDB info")
+        derived = build_manifest(self.path, info, index)
+        if on_disk is None:
+            return derived, True
+        listed = {s["id"] for s in on_disk.get("samples", [])}
+        missing = sorted(listed - set(index))
+        if missing:
+            raise SchemaError(f"store {self.path}: manifest lists {len(missing)} samples missing from LMDB "
+                              f"(e.g. {missing[0]!r}); the manifest belongs to another store: delete it "
+                              f"to rebuild it from the records")
+        if index and on_disk.get("arrays") and on_disk["arrays"] != derived["arrays"]:
+            raise SchemaError(f"store {self.path}: manifest arrays {on_disk.get('arrays')} disagree with the "
+                              f"records {derived['arrays']}; delete manifest.json to rebuild it from the records")
+        # A kill between a commit and the manifest refresh leaves the manifest behind the records:
+        # the LMDB contents are the truth.
+        return derived, listed != set(index)
+
+    @property
+    def env(self) -> lmdb.Environment:
+        # One environment per process: LMDB handles must not cross fork().
+        if self._env is None or self._pid != os.getpid():
+            self._entry = _acquire_env(self.path, write=False)
+            self._env, self._dbs, self._pid = self._entry.env, self._entry.dbs, os.getpid()
+        return self._env
+
+    def _check_first_record(self) -> None:
+        with self.env.begin(buffers=True) as txn:
+            raw = txn.get(self._keys[0], db=self._dbs[b"records"])
+            if raw is None:
+                raise SchemaError(f"store {self.path}: index lists {self._ids[0]!r} but it has no record")
+            try:
+                header = codec.decode_record(raw, verify=False, names=()).header
+            except codec.RecordCorrupt as exc:
+                raise CorruptRecordError(str(self.path), self._ids[0], str(exc)) from exc
+            self._check_header(self._ids[0], header)
+
+    def _check_header(self, sid: str, header: dict[str, Any]) -> None:
+        found = {e["name"]: {"dtype": e["dtype"], "shape": e["shape"]} for e in header["arrays"]}
+        if found != self.manifest["arrays"]:
+            raise SchemaError(f"store {self.path}: record {sid!r} holds arrays {found} but the manifest "
+                              f"says {self.manifest['arrays']}; the store is inconsistent: re-stage it")
+
+    # -- access ----------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def ids(self, split: str | None = None) -> list[str]:
+        return [sid for sid, s in zip(self._ids, self._splits) if split is None or s == split]
+
+    def indices(self, split: str | None = None) -> list[int]:
+        return [i for i, s in enumerate(self._splits) if split is None or s == split]
+
+    def split(self, i: int) -> str:
+        return self._splits[i]
+
+    def read_arrays(self, i: int, names: Sequence[str] = ARRAY_NAMES, dtype: Any = None,
+                    verify: bool | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Arrays ``names`` of sample ``i`` (copied out of the map, cast to ``dtype`` if given) + meta."""
+        sid = self._ids[i]
+        verify = self.verify if verify is None else verify
+        for attempt in range(2):
+            try:
+                with self.env.begin(buffers=True) as txn:
+                    raw = txn.get(self._keys[i], db=self._dbs[b"records"])
+                    if raw is None:
+                        raise CorruptRecordError(str(self.path), sid, "record missing from LMDB")
+                    try:
+                        rec = codec.decode_record(raw, verify=verify, names=tuple(names))
+                    except codec.RecordCorrupt as exc:
+                        raise CorruptRecordError(str(self.path), sid, str(exc)) from exc
+                    self._check_header(sid, rec.header)
+                    # Copy (or cast) inside the transaction: the views die with it.
+                    arrays = {n: (a.astype(dtype) if dtype is not None else a.copy()) for n, a in rec.arrays.items()}
+                return arrays, rec.meta
+            except lmdb.MapResizedError:
+                self.env.set_mapsize(0)  # a writer grew the file: adopt the new size and retry
+        raise StoreError(f"store {self.path} keeps growing under the reader; wait for the writer to finish")
+
+    def __getitem__(self, i: int) -> Sample:
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"sample index {i} out of range for store {self.path} with {len(self)} samples")
+        arrays, meta = self.read_arrays(i % len(self))
+        return Sample(cbed=arrays["cbed"], potential=arrays["potential"], density=arrays["density"], meta=meta)
+
+    def get(self, sample_id: str) -> Sample:
+        try:
+            return self[self._ids.index(sample_id)]
+        except ValueError:
+            raise UserError(f"store {self.path} has no sample {sample_id!r}") from None
+
+    def __iter__(self) -> Iterator[Sample]:
+        for i in range(len(self)):
+            try:
+                yield self[i]
+            except CorruptRecordError:
+                if not self.skip_corrupt:
+                    raise
+                self.skipped.append(self._ids[i])
+
+    def verify_all(self) -> list[str]:
+        """Keys of every record that fails its checksum or disagrees with the manifest."""
+        bad = []
+        for i, sid in enumerate(self._ids):
+            try:
+                self.read_arrays(i, names=(), verify=True)
+            except (CorruptRecordError, SchemaError):
+                bad.append(sid)
+        return bad
+
+    def statistics(self, split: str) -> dict[str, Any]:
+        return self.manifest["statistics"][split]
+
+    def describe(self) -> str:
+        return f"store {self.path}"
+
+    def close(self) -> None:
+        if self._env is not None and self._pid == os.getpid():
+            _release_env(self.path, self._entry)
+        self._env = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_env"] = None
+        state["_dbs"] = None
+        state["_entry"] = None
+        state["_pid"] = -1
+        return state
+
+    def __enter__(self) -> "StoreReader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"StoreReader({str(self.path)!r}, {len(self)} samples)"
+
+
+class StoreSet:
+    """Several stores read as one sequence (concatenated in the order given)."""
+
+    def __init__(self, readers: Sequence[StoreReader]):
+        self.readers = list(readers)
+        self._offsets = [0]
+        for r in self.readers:
+            self._offsets.append(self._offsets[-1] + len(r))
+        shapes = {json.dumps(r.manifest["arrays"], sort_keys=True) for r in self.readers if len(r)}
+        if len(shapes) > 1:
+            raise SchemaError(f"stores {[str(r.path) for r in self.readers]} hold different array shapes/dtypes "
+                              f"({sorted(shapes)}); read stores of one configuration together")
+
+    @property
+    def skipped(self) -> list[str]:
+        return [k for r in self.readers for k in r.skipped]
+
+    @property
+    def manifests(self) -> list[dict[str, Any]]:
+        return [r.manifest for r in self.readers]
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """A combined summary: count, counts per split, arrays, and each store's path."""
+        counts = {s: sum(r.manifest["counts"][s] for r in self.readers) for s in SPLITS}
+        return {"format": FORMAT_NAME, "schema_version": SCHEMA_VERSION, "count": len(self), "counts": counts,
+                "arrays": self.readers[0].manifest["arrays"] if self.readers else {},
+                "stores": [str(r.path) for r in self.readers]}
+
+    def __len__(self) -> int:
+        return self._offsets[-1]
+
+    def locate(self, i: int) -> tuple[StoreReader, int]:
+        """(store, index inside it) of global index ``i``."""
+        if not 0 <= i < len(self):
+            raise IndexError(f"sample index {i} out of range for {len(self)} samples in {len(self.readers)} stores")
+        k = bisect.bisect_right(self._offsets, i) - 1
+        return self.readers[k], i - self._offsets[k]
+
+    def __getitem__(self, i: int) -> Sample:
+        if i < 0:
+            i += len(self)
+        reader, j = self.locate(i)
+        return reader[j]
+
+    def __iter__(self) -> Iterator[Sample]:
+        for reader in self.readers:
+            yield from reader
+
+    def ids(self, split: str | None = None) -> list[str]:
+        return [sid for r in self.readers for sid in r.ids(split)]
+
+    def indices(self, split: str | None = None) -> list[int]:
+        return [off + j for off, r in zip(self._offsets, self.readers) for j in r.indices(split)]
+
+    def store_ranges(self) -> list[range]:
+        """Global index range of every store, in order."""
+        return [range(a, b) for a, b in zip(self._offsets, self._offsets[1:])]
+
+    def statistics(self, split: str) -> dict[str, Any]:
+        return merge_statistics(r.statistics(split) for r in self.readers)
+
+    def verify_all(self) -> list[str]:
+        return [f"{r.path}:{k}" for r in self.readers for k in r.verify_all()]
+
+    def describe(self) -> str:
+        return f"stores {[str(r.path) for r in self.readers]}"
+
+    def close(self) -> None:
+        for r in self.readers:
+            r.close()
+
+    def __enter__(self) -> "StoreSet":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def open_store(path: str | os.PathLike, *, verify: bool = True, skip_corrupt: bool = False,
+               allow_empty: bool = False) -> StoreReader:
+    """Open one store read-only (lock-free); see `StoreReader`."""
+    return StoreReader(path, verify=verify, skip_corrupt=skip_corrupt, allow_empty=allow_empty)
+
+
+def expand_store_paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
+    """Store directories named by ``paths``: each entry is a store or a data dir holding stores."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    found: list[Path] = []
+    for p in paths:
+        stores = find_stores(p)
+        if not stores:
+            raise NotAStoreError(f"{p} is not a store and contains none; point at a data directory written "
+                                 f"by namsa simulate")
+        found.extend(stores)
+    if not found:
+        raise UserError("no store paths given; pass one or more store or data directories")
+    return found
+
+
+def open_stores(paths: str | os.PathLike | Sequence[str | os.PathLike], *, verify: bool = True,
+                skip_corrupt: bool = False) -> StoreSet:
+    """Open several stores (or every store below data dirs) as one sequence; empty stores are skipped
+    unless all are empty."""
+    readers = [StoreReader(p, verify=verify, skip_corrupt=skip_corrupt, allow_empty=True)
+               for p in expand_store_paths(paths)]
+    if not any(len(r) for r in readers):
+        raise EmptyStoreError(f"stores {[str(r.path) for r in readers]} hold no samples; run namsa simulate first")
+    return StoreSet([r for r in readers if len(r)])

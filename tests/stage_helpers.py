@@ -1,0 +1,40 @@
+"""Test data for the stage tests: Samples built from numpy arrays with complete, valid meta.
+
+These are real Samples (the contract type), not mocks: the stage code under test stores and reads
+them exactly as it would simulated ones.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from namsa.sample import Sample, sample_id
+
+CONFIG_HASH = "c0ffee" * 10 + "abcd"
+
+
+def make_sample(material_id: str, variant: int = 0, *, scan: tuple[int, int] = (2, 2), px: int = 8,
+                seed: int | None = None, config_hash: str = CONFIG_HASH) -> Sample:
+    """A Sample with smooth positive cbed (<= 1, like normalised intensities) and float32 targets."""
+    rng = np.random.default_rng(seed if seed is not None else abs(hash((material_id, variant))) % 2**32)
+    s = scan[0] * scan[1]
+    yy, xx = np.mgrid[:px, :px] - px // 2
+    disc = np.exp(-(yy**2 + xx**2) / (0.1 * px * px))
+    cbed = (disc[None] * rng.uniform(0.2, 1.0, (s, 1, 1)) + rng.uniform(0, 1e-3, (s, px, px)))
+    cbed /= cbed.sum(axis=(1, 2), keepdims=True)
+    zone = [1, 1, 0]
+    meta = {
+        "sample_id": sample_id(material_id, zone, variant, config_hash),
+        "material_id": material_id, "formula": "Si", "elements": ["Si"], "zone_axis": zone,
+        "variant": variant, "thickness_A": 100.0, "energy_kv": 200.0, "semiangle_mrad": 20.0,
+        "aberrations": {"C1_A": 0.0, "C3_mm": 0.0}, "sampling_A": [0.1, 0.1], "scan_shape": list(scan),
+        "scan_positions_A": [[float(y), float(x)] for y in range(scan[0]) for x in range(scan[1])],
+        "fov_A": [0.0, 0.0, 4.0, 4.0], "seed": int(variant), "code_version": "0.1.0",
+        "config_hash": config_hash,
+    }
+    potential = rng.normal(10.0, 3.0, (px, px)).astype(np.float32)
+    density = rng.gamma(2.0, 1.0, (px, px)).astype(np.float32)
+    return Sample(cbed=cbed.astype(np.float32), potential=potential, density=density, meta=meta)
+
+
+def make_samples(n_materials: int, variants: int = 1, **kw) -> list[Sample]:
+    return [make_sample(f"mp-{100 + m}", v, **kw) for m in range(n_materials) for v in range(variants)]
