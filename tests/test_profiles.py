@@ -1,0 +1,155 @@
+"""Execution profiles build real Parsl configs; Slurm/PBS ones write real submit scripts.
+
+No scheduler is installed here, so `sbatch`/`qsub` (and the status/cancel commands Parsl polls)
+are tiny shell scripts on PATH that keep a copy of the script Parsl submits. Everything else is
+real Parsl: the DataFlowKernel starts, the interchange starts, the provider renders its template
+with our launcher and submits a block.
+"""
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import parsl
+import pytest
+from parsl.executors import HighThroughputExecutor, MPIExecutor, ThreadPoolExecutor
+from parsl.launchers import MpiExecLauncher, SimpleLauncher, SrunLauncher
+
+from workflow.config import PROFILE_NAMES, ExecutionConfig
+from workflow.profiles import FACTORIES, TRAIN, WORKERS, build_parsl_config, train_command
+
+FAKE_SCHEDULER = {
+    # sbatch SCRIPT -> keep the script, answer like Slurm does.
+    "sbatch": 'cp "${@: -1}" "$FAKE_SCHED_DIR/"; echo "Submitted batch job 4242"',
+    "sacct": "exit 1",      # Parsl falls back to squeue
+    "squeue": "exit 0",
+    "scancel": "exit 0",
+    # qsub [-q Q] [-A A] SCRIPT -> keep the script, answer like PBS does.
+    "qsub": 'cp "${@: -1}" "$FAKE_SCHED_DIR/"; echo "4242.pbs"',
+    "qstat": "echo '{\"Jobs\": {}}'",
+    "qdel": "exit 0",
+}
+
+
+@pytest.fixture()
+def fake_scheduler(tmp_path, monkeypatch):
+    bin_dir, scripts = tmp_path / "bin", tmp_path / "submitted"
+    bin_dir.mkdir()
+    scripts.mkdir()
+    for name, body in FAKE_SCHEDULER.items():
+        path = bin_dir / name
+        path.write_text(f"#!/bin/bash\n{body}\n")
+        path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SCHED_DIR", str(scripts))
+    return scripts
+
+
+def test_every_profile_name_has_a_factory():
+    assert tuple(FACTORIES) == PROFILE_NAMES
+
+
+@pytest.mark.parametrize("profile", PROFILE_NAMES)
+def test_profile_common_settings(profile, tmp_path, fake_scheduler):
+    cfg = build_parsl_config(ExecutionConfig(profile=profile, retries=3), tmp_path)
+    assert [e.label for e in cfg.executors] == [WORKERS, TRAIN]
+    assert cfg.exit_mode == "wait" and cfg.usage_tracking == 0 and cfg.retries == 3
+    assert cfg.memoizer.checkpoint_mode == "task_exit"
+    assert cfg.run_dir == str(tmp_path / "runinfo")
+
+
+def test_local_profile_is_thread_pools():
+    cfg = build_parsl_config(ExecutionConfig(profile="local", workers=3), Path("/tmp/unused"))
+    workers, train = cfg.executors
+    assert isinstance(workers, ThreadPoolExecutor) and workers.max_threads == 3
+    assert isinstance(train, ThreadPoolExecutor) and train.max_threads == 1
+
+
+def test_local_htex_is_loopback_with_one_worker_per_gpu():
+    exec_cfg = ExecutionConfig(profile="local-htex", local_htex={"gpus_per_node": 4})
+    htex = build_parsl_config(exec_cfg, Path("/tmp/unused")).executors[0]
+    assert isinstance(htex, HighThroughputExecutor)
+    assert htex.address == "127.0.0.1" and htex.loopback_address == "127.0.0.1"
+    assert list(htex.available_accelerators) == ["0", "1", "2", "3"]
+    assert htex.max_workers_per_node == 4
+    # The worker pool is started with this interpreter, so an unactivated venv works.
+    assert htex.launch_cmd.split()[0].endswith("python") or "python" in htex.launch_cmd.split()[0]
+    assert "process_worker_pool.py" in htex.launch_cmd
+
+
+def _run_dfk_until_submitted(cfg, scripts: Path) -> tuple[str, str]:
+    """Start the real DFK, ask each executor for one block, return the submitted scripts."""
+    try:
+        with parsl.load(cfg) as dfk:
+            for label in (WORKERS, TRAIN):
+                dfk.executors[label].scale_out_facade(1)
+            texts = {p.name: p.read_text() for p in scripts.iterdir() if not p.name.startswith("cmd_")}
+    finally:
+        parsl.clear()
+    assert len(texts) == 2, texts
+    # Parsl names each job parsl.<executor label>.block-<n>.<time>.
+    by_label = {name.split(".")[1]: text for name, text in texts.items()}
+    return by_label[WORKERS], by_label[TRAIN]
+
+
+def test_slurm_profile_submits_worker_and_training_jobs(tmp_path, fake_scheduler):
+    exec_cfg = ExecutionConfig(profile="slurm", slurm=dict(
+        partition="gpu", account="mat123", qos="normal", walltime="00:30:00", train_walltime="02:00:00",
+        worker_init="module load cuda; source /sw/namsa/bin/activate", nodes=2, train_nodes=4,
+        gpus_per_node=4, address="127.0.0.1"))
+    cfg = build_parsl_config(exec_cfg, tmp_path)
+    workers, train = cfg.executors
+    assert isinstance(workers.provider.launcher, SrunLauncher)
+    assert isinstance(train, MPIExecutor) and train.mpi_launcher == "srun"
+    assert isinstance(train.provider.launcher, SimpleLauncher)
+
+    worker_job, train_job = _run_dfk_until_submitted(cfg, fake_scheduler)
+    for script in (worker_job, train_job):
+        assert "#SBATCH --partition=gpu" in script and "#SBATCH --account=mat123" in script
+        assert "#SBATCH --qos=normal" in script and "#SBATCH --gpus-per-node=4" in script
+        assert "module load cuda; source /sw/namsa/bin/activate" in script
+    assert "#SBATCH --nodes=2" in worker_job and "#SBATCH --time=30" in worker_job
+    assert "srun --ntasks 2" in worker_job and "process_worker_pool.py" in worker_job
+    assert "--available-accelerators 0 1 2 3" in worker_job
+    assert "#SBATCH --nodes=4" in train_job and "#SBATCH --time=120" in train_job
+    # The training block runs one MPI-mode manager (SimpleLauncher) that srun-launches each task.
+    last_line = train_job.strip().splitlines()[-1]
+    assert last_line.startswith("process_worker_pool.py") and "--enable_mpi_mode" in last_line
+    assert "--mpi-launcher=srun" in last_line
+
+
+def test_pbs_profile_submits_worker_and_training_jobs(tmp_path, fake_scheduler):
+    exec_cfg = ExecutionConfig(profile="pbs", pbs=dict(
+        account="MAT123", queue="prod", walltime="00:30:00", worker_init="module load conda",
+        nodes=2, train_nodes=8, cpus_per_node=64, gpus_per_node=4, address="127.0.0.1",
+        scheduler_options="#PBS -l filesystems=home:eagle"))
+    cfg = build_parsl_config(exec_cfg, tmp_path)
+    workers, train = cfg.executors
+    assert isinstance(workers.provider.launcher, MpiExecLauncher)
+    assert isinstance(train, MPIExecutor) and train.mpi_launcher == "mpiexec"
+
+    worker_job, train_job = _run_dfk_until_submitted(cfg, fake_scheduler)
+    assert "#PBS -l select=2:ncpus=64:ngpus=4" in worker_job
+    assert "#PBS -l select=8:ncpus=64:ngpus=4" in train_job
+    for script in (worker_job, train_job):
+        assert "#PBS -l walltime=" in script and "#PBS -l filesystems=home:eagle" in script
+        assert "module load conda" in script
+    assert "mpiexec --bind-to none" in worker_job and "process_worker_pool.py" in worker_job
+    assert "--mpi-launcher=mpiexec" in train_job.strip().splitlines()[-1]
+
+
+def test_train_command_per_profile():
+    args = ["cfg.yaml", "--data", "d", "--out", "o"]
+    local, spec = train_command(ExecutionConfig(profile="local"), args)
+    assert local.endswith("-m workflow.cli train cfg.yaml --data d --out o") and spec == {}
+    multi, _ = train_command(ExecutionConfig(profile="local-htex", train_processes_per_node=2), args)
+    assert "torch.distributed.run --standalone --nproc_per_node=2" in multi
+
+    srun, spec = train_command(ExecutionConfig(profile="slurm", slurm={"train_nodes": 4, "gpus_per_node": 4}), args)
+    assert "$PARSL_MPI_PREFIX python -m workflow.cli train" in srun and "MASTER_ADDR" in srun
+    assert spec == {"num_nodes": 4, "ranks_per_node": 4}
+    torchrun, spec = train_command(ExecutionConfig(profile="pbs", pbs={
+        "train_nodes": 2, "gpus_per_node": 4, "train_launcher": "torchrun"}), args)
+    assert "--nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d" in torchrun
+    assert spec == {"num_nodes": 2, "ranks_per_node": 1}

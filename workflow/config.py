@@ -1,0 +1,292 @@
+"""The pipeline config: one YAML file, validated by pydantic, with `--set dotted.key=value` overrides.
+
+`PipelineConfig` composes the sections the other rooms own (simulation, data, model, training,
+distributed, evaluation) with the `execution` section owned here (which Parsl profile runs the
+DAG, with every site-specific field of that profile). Unknown keys, wrong types and unknown
+profiles are `ConfigError`s: one line naming the dotted key, e.g.
+``quickstart.yaml: simulation.energy_kv: Input should be a valid number``.
+"""
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from namsa.errors import UserError
+from stage.config import DataConfig
+
+#: names of the execution profiles; `workflow.profiles.FACTORIES` maps each to a Parsl Config factory.
+PROFILE_NAMES: tuple[str, ...] = ("local", "local-htex", "slurm", "pbs")
+
+#: the embedded default config shipped inside the package (a copy of configs/quickstart.yaml).
+DEFAULT_CONFIG_NAME = "quickstart.yaml"
+
+
+class ConfigError(UserError):
+    """A config file or override that does not validate; the message names the dotted key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LocalHtexSite(_Section):
+    """`local-htex`: a HighThroughputExecutor on this machine, listening on 127.0.0.1 only.
+
+    gpus_per_node:    GPUs to pin one worker each to (Parsl `available_accelerators`); 0 = CPU
+                      workers, `execution.workers` of them.
+    cores_per_worker: CPU cores Parsl budgets per worker.
+    """
+
+    gpus_per_node: int = Field(0, ge=0)
+    cores_per_worker: float = Field(1.0, gt=0)
+
+
+class SlurmSite(_Section):
+    """`slurm`: blocks of nodes from Slurm (SlurmProvider + SrunLauncher).
+
+    Simulation and evaluation run on an HTEX pool (`nodes` per block, up to `max_blocks` blocks,
+    one worker per GPU when `gpus_per_node` > 0, else `execution.workers` per node). Training runs
+    as one job of `train_nodes` nodes through Parsl's MPIExecutor (`train_launcher: srun`, one rank
+    per GPU) or as `torchrun` under srun (`train_launcher: torchrun`, one torchrun per node).
+    Workers connect back to the driver at `address`, or at the address of network `interface`
+    (e.g. ib0, hsn0) on the driver's host; neither = every address Parsl finds (slow: it also
+    asks an external service). `walltime` is HH:MM:SS; `worker_init` runs on every node before the workers start (load
+    modules, activate the environment); `scheduler_options` are extra `#SBATCH` lines.
+    """
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    address: str | None = None
+    interface: str | None = None
+    walltime: str = "01:00:00"
+    train_walltime: str = "02:00:00"
+    worker_init: str = ""
+    scheduler_options: str = ""
+    nodes: int = Field(1, ge=1)
+    max_blocks: int = Field(1, ge=1)
+    train_nodes: int = Field(1, ge=1)
+    gpus_per_node: int = Field(0, ge=0)
+    cores_per_node: int | None = Field(None, ge=1)
+    mem_per_node_gb: int | None = Field(None, ge=1)
+    exclusive: bool = True
+    train_launcher: Literal["srun", "torchrun"] = "srun"
+
+
+class PBSSite(_Section):
+    """`pbs`: blocks of nodes from PBS Pro (PBSProProvider + MpiExecLauncher).
+
+    Same shape as `slurm`; training goes through Parsl's MPIExecutor with `mpiexec`
+    (`train_launcher: mpiexec`) or torchrun started by mpiexec once per node
+    (`train_launcher: torchrun`). `select_options` is appended to the `#PBS -l select=` line
+    (e.g. `ngpus=4`); `scheduler_options` are extra `#PBS` lines (e.g. `#PBS -l filesystems=home`).
+    `mpiexec_bind_cmd` / `mpiexec_overrides` shape the mpiexec that starts one worker pool per node
+    (Parsl's defaults suit Open MPI/MPICH; Cray PALS wants `--cpu-bind` and `--ppn 1`).
+    """
+
+    account: str | None = None
+    queue: str | None = None
+    address: str | None = None
+    interface: str | None = None
+    walltime: str = "01:00:00"
+    train_walltime: str = "02:00:00"
+    worker_init: str = ""
+    scheduler_options: str = ""
+    select_options: str = ""
+    nodes: int = Field(1, ge=1)
+    max_blocks: int = Field(1, ge=1)
+    train_nodes: int = Field(1, ge=1)
+    cpus_per_node: int = Field(1, ge=1)
+    gpus_per_node: int = Field(0, ge=0)
+    train_launcher: Literal["mpiexec", "torchrun"] = "mpiexec"
+    mpiexec_bind_cmd: str = "--bind-to"
+    mpiexec_overrides: str = ""
+
+
+class ExecutionConfig(_Section):
+    """How the DAG runs: which Parsl profile, how many workers, how failures are tolerated.
+
+    profile:                  one of PROFILE_NAMES.
+    workers:                  simulation/evaluation workers (threads for `local`, worker processes
+                              per node otherwise); the simulation fans out into this many tasks
+                              per node, each writing its own store.
+    retries:                  Parsl retries of a failed task before it is recorded and skipped.
+    min_success_fraction:     training starts when at least this fraction of the planned samples
+                              exists (1.0 = all of them).
+    train_processes_per_node: training ranks per node (GPUs per node on a GPU machine; > 1 on a
+                              laptop uses `torchrun --standalone` with gloo).
+    data_dir:                 where simulation tasks write their stores (default <run>/data); set
+                              it to node-local or scratch storage on a cluster.
+    """
+
+    profile: str = "local"
+    workers: int = Field(2, ge=1)
+    retries: int = Field(1, ge=0)
+    min_success_fraction: float = Field(1.0, ge=0.0, le=1.0)
+    train_processes_per_node: int = Field(1, ge=1)
+    data_dir: str | None = None
+    local_htex: LocalHtexSite = LocalHtexSite()
+    slurm: SlurmSite = SlurmSite()
+    pbs: PBSSite = PBSSite()
+
+    @field_validator("profile")
+    @classmethod
+    def _known_profile(cls, value: str) -> str:
+        if value not in PROFILE_NAMES:
+            raise ValueError(f"unknown profile {value!r}; choose one of {', '.join(PROFILE_NAMES)}")
+        return value
+
+
+class PipelineConfig(_Section):
+    """The whole pipeline: one section per room plus `execution`."""
+
+    name: str = "quickstart"
+    data: DataConfig = DataConfig()
+    execution: ExecutionConfig = ExecutionConfig()
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_a_directory_name(cls, value: str) -> str:
+        if not value or "/" in value or value in (".", ".."):
+            raise ValueError(f"name {value!r} must be a plain directory name (it names runs/<name>/)")
+        return value
+
+
+# --------------------------------------------------------------------------------------------
+# loading
+
+
+def default_config_path() -> Path:
+    """The embedded default config (the quickstart), shipped as package data."""
+    return Path(str(resources.files("workflow") / DEFAULT_CONFIG_NAME))
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Split ``dotted.key=value`` into (["dotted", "key"], value); the value is parsed as YAML.
+
+    So ``--set training.steps=20`` gives an int, ``--set simulation.materials=[Si,GaAs]`` a list
+    and ``--set data.node_local_dir=null`` None.
+    """
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"--set {text!r}: expected dotted.key=value, e.g. --set training.steps=20")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML ({_first_line(exc)})") from None
+    return key.split("."), value
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """Return a copy of ``raw`` with every ``dotted.key=value`` override applied in order."""
+    merged = _deep_copy(raw)
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = merged
+        for depth, key in enumerate(keys[:-1]):
+            child = node.setdefault(key, {})
+            if child is None:
+                child = node[key] = {}
+            if not isinstance(child, dict):
+                dotted = ".".join(keys[: depth + 1])
+                raise ConfigError(f"--set {'.'.join(keys)}: {dotted} is the value {child!r}, "
+                                  f"not a section, so it has no key {keys[depth + 1]!r}")
+            node = child
+        node[keys[-1]] = value
+    return merged
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping, turning every failure into a one-line `ConfigError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found; pass a YAML file such as configs/quickstart.yaml")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({_first_line(exc)})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections, got a {type(data).__name__}")
+    return data
+
+
+def validate_config(raw: dict[str, Any], source: str = "config") -> PipelineConfig:
+    """Validate a raw mapping into a `PipelineConfig`; errors name the dotted key, on one line."""
+    try:
+        return PipelineConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: {format_validation_error(exc)}") from None
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> PipelineConfig:
+    """Load a pipeline config (the embedded quickstart when ``path`` is None) and apply overrides."""
+    path = default_config_path() if path is None else Path(path)
+    raw = apply_overrides(read_yaml(path), list(overrides))
+    return validate_config(raw, source=path.name)
+
+
+def dump_config(cfg: PipelineConfig) -> str:
+    """The resolved config as YAML (every default spelled out), loadable by `load_config`."""
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+
+
+def save_resolved(cfg: PipelineConfig, path: str | Path) -> Path:
+    """Write the resolved config atomically (a killed run never leaves half a file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(dump_config(cfg))
+    tmp.replace(path)
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# error messages
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    """One line per pydantic error, joined by '; ': ``dotted.key: message``."""
+    parts = []
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"]]
+        dotted = ".".join(loc) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            allowed = _allowed_keys(loc[:-1])
+            hint = f"; allowed keys here: {', '.join(allowed)}" if allowed else ""
+            parts.append(f"{dotted}: unknown key{hint}")
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            parts.append(f"{dotted}: {msg}")
+    return "; ".join(parts)
+
+
+def _allowed_keys(parent_loc: list[str]) -> list[str]:
+    """Field names of the model found by walking ``parent_loc`` down from PipelineConfig."""
+    model: Any = PipelineConfig
+    for key in parent_loc:
+        field = getattr(model, "model_fields", {}).get(key)
+        if field is None:
+            return []
+        model = field.annotation
+    fields = getattr(model, "model_fields", None)
+    return sorted(fields) if fields else []
+
+
+def _first_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
+
+
+def _deep_copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _deep_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_deep_copy(v) for v in value]
+    return value

@@ -1,0 +1,245 @@
+"""Named execution profiles -> Parsl `Config` factories (Parsl has no config-file loader).
+
+Every profile builds two executors:
+
+* ``workers`` runs simulation chunks and evaluation (one task per worker);
+* ``train`` runs the training job, a shell command from `train_command` (one process locally,
+  `torchrun --standalone` for several local ranks, or an MPI/torchrun launch across nodes).
+
+Profiles: ``local`` (thread pools, starts instantly; the embedded default), ``local-htex``
+(HighThroughputExecutor bound to 127.0.0.1, one worker per GPU via ``available_accelerators``),
+``slurm`` (SlurmProvider + SrunLauncher for the workers; MPIExecutor with srun for training) and
+``pbs`` (PBSProProvider + MpiExecLauncher; MPIExecutor with mpiexec). Cluster blocks start at
+zero and Parsl's "simple" strategy requests them when tasks are waiting, so no idle job is queued. Every site-specific value
+(partition, account, queue, walltime, worker_init, nodes, GPUs per node) comes from the YAML.
+"""
+from __future__ import annotations
+
+import shlex
+import shutil
+import sys
+from pathlib import Path
+from typing import Callable
+
+from parsl.addresses import address_by_interface
+from parsl.config import Config
+from parsl.dataflow.memoization import BasicMemoizer
+from parsl.executors import HighThroughputExecutor, MPIExecutor, ThreadPoolExecutor
+from parsl.launchers import MpiExecLauncher, SimpleLauncher, SrunLauncher
+from parsl.providers import LocalProvider, PBSProProvider, SlurmProvider
+
+from .config import PROFILE_NAMES, ExecutionConfig, PBSSite, SlurmSite
+
+WORKERS = "workers"
+TRAIN = "train"
+#: rendezvous port of multi-node training (torch.distributed MASTER_PORT).
+MASTER_PORT = 29500
+
+
+def _common(exec_cfg: ExecutionConfig, run_dir: Path, executors: list) -> Config:
+    """Settings every profile shares (see FACTS.md, Parsl 2026.10.26).
+
+    exit_mode='wait': the default abandons running tasks on exit; usage_tracking=0: no phoning
+    home; task_exit checkpoints: memoised results survive a killed driver (an accelerator only,
+    the stage manifests decide what is done).
+    """
+    return Config(
+        executors=executors,
+        run_dir=str(Path(run_dir) / "runinfo"),
+        retries=exec_cfg.retries,
+        memoizer=BasicMemoizer(checkpoint_mode="task_exit"),
+        exit_mode="wait",
+        usage_tracking=0,
+        strategy="simple",
+        strategy_period=1,
+        initialize_logging=True,
+    )
+
+
+def local_config(exec_cfg: ExecutionConfig, run_dir: Path) -> Config:
+    """Thread pools in this process: no start-up cost, right for a laptop and for tests."""
+    return _common(exec_cfg, run_dir, [
+        ThreadPoolExecutor(label=WORKERS, max_threads=exec_cfg.workers),
+        ThreadPoolExecutor(label=TRAIN, max_threads=1),
+    ])
+
+
+def _venv_script(name: str) -> str:
+    """Absolute path of a Parsl entry script next to this interpreter (the venv may not be on PATH)."""
+    beside = Path(sys.executable).parent / name
+    if beside.exists():
+        return str(beside)
+    return shutil.which(name) or name
+
+
+def _interchange_cmd() -> list[str]:
+    """The interchange runs beside the driver, with the driver's interpreter."""
+    return [sys.executable, _venv_script("interchange.py")]
+
+
+def _set_interchange_cmd(executor: MPIExecutor) -> None:
+    # MPIExecutor annotates interchange_launch_cmd as a str (typeguard rejects the list HTEX
+    # needs, and Popen cannot run a str with arguments), so set it after construction.
+    executor.interchange_launch_cmd = _interchange_cmd()
+
+
+def local_htex_config(exec_cfg: ExecutionConfig, run_dir: Path) -> Config:
+    """A HighThroughputExecutor on this machine, loopback only; one worker per GPU if any."""
+    site = exec_cfg.local_htex
+    gpus = site.gpus_per_node
+    htex = HighThroughputExecutor(
+        label=WORKERS,
+        # Without an explicit address HTEX probes an external service for 30 s (FACTS.md).
+        address="127.0.0.1",
+        loopback_address="127.0.0.1",
+        max_workers_per_node=gpus or exec_cfg.workers,
+        available_accelerators=gpus,
+        cores_per_worker=site.cores_per_worker,
+        # Workers and interchange are found through PATH; the venv need not be activated.
+        launch_cmd=f"{shlex.quote(sys.executable)} {shlex.quote(_venv_script('process_worker_pool.py'))} "
+        + _DEFAULT_LAUNCH_ARGS,
+        interchange_launch_cmd=_interchange_cmd(),
+        provider=LocalProvider(init_blocks=1, min_blocks=0, max_blocks=1),
+        heartbeat_period=5,
+        heartbeat_threshold=30,
+        poll_period=10,
+        encrypted=False,
+    )
+    return _common(exec_cfg, run_dir, [htex, ThreadPoolExecutor(label=TRAIN, max_threads=1)])
+
+
+def _launch_args() -> str:
+    """HTEX's default worker launch arguments without the leading script name."""
+    from parsl.executors.high_throughput.executor import DEFAULT_LAUNCH_CMD
+
+    return DEFAULT_LAUNCH_CMD.split(" ", 1)[1]
+
+
+_DEFAULT_LAUNCH_ARGS = _launch_args()
+
+
+def slurm_config(exec_cfg: ExecutionConfig, run_dir: Path) -> Config:
+    """Slurm: an HTEX worker pool launched by srun, and an MPIExecutor (srun) for training."""
+    site = exec_cfg.slurm
+    shared = dict(partition=site.partition, account=site.account, qos=site.qos,
+                  constraint=site.constraint, exclusive=site.exclusive,
+                  worker_init=site.worker_init, scheduler_options=_gpu_sbatch(site.scheduler_options, site.gpus_per_node),
+                  cores_per_node=site.cores_per_node, mem_per_node=site.mem_per_node_gb)
+    workers = HighThroughputExecutor(
+        label=WORKERS,
+        address=_driver_address(site),
+        interchange_launch_cmd=_interchange_cmd(),
+        max_workers_per_node=site.gpus_per_node or exec_cfg.workers,
+        available_accelerators=site.gpus_per_node,
+        provider=SlurmProvider(nodes_per_block=site.nodes, init_blocks=0, min_blocks=0,
+                               max_blocks=site.max_blocks, walltime=site.walltime,
+                               launcher=SrunLauncher(), **shared),
+    )
+    train = MPIExecutor(
+        label=TRAIN,
+        address=_driver_address(site),
+        mpi_launcher="srun",
+        max_workers_per_block=1,
+        provider=SlurmProvider(nodes_per_block=site.train_nodes, init_blocks=0, min_blocks=0,
+                               max_blocks=1, walltime=site.train_walltime,
+                               launcher=SimpleLauncher(), **shared),
+    )
+    _set_interchange_cmd(train)
+    return _common(exec_cfg, run_dir, [workers, train])
+
+
+def pbs_config(exec_cfg: ExecutionConfig, run_dir: Path) -> Config:
+    """PBS Pro: an HTEX worker pool launched by mpiexec, and an MPIExecutor (mpiexec) for training."""
+    site = exec_cfg.pbs
+    select = site.select_options
+    if site.gpus_per_node and "ngpus" not in select:
+        select = f"{select}:ngpus={site.gpus_per_node}" if select else f"ngpus={site.gpus_per_node}"
+    shared = dict(account=site.account, queue=site.queue, worker_init=site.worker_init,
+                  scheduler_options=site.scheduler_options, select_options=select,
+                  cpus_per_node=site.cpus_per_node)
+    workers = HighThroughputExecutor(
+        label=WORKERS,
+        address=_driver_address(site),
+        interchange_launch_cmd=_interchange_cmd(),
+        max_workers_per_node=site.gpus_per_node or exec_cfg.workers,
+        available_accelerators=site.gpus_per_node,
+        provider=PBSProProvider(nodes_per_block=site.nodes, init_blocks=0, min_blocks=0,
+                                max_blocks=site.max_blocks, walltime=site.walltime,
+                                launcher=MpiExecLauncher(bind_cmd=site.mpiexec_bind_cmd,
+                                                         overrides=site.mpiexec_overrides),
+                                **shared),
+    )
+    train = MPIExecutor(
+        label=TRAIN,
+        address=_driver_address(site),
+        mpi_launcher="mpiexec",
+        max_workers_per_block=1,
+        provider=PBSProProvider(nodes_per_block=site.train_nodes, init_blocks=0, min_blocks=0,
+                                max_blocks=1, walltime=site.train_walltime,
+                                launcher=SimpleLauncher(), **shared),
+    )
+    _set_interchange_cmd(train)
+    return _common(exec_cfg, run_dir, [workers, train])
+
+
+def _driver_address(site: SlurmSite | PBSSite) -> str | None:
+    """Where workers on compute nodes reach the driver: a named interface beats a fixed address."""
+    if site.interface:
+        return address_by_interface(site.interface)
+    return site.address
+
+
+def _gpu_sbatch(options: str, gpus_per_node: int) -> str:
+    """Add ``#SBATCH --gpus-per-node`` unless the site already asks for GPUs its own way."""
+    if gpus_per_node and "--gpus" not in options and "--gres" not in options:
+        options = (options + "\n" if options else "") + f"#SBATCH --gpus-per-node={gpus_per_node}"
+    return options
+
+
+FACTORIES: dict[str, Callable[[ExecutionConfig, Path], Config]] = {
+    "local": local_config,
+    "local-htex": local_htex_config,
+    "slurm": slurm_config,
+    "pbs": pbs_config,
+}
+assert tuple(FACTORIES) == PROFILE_NAMES, "workflow.config.PROFILE_NAMES and FACTORIES disagree"
+
+
+def build_parsl_config(exec_cfg: ExecutionConfig, run_dir: str | Path) -> Config:
+    """The Parsl Config of the profile named by ``exec_cfg.profile``."""
+    return FACTORIES[exec_cfg.profile](exec_cfg, Path(run_dir))
+
+
+# --------------------------------------------------------------------------------------------
+# the training command
+
+
+def train_command(exec_cfg: ExecutionConfig, cli_args: list[str]) -> tuple[str, dict]:
+    """Shell command that runs `namsa train <cli_args>` under this profile, and its Parsl resource spec.
+
+    local / local-htex: one process, or ``torchrun --standalone`` with gloo/NCCL for several local
+    ranks. slurm / pbs: ``$PARSL_MPI_PREFIX`` (srun or mpiexec, composed by the MPIExecutor) starts
+    one rank per GPU, or one torchrun per node that starts the ranks itself. The rank-0 host is the
+    first node of the block (``$PARSL_MPI_NODELIST``) and is exported as MASTER_ADDR.
+    """
+    args = " ".join(shlex.quote(a) for a in cli_args)
+    per_node = exec_cfg.train_processes_per_node
+    if exec_cfg.profile in ("local", "local-htex"):
+        python = shlex.quote(sys.executable)
+        if per_node == 1:
+            return f"{python} -m workflow.cli train {args}", {}
+        return (f"{python} -m torch.distributed.run --standalone --nproc_per_node={per_node} "
+                f"-m workflow.cli train {args}"), {}
+    site = exec_cfg.slurm if exec_cfg.profile == "slurm" else exec_cfg.pbs
+    ranks_per_node = site.gpus_per_node or per_node
+    rendezvous = ('export MASTER_ADDR="${PARSL_MPI_NODELIST%%,*}"; '
+                  f"export MASTER_PORT={MASTER_PORT}; ")
+    if site.train_launcher == "torchrun":
+        command = (rendezvous + "$PARSL_MPI_PREFIX python -m torch.distributed.run "
+                   f"--nnodes={site.train_nodes} --nproc_per_node={ranks_per_node} "
+                   "--rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT "
+                   f"-m workflow.cli train {args}")
+        return command, {"num_nodes": site.train_nodes, "ranks_per_node": 1}
+    command = rendezvous + f"$PARSL_MPI_PREFIX python -m workflow.cli train {args}"
+    return command, {"num_nodes": site.train_nodes, "ranks_per_node": ranks_per_node}
+
