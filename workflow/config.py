@@ -45,23 +45,20 @@ class LocalHtexSite(_Section):
     cores_per_worker: float = Field(1.0, gt=0)
 
 
-class SlurmSite(_Section):
-    """`slurm`: blocks of nodes from Slurm (SlurmProvider + SrunLauncher).
+class ClusterSite(_Section):
+    """Fields every batch-scheduler site has (see `SlurmSite`, `PBSSite`).
 
     Simulation and evaluation run on an HTEX pool (`nodes` per block, up to `max_blocks` blocks,
     one worker per GPU when `gpus_per_node` > 0, else `execution.workers` per node). Training runs
-    as one job of `train_nodes` nodes through Parsl's MPIExecutor (`train_launcher: srun`, one rank
-    per GPU) or as `torchrun` under srun (`train_launcher: torchrun`, one torchrun per node).
-    Workers connect back to the driver at `address`, or at the address of network `interface`
-    (e.g. ib0, hsn0) on the driver's host; neither = every address Parsl finds (slow: it also
-    asks an external service). `walltime` is HH:MM:SS; `worker_init` runs on every node before the workers start (load
-    modules, activate the environment); `scheduler_options` are extra `#SBATCH` lines.
+    as one job of `train_nodes` nodes through Parsl's MPIExecutor (one rank per GPU), or with
+    `train_launcher: torchrun` as one torchrun per node. Workers connect back to the driver at
+    `address`, or at the address of network `interface` (e.g. ib0, hsn0) on the driver's host;
+    neither = every address Parsl finds (slow: it also asks an external service). `walltime` and
+    `train_walltime` are HH:MM:SS; `worker_init` runs on every node before the workers start (load
+    modules, activate the environment); `scheduler_options` are extra scheduler directive lines.
     """
 
-    partition: str | None = None
     account: str | None = None
-    qos: str | None = None
-    constraint: str | None = None
     address: str | None = None
     interface: str | None = None
     walltime: str = "01:00:00"
@@ -72,37 +69,36 @@ class SlurmSite(_Section):
     max_blocks: int = Field(1, ge=1)
     train_nodes: int = Field(1, ge=1)
     gpus_per_node: int = Field(0, ge=0)
+
+
+class SlurmSite(ClusterSite):
+    """`slurm`: SlurmProvider + SrunLauncher; training through MPIExecutor with srun.
+
+    `partition`, `qos`, `constraint` become `#SBATCH` lines; `cores_per_node` and
+    `mem_per_node_gb` size the request; `exclusive` asks for whole nodes.
+    """
+
+    partition: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
     cores_per_node: int | None = Field(None, ge=1)
     mem_per_node_gb: int | None = Field(None, ge=1)
     exclusive: bool = True
     train_launcher: Literal["srun", "torchrun"] = "srun"
 
 
-class PBSSite(_Section):
-    """`pbs`: blocks of nodes from PBS Pro (PBSProProvider + MpiExecLauncher).
+class PBSSite(ClusterSite):
+    """`pbs`: PBSProProvider + MpiExecLauncher; training through MPIExecutor with mpiexec.
 
-    Same shape as `slurm`; training goes through Parsl's MPIExecutor with `mpiexec`
-    (`train_launcher: mpiexec`) or torchrun started by mpiexec once per node
-    (`train_launcher: torchrun`). `select_options` is appended to the `#PBS -l select=` line
-    (e.g. `ngpus=4`); `scheduler_options` are extra `#PBS` lines (e.g. `#PBS -l filesystems=home`).
+    `select_options` is appended to the `#PBS -l select=` line (`ngpus=` is added from
+    `gpus_per_node`); `scheduler_options` are extra `#PBS` lines (e.g. `#PBS -l filesystems=home`).
     `mpiexec_bind_cmd` / `mpiexec_overrides` shape the mpiexec that starts one worker pool per node
     (Parsl's defaults suit Open MPI/MPICH; Cray PALS wants `--cpu-bind` and `--ppn 1`).
     """
 
-    account: str | None = None
     queue: str | None = None
-    address: str | None = None
-    interface: str | None = None
-    walltime: str = "01:00:00"
-    train_walltime: str = "02:00:00"
-    worker_init: str = ""
-    scheduler_options: str = ""
     select_options: str = ""
-    nodes: int = Field(1, ge=1)
-    max_blocks: int = Field(1, ge=1)
-    train_nodes: int = Field(1, ge=1)
     cpus_per_node: int = Field(1, ge=1)
-    gpus_per_node: int = Field(0, ge=0)
     train_launcher: Literal["mpiexec", "torchrun"] = "mpiexec"
     mpiexec_bind_cmd: str = "--bind-to"
     mpiexec_overrides: str = ""

@@ -26,9 +26,11 @@ from parsl.config import Config
 from parsl.dataflow.memoization import BasicMemoizer
 from parsl.executors import HighThroughputExecutor, MPIExecutor, ThreadPoolExecutor
 from parsl.launchers import MpiExecLauncher, SimpleLauncher, SrunLauncher
+from parsl.launchers.base import Launcher
 from parsl.providers import LocalProvider, PBSProProvider, SlurmProvider
+from parsl.providers.base import ExecutionProvider
 
-from .config import PROFILE_NAMES, ExecutionConfig, PBSSite, SlurmSite
+from .config import PROFILE_NAMES, ClusterSite, ExecutionConfig
 
 WORKERS = "workers"
 TRAIN = "train"
@@ -121,31 +123,17 @@ _DEFAULT_LAUNCH_ARGS = _launch_args()
 def slurm_config(exec_cfg: ExecutionConfig, run_dir: Path) -> Config:
     """Slurm: an HTEX worker pool launched by srun, and an MPIExecutor (srun) for training."""
     site = exec_cfg.slurm
-    shared = dict(partition=site.partition, account=site.account, qos=site.qos,
-                  constraint=site.constraint, exclusive=site.exclusive,
-                  worker_init=site.worker_init, scheduler_options=_gpu_sbatch(site.scheduler_options, site.gpus_per_node),
-                  cores_per_node=site.cores_per_node, mem_per_node=site.mem_per_node_gb)
-    workers = HighThroughputExecutor(
-        label=WORKERS,
-        address=_driver_address(site),
-        interchange_launch_cmd=_interchange_cmd(),
-        max_workers_per_node=site.gpus_per_node or exec_cfg.workers,
-        available_accelerators=site.gpus_per_node,
-        provider=SlurmProvider(nodes_per_block=site.nodes, init_blocks=0, min_blocks=0,
-                               max_blocks=site.max_blocks, walltime=site.walltime,
-                               launcher=SrunLauncher(), **shared),
-    )
-    train = MPIExecutor(
-        label=TRAIN,
-        address=_driver_address(site),
-        mpi_launcher="srun",
-        max_workers_per_block=1,
-        provider=SlurmProvider(nodes_per_block=site.train_nodes, init_blocks=0, min_blocks=0,
-                               max_blocks=1, walltime=site.train_walltime,
-                               launcher=SimpleLauncher(), **shared),
-    )
-    _set_interchange_cmd(train)
-    return _common(exec_cfg, run_dir, [workers, train])
+
+    def provider(nodes: int, max_blocks: int, walltime: str, launcher: Launcher) -> SlurmProvider:
+        return SlurmProvider(
+            nodes_per_block=nodes, init_blocks=0, min_blocks=0, max_blocks=max_blocks,
+            walltime=walltime, launcher=launcher, partition=site.partition, account=site.account,
+            qos=site.qos, constraint=site.constraint, exclusive=site.exclusive,
+            worker_init=site.worker_init, cores_per_node=site.cores_per_node,
+            mem_per_node=site.mem_per_node_gb,
+            scheduler_options=_gpu_sbatch(site.scheduler_options, site.gpus_per_node))
+
+    return _cluster_config(exec_cfg, run_dir, site, provider, SrunLauncher(), "srun")
 
 
 def pbs_config(exec_cfg: ExecutionConfig, run_dir: Path) -> Config:
@@ -154,35 +142,44 @@ def pbs_config(exec_cfg: ExecutionConfig, run_dir: Path) -> Config:
     select = site.select_options
     if site.gpus_per_node and "ngpus" not in select:
         select = f"{select}:ngpus={site.gpus_per_node}" if select else f"ngpus={site.gpus_per_node}"
-    shared = dict(account=site.account, queue=site.queue, worker_init=site.worker_init,
-                  scheduler_options=site.scheduler_options, select_options=select,
-                  cpus_per_node=site.cpus_per_node)
+
+    def provider(nodes: int, max_blocks: int, walltime: str, launcher: Launcher) -> PBSProProvider:
+        return PBSProProvider(
+            nodes_per_block=nodes, init_blocks=0, min_blocks=0, max_blocks=max_blocks,
+            walltime=walltime, launcher=launcher, account=site.account, queue=site.queue,
+            worker_init=site.worker_init, scheduler_options=site.scheduler_options,
+            select_options=select, cpus_per_node=site.cpus_per_node)
+
+    launcher = MpiExecLauncher(bind_cmd=site.mpiexec_bind_cmd, overrides=site.mpiexec_overrides)
+    return _cluster_config(exec_cfg, run_dir, site, provider, launcher, "mpiexec")
+
+
+def _cluster_config(exec_cfg: ExecutionConfig, run_dir: Path, site: ClusterSite,
+                    provider: Callable[[int, int, str, Launcher], ExecutionProvider],
+                    worker_launcher: Launcher, mpi_launcher: str) -> Config:
+    """An HTEX pool (one manager per node, started by ``worker_launcher``) for simulation and
+    evaluation, and an MPIExecutor whose single manager (SimpleLauncher) starts training ranks
+    with ``mpi_launcher``."""
     workers = HighThroughputExecutor(
         label=WORKERS,
         address=_driver_address(site),
         interchange_launch_cmd=_interchange_cmd(),
         max_workers_per_node=site.gpus_per_node or exec_cfg.workers,
         available_accelerators=site.gpus_per_node,
-        provider=PBSProProvider(nodes_per_block=site.nodes, init_blocks=0, min_blocks=0,
-                                max_blocks=site.max_blocks, walltime=site.walltime,
-                                launcher=MpiExecLauncher(bind_cmd=site.mpiexec_bind_cmd,
-                                                         overrides=site.mpiexec_overrides),
-                                **shared),
+        provider=provider(site.nodes, site.max_blocks, site.walltime, worker_launcher),
     )
     train = MPIExecutor(
         label=TRAIN,
         address=_driver_address(site),
-        mpi_launcher="mpiexec",
+        mpi_launcher=mpi_launcher,
         max_workers_per_block=1,
-        provider=PBSProProvider(nodes_per_block=site.train_nodes, init_blocks=0, min_blocks=0,
-                                max_blocks=1, walltime=site.train_walltime,
-                                launcher=SimpleLauncher(), **shared),
+        provider=provider(site.train_nodes, 1, site.train_walltime, SimpleLauncher()),
     )
     _set_interchange_cmd(train)
     return _common(exec_cfg, run_dir, [workers, train])
 
 
-def _driver_address(site: SlurmSite | PBSSite) -> str | None:
+def _driver_address(site: ClusterSite) -> str | None:
     """Where workers on compute nodes reach the driver: a named interface beats a fixed address."""
     if site.interface:
         return address_by_interface(site.interface)
