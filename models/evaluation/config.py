@@ -1,0 +1,49 @@
+"""`EvaluationConfig`: what `evaluate` measures and draws (the ``evaluation:`` YAML section)."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TargetName = Literal["potential", "density"]
+
+
+class EvaluationConfig(BaseModel):
+    """Knobs of the evaluation; every field has a default, so ``EvaluationConfig()`` works.
+
+    split:             which split of the data to evaluate (held-out materials: ``test``).
+    targets:           targets to score (``potential`` in V*Angstrom, ``density`` in
+                       electrons/Angstrom^2); None = every target the model predicts.
+    max_samples:       evaluate at most this many samples of the split (None = all), in store order.
+    batch_size:        samples per `Reconstructor.predict` call.
+    icom:              compute the integrated centre-of-mass baseline (potential only).
+    mean_baseline:     compute the mean-training-target baseline.
+    n_panels:          samples drawn as per-sample panels (the first ones of the split).
+    n_cbed_panels:     CBED patterns shown in each per-sample panel.
+    worst_k:           worst samples (by network relative L2) listed and drawn in the report.
+    n_bootstrap:       bootstrap resamples for the confidence intervals (0: no interval).
+    ci_level:          confidence level of the intervals.
+    seed:              seed of the bootstrap.
+    column_threshold_rel: a local maximum counts as an atomic column when it rises above
+                       min + threshold_rel * ptp of its map.
+    column_min_distance_px: maxima closer than this (pixels) are merged.
+    thickness_bins_A:  edges (Angstrom) of the thickness classes in the breakdowns.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    split: Literal["train", "dev", "test"] = "test"
+    targets: list[TargetName] | None = None
+    max_samples: int | None = Field(None, ge=1)
+    batch_size: int = Field(4, ge=1)
+    icom: bool = True
+    mean_baseline: bool = True
+    n_panels: int = Field(3, ge=0)
+    n_cbed_panels: int = Field(3, ge=0, le=8)
+    worst_k: int = Field(3, ge=0)
+    n_bootstrap: int = Field(1000, ge=0)
+    ci_level: float = Field(0.95, gt=0.0, lt=1.0)
+    seed: int = 0
+    column_threshold_rel: float = Field(0.3, ge=0.0, lt=1.0)
+    column_min_distance_px: int = Field(1, ge=1)
+    thickness_bins_A: list[float] = Field(default_factory=lambda: [50.0, 150.0])

@@ -1,0 +1,228 @@
+"""``report.html``: the evaluation written for a person (plain HTML, images referenced relatively).
+
+Sections: what was trained on what (data manifest, model card), the headline table (network,
+mean-target and iCoM baselines side by side on the held-out split), where the network beats iCoM
+and where it does not, breakdowns by material / zone axis / element content / thickness, figures,
+the worst cases, and every sample.
+"""
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+#: record fields the breakdown tables group by, with their headings.
+BREAKDOWN_KEYS: dict[str, str] = {
+    "material_id": "material",
+    "zone_axis": "zone axis",
+    "z_class": "element content (heaviest element's Z)",
+    "heaviest_element": "heaviest element",
+    "thickness_class": "thickness",
+}
+METHOD_NAMES = {"network": "network", "mean": "mean training target", "icom": "iCoM (least-squares scaled)"}
+METRIC_NAMES = {"rel_l2": "relative L2 ↓", "psnr_db": "PSNR (dB) ↑", "ssim": "SSIM ↑", "pearson_r": "Pearson r ↑",
+                "mean_error_A": "column position error (Å) ↓", "recall": "columns found ↑"}
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; max-width: 1200px; margin: 2em auto; padding: 0 1em; color: #222; }
+table { border-collapse: collapse; margin: 0.6em 0 1.2em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
+th { background: #f0f0f0; } td.l, th.l { text-align: left; }
+img { max-width: 100%; margin: 0.3em 0; } .note { color: #555; font-size: 0.9em; }
+td.best { font-weight: bold; background: #eef6ee; }
+"""
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x))
+
+
+def _num(v: Any, digits: int = 4) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.{digits}g}"
+    return _e(v)
+
+
+def _ci(entry: dict[str, Any] | None) -> str:
+    if not entry or entry.get("value") is None:
+        return "–"
+    text = _num(entry["value"])
+    if entry.get("low") is not None and entry.get("high") is not None and entry["low"] != entry["high"]:
+        text += f" <span class='note'>[{_num(entry['low'], 3)}, {_num(entry['high'], 3)}]</span>"
+    return text
+
+
+def _table(header: list[str], rows: list[list[str]], left: int = 1) -> str:
+    head = "".join(f"<th class='l'>{h}</th>" if i < left else f"<th>{h}</th>" for i, h in enumerate(header))
+    body = "".join("<tr>" + "".join(f"<td class='l'>{c}</td>" if i < left else f"<td>{c}</td>"
+                                    for i, c in enumerate(row)) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _headline(doc: dict[str, Any], target: str, units: str) -> str:
+    agg = doc["aggregates"][target]
+    methods = [m for m in ("network", "mean", "icom") if m in agg]
+    metrics = [k for k in METRIC_NAMES if k in agg[methods[0]][units]]
+    rows = []
+    for k in metrics:
+        higher = "↑" in METRIC_NAMES[k]
+        vals = {m: agg[m][units][k].get("value") for m in methods}
+        known = {m: v for m, v in vals.items() if v is not None}
+        best = (max if higher else min)(known, key=known.get) if known else None
+        rows.append([METRIC_NAMES[k]] + [f"<b>{_ci(agg[m][units][k])}</b>" if m == best else _ci(agg[m][units][k])
+                                         for m in methods])
+    n = agg[methods[0]][units]["rel_l2"]["n"]
+    return _table(["metric"] + [METHOD_NAMES[m] for m in methods], rows) + \
+        f"<p class='note'>{n} samples; mean over samples with a {int(doc['config']['ci_level'] * 100)}% " \
+        f"bootstrap interval in brackets; best method in bold.</p>"
+
+
+def _key_values(d: dict[str, Any]) -> str:
+    rows = []
+    for k, v in d.items():
+        text = json.dumps(v) if isinstance(v, (dict, list)) else str(v)
+        if len(text) > 300:
+            text = text[:300] + " …"
+        rows.append([_e(k), _e(text)])
+    return _table(["field", "value"], rows, left=2)
+
+
+def _data_section(doc: dict[str, Any]) -> str:
+    data = doc["data"]
+    counts = data.get("counts", {})
+    mats = data.get("materials", {})
+    rows = [[_e(s), _num(counts.get(s, 0)), _e(", ".join(mats.get(s, [])) or "–")] for s in ("train", "dev", "test")]
+    parts = [
+        "<h2>What was trained on what</h2>",
+        f"<p>Model: <code>{_e(doc['model_dir'])}</code>. Evaluated split: <b>{_e(data['evaluated_split'])}</b> "
+        "(splits are assigned per material, so these materials were never seen in training).</p>",
+        "<h3>Data manifest</h3>",
+        _table(["split", "samples", "materials"], rows),
+        f"<p class='note'>stores: {_e(', '.join(data.get('stores', [])))}; physics config hash "
+        f"{_e(data.get('config_hash'))}; arrays {_e(json.dumps(data.get('arrays', {})))}</p>",
+        "<h3>Model card</h3>",
+        _key_values(doc.get("model_card") or {}) if doc.get("model_card") else "<p>No model card found.</p>",
+    ]
+    return "\n".join(parts)
+
+
+def _versus_section(doc: dict[str, Any]) -> str:
+    versus = doc.get("network_vs_icom", {}).get("potential")
+    if not versus:
+        return "<h2>Network vs iCoM</h2><p>iCoM was not computed (it estimates the potential only).</p>"
+    o = versus["overall"]
+    rate = "–" if o["win_rate"] is None else f"{100 * o['win_rate']:.0f}%"
+    parts = ["<h2>Where the network beats iCoM, and where it does not</h2>",
+             f"<p>Overall the network has the lower relative L2 error on {o['network_wins']} of {o['n']} samples "
+             f"({rate}). iCoM assumes a thin, weak-phase specimen; thick and heavy crystals (channelling, dynamical "
+             "scattering) break that assumption, so iCoM is expected to fall behind there.</p>"]
+    for key, title in (("z_class", "element content"), ("thickness_class", "thickness")):
+        rows = [[_e(name), _num(s["n"]), _num(s["network_wins"]),
+                 "–" if s["win_rate"] is None else f"{100 * s['win_rate']:.0f}%", _num(s["mean_rel_l2_gap"])]
+                for name, s in versus.get(key, {}).items()]
+        parts.append(f"<h3>By {title}</h3>")
+        parts.append(_table([title, "samples", "network wins", "win rate",
+                             "mean rel L2 (iCoM − network)"], rows))
+    return "\n".join(parts)
+
+
+def _breakdown_section(doc: dict[str, Any], target: str) -> str:
+    parts = [f"<h2>Breakdowns ({_e(target)}, physical units)</h2>"]
+    for key, title in BREAKDOWN_KEYS.items():
+        table = doc["breakdowns"][target].get(key, {})
+        methods = [m for m in ("network", "mean", "icom") if any(m in g for g in table.values())]
+        header = [title, "n"] + [f"{METHOD_NAMES[m]}<br>rel L2" for m in methods] + \
+                 [f"{METHOD_NAMES[m]}<br>SSIM" for m in methods]
+        rows = [[_e(name), _num(g["n"])] + [_num(g.get(m, {}).get("rel_l2")) for m in methods] +
+                [_num(g.get(m, {}).get("ssim")) for m in methods] for name, g in table.items()]
+        parts.append(f"<h3>By {title}</h3>" + _table(header, rows))
+    return "\n".join(parts)
+
+
+def _figure(doc: dict[str, Any], name: str, caption: str) -> str:
+    path = doc["figures"].get(name)
+    if not path:
+        return ""
+    return f"<figure><img src='{_e(path)}' alt='{_e(caption)}'><figcaption class='note'>{_e(caption)}</figcaption></figure>"
+
+
+def _figures_section(doc: dict[str, Any], target: str) -> str:
+    parts = [f"<h2>Figures ({_e(target)})</h2>",
+             _figure(doc, f"hist_rel_l2_{target}", "Relative L2 error per sample, per method."),
+             _figure(doc, f"hist_ssim_{target}", "SSIM per sample, per method."),
+             _figure(doc, f"thickness_{target}", "Relative L2 against specimen thickness (marker: element class).")]
+    for name in sorted(n for n in doc["figures"] if n.startswith("sample_") and n.endswith(f"_{target}")):
+        parts.append(_figure(doc, name, "CBED patterns of the stack, truth, network, baselines and the "
+                                        "network's error for one held-out sample."))
+    return "\n".join(parts)
+
+
+def _worst_section(doc: dict[str, Any], target: str) -> str:
+    by_id = {r["index"]: r for r in doc["samples"]}
+    rows, figs = [], []
+    for rank, w in enumerate(doc["worst"]):
+        r = by_id[w["index"]]
+        m = r["metrics"][target]
+        rows.append([_e(r["sample_id"]), _e(r["formula"]), _e(r["zone_axis"]), _num(r["thickness_A"]),
+                     _num(m["network"]["physical"]["rel_l2"]),
+                     _num(m.get("icom", {}).get("physical", {}).get("rel_l2")),
+                     _num(m.get("mean", {}).get("physical", {}).get("rel_l2"))])
+        figs.append(_figure(doc, f"worst_{rank}_{target}", f"Worst case {rank + 1}: {r['sample_id']}"))
+    return (f"<h2>Worst cases ({_e(target)})</h2>" +
+            _table(["sample", "formula", "zone", "thickness (Å)", "network rel L2", "iCoM rel L2",
+                    "mean rel L2"], rows) + "\n".join(figs))
+
+
+def _samples_section(doc: dict[str, Any], target: str) -> str:
+    rows = []
+    for r in doc["samples"]:
+        m = r["metrics"][target]
+        rows.append([_e(r["sample_id"]), _e(r["formula"]), _e(r["zone_axis"]), _num(r["thickness_A"]),
+                     *[_num(m.get(k, {}).get("physical", {}).get("rel_l2")) for k in ("network", "icom", "mean")],
+                     _num(m["network"]["physical"]["ssim"]), _num(m["network"]["physical"]["mean_error_A"])])
+    return (f"<h2>Every sample ({_e(target)})</h2>" +
+            _table(["sample", "formula", "zone", "thickness (Å)", "network rel L2", "iCoM rel L2",
+                    "mean rel L2", "network SSIM", "network column error (Å)"], rows))
+
+
+def _conventions(doc: dict[str, Any]) -> str:
+    items = "".join(f"<li><b>{_e(k)}</b>: {_e(json.dumps(v) if isinstance(v, dict) else v)}</li>"
+                    for k, v in doc["conventions"].items())
+    return ("<h2>How the numbers are computed</h2><p>Baselines: the <b>mean training target</b> (pixel-wise mean of "
+            "the training targets) and <b>iCoM</b> (integrated centre of mass of the same 4D stack, scaled and "
+            "offset to the truth by least squares per sample: it uses the truth for those two scalars only, which "
+            f"favours the baseline).</p><ul>{items}</ul>")
+
+
+def render(doc: dict[str, Any]) -> str:
+    """The report as one HTML string."""
+    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>namsa evaluation</title>"
+             f"<style>{_STYLE}</style></head><body>",
+             "<h1>Reconstruction evaluation</h1>",
+             f"<p class='note'>written {_e(doc['created'])}; {len(doc['samples'])} samples of the "
+             f"'{_e(doc['data']['evaluated_split'])}' split; targets {_e(', '.join(doc['targets']))}.</p>"]
+    for t in doc["targets"]:
+        parts.append(f"<h2>Headline: {_e(t)} (physical units)</h2>" + _headline(doc, t, "physical"))
+        parts.append(f"<h3>{_e(t)} after the training normalisation</h3>" + _headline(doc, t, "normalized"))
+    parts.append(_versus_section(doc))
+    parts.append(_data_section(doc))
+    if "learning_curves" in doc["figures"]:
+        parts.append("<h2>Training</h2>" + _figure(doc, "learning_curves", "Training metrics CSV: losses and learning rate."))
+    for t in doc["targets"]:
+        parts += [_breakdown_section(doc, t), _figures_section(doc, t), _worst_section(doc, t)]
+    parts.append(_conventions(doc))
+    for t in doc["targets"]:
+        parts.append(_samples_section(doc, t))
+    parts.append("</body></html>")
+    return "\n".join(p for p in parts if p)
+
+
+def write_report(path: Path, doc: dict[str, Any]) -> Path:
+    """Write ``render(doc)`` to ``path`` atomically; returns the path."""
+    tmp = path.with_suffix(".html.tmp")
+    tmp.write_text(render(doc), encoding="utf-8")
+    tmp.replace(path)
+    return path
