@@ -20,6 +20,8 @@ import errno
 import fcntl
 import json
 import os
+import resource
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -88,6 +90,10 @@ def _write_json_atomic(path: Path, obj: Any) -> None:
     """Write JSON to a temp file in the same directory, fsync, rename over ``path``."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp creates 0600; a manifest on a shared filesystem must be readable by every user.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
         with os.fdopen(fd, "w") as fh:
             json.dump(obj, fh, indent=1, sort_keys=True)
             fh.flush()
@@ -191,23 +197,31 @@ def _acquire_env(path: Path, *, write: bool, map_size: int = 0) -> _EnvEntry:
         entry = None  # inherited through fork(): never touch the parent's handle
     if entry is not None:
         if write and not entry.writable:
-            raise StoreError(f"store {path} is open read-only in this process; close its readers before "
-                             f"writing to it")
+            # Readers of this store are open in this process (a notebook, a test): reopen the one
+            # handle writable; the readers go through the entry and follow.
+            entry.env.close()
+            entry.env = _open_writable_env(path, map_size)
+            entry.dbs = _open_dbs(entry.env, create=True)
+            entry.writable = True
         entry.refs += 1
         return entry
     if write:
-        try:
-            env = lmdb.open(str(path), map_size=map_size, max_dbs=len(_DBS), subdir=True,
-                            readahead=False, meminit=False, max_spare_txns=1)
-        except lmdb.Error as exc:
-            raise StoreError(f"cannot open store {path} for writing: {exc}; check the path and "
-                             f"free disk space") from exc
+        env = _open_writable_env(path, map_size)
         entry = _EnvEntry(env, _open_dbs(env, create=True), True)
     else:
         env = _open_readonly_env(path)
         entry = _EnvEntry(env, _open_dbs_readonly(env), False)
     _ENVS[key] = entry
     return entry
+
+
+def _open_writable_env(path: Path, map_size: int) -> lmdb.Environment:
+    try:
+        return lmdb.open(str(path), map_size=map_size, max_dbs=len(_DBS), subdir=True,
+                         readahead=False, meminit=False, max_spare_txns=1)
+    except lmdb.Error as exc:
+        raise StoreError(f"cannot open store {path} for writing: {exc}; check the path and "
+                         f"free disk space") from exc
 
 
 def _release_env(path: Path, entry: _EnvEntry) -> None:
@@ -244,7 +258,11 @@ class StoreWriter:
         self._lock_fh = None
         self._last_manifest = 0.0
         self._dirty = False
-        self._prepare_directory()
+        try:
+            self._prepare_directory()
+        except PermissionError as exc:
+            raise StoreError(f"permission denied writing store {self.path} ({exc.filename}); fix its "
+                             f"permissions or choose another directory") from exc
         self._lock()
         try:
             self._open_env()
@@ -394,10 +412,20 @@ class StoreWriter:
             except lmdb.MapFullError:
                 self._grow(need)
             except lmdb.Error as exc:
-                if _is_disk_full(exc):
-                    raise StoreFullError(f"disk full while writing store {self.path} ({exc}); every sample "
-                                         f"committed before is intact: free space and resume") from exc
-                raise StoreError(f"LMDB error writing store {self.path}: {exc}") from exc
+                reason = self._write_failure_reason(exc, need)
+                raise StoreFullError(f"could not write store {self.path}: {reason} ({exc}); every sample "
+                                     f"committed before is intact: free space and resume") from exc
+
+    def _write_failure_reason(self, exc: BaseException, need: int) -> str:
+        """Name the likely cause of a failed commit (LMDB reports a short write as EIO)."""
+        data_size = (self.path / DATA_NAME).stat().st_size
+        free = shutil.disk_usage(self.path).free
+        fsize_limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if _is_disk_full(exc) or free < 2 * need:
+            return f"disk full ({free >> 20} MiB free, a sample needs {need >> 20} MiB)"
+        if fsize_limit != resource.RLIM_INFINITY and data_size + need > fsize_limit:
+            return f"the file size limit (ulimit -f, {fsize_limit >> 20} MiB) is reached"
+        return "I/O error (disk full, quota or failing device)"
 
     def _grow(self, need: int) -> None:
         current = self._env.info()["map_size"]
@@ -505,12 +533,17 @@ class StoreReader:
         self.verify = verify
         self.skip_corrupt = skip_corrupt
         self.skipped: list[str] = []
-        self._env: lmdb.Environment | None = None
+        self._entry: _EnvEntry | None = None
         self._pid = -1
-        self._check_path()
-        self.manifest, self.reconciled = self._load_and_reconcile()
+        try:
+            self._check_path()
+            self.manifest, self.reconciled = self._load_and_reconcile()
+        except PermissionError as exc:
+            raise StoreError(f"permission denied reading store {self.path} ({exc.filename}); fix its "
+                             f"permissions") from exc
         self._ids = [s["id"] for s in self.manifest["samples"]]
         self._keys = [sid.encode() for sid in self._ids]
+        self._position = {sid: i for i, sid in enumerate(self._ids)}
         self._splits = [s["split"] for s in self.manifest["samples"]]
         if not self._ids and not allow_empty:
             raise EmptyStoreError(f"store {self.path} holds no samples; run namsa simulate into it first "
@@ -558,10 +591,15 @@ class StoreReader:
     @property
     def env(self) -> lmdb.Environment:
         # One environment per process: LMDB handles must not cross fork().
-        if self._env is None or self._pid != os.getpid():
+        if self._entry is None or self._pid != os.getpid():
             self._entry = _acquire_env(self.path, write=False)
-            self._env, self._dbs, self._pid = self._entry.env, self._entry.dbs, os.getpid()
-        return self._env
+            self._pid = os.getpid()
+        return self._entry.env
+
+    @property
+    def _dbs(self) -> dict[bytes, Any] | None:
+        self.env  # noqa: B018 (opens the environment in this process if needed)
+        return self._entry.dbs
 
     def _check_first_record(self) -> None:
         with self.env.begin(buffers=True) as txn:
@@ -623,10 +661,9 @@ class StoreReader:
         return Sample(cbed=arrays["cbed"], potential=arrays["potential"], density=arrays["density"], meta=meta)
 
     def get(self, sample_id: str) -> Sample:
-        try:
-            return self[self._ids.index(sample_id)]
-        except ValueError:
-            raise UserError(f"store {self.path} has no sample {sample_id!r}") from None
+        if sample_id not in self._position:
+            raise UserError(f"store {self.path} has no sample {sample_id!r}")
+        return self[self._position[sample_id]]
 
     def __iter__(self) -> Iterator[Sample]:
         for i in range(len(self)):
@@ -654,14 +691,12 @@ class StoreReader:
         return f"store {self.path}"
 
     def close(self) -> None:
-        if self._env is not None and self._pid == os.getpid():
+        if self._entry is not None and self._pid == os.getpid():
             _release_env(self.path, self._entry)
-        self._env = None
+        self._entry = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_env"] = None
-        state["_dbs"] = None
         state["_entry"] = None
         state["_pid"] = -1
         return state
