@@ -99,6 +99,24 @@ def integrate_gradient(grad_y: np.ndarray, grad_x: np.ndarray,
     return np.fft.ifft2(spectrum).real
 
 
+def integrate_gradient_mirrored(grad_y: np.ndarray, grad_x: np.ndarray,
+                                step: Sequence[float] | float = 1.0) -> np.ndarray:
+    """Integration of a gradient field over a non-periodic scan (a window inside the crystal).
+
+    The field is extended by mirroring (``f`` even about each edge, so ``grad_y`` is odd in y and
+    ``grad_x`` even), which makes it periodic without the jump a periodic wrap would add; the
+    periodic solution on the doubled grid is cropped back (the Fourier analogue of a Neumann
+    boundary condition).
+    """
+    gy = np.asarray(grad_y, dtype=np.float64)
+    gx = np.asarray(grad_x, dtype=np.float64)
+    ext_y = np.block([[gy, gy[:, ::-1]], [-gy[::-1, :], -gy[::-1, ::-1]]])
+    ext_x = np.block([[gx, -gx[:, ::-1]], [gx[::-1, :], -gx[::-1, ::-1]]])
+    full = integrate_gradient(ext_y, ext_x, step)
+    out = full[: gy.shape[0], : gy.shape[1]]
+    return out - out.mean()
+
+
 def fourier_resample(img: np.ndarray, out_shape: Sequence[int],
                      shift_frac: Sequence[float] = (0.0, 0.0)) -> np.ndarray:
     """Band-limited (periodic sinc) interpolation of a periodic map onto a finer/other grid.
@@ -129,7 +147,8 @@ def icom_reconstruct(cbed: np.ndarray, scan_shape: Sequence[int], *,
                      energy_kv: float | None = None,
                      scan_step_A: Sequence[float] | float | None = None,
                      output_shape: Sequence[int] | None = None,
-                     output_shift_frac: Sequence[float] = (0.0, 0.0)) -> np.ndarray:
+                     output_shift_frac: Sequence[float] = (0.0, 0.0),
+                     periodic: bool = True) -> np.ndarray:
     """iCoM map (scan_y, scan_x) or ``output_shape``, [row = y, col = x].
 
     Units of the result:
@@ -140,6 +159,9 @@ def icom_reconstruct(cbed: np.ndarray, scan_shape: Sequence[int], *,
     output_shape: resample the scan-grid map onto this grid over the same periodic field of view
     (band-limited); output_shift_frac: the output grid's origin relative to the first scan
     position, as a fraction of the field of view, per axis.
+    periodic: the scan covers whole periods of the crystal (namsa's default field of view), so the
+    CoM field is integrated and resampled periodically; False for a scan window inside a larger
+    cell (mirror-extended integration, cubic-spline resampling).
     """
     scan_y, scan_x = (int(v) for v in scan_shape)
     cbed = np.asarray(cbed)
@@ -150,14 +172,27 @@ def icom_reconstruct(cbed: np.ndarray, scan_shape: Sequence[int], *,
     com = center_of_mass(cbed, k_unit).reshape(scan_y, scan_x, 2)
     step = (1.0, 1.0) if scan_step_A is None else _two(scan_step_A, "scan_step_A")
     # <k> = grad(phase) / 2 pi  ->  phase = 2 pi * integral(<k>), V = phase / sigma.
-    phase_over_2pi = integrate_gradient(com[..., 0], com[..., 1], step)
+    integrate = integrate_gradient if periodic else integrate_gradient_mirrored
+    phase_over_2pi = integrate(com[..., 0], com[..., 1], step)
     if physical and scan_step_A is not None:
         result = 2.0 * np.pi * phase_over_2pi / interaction_constant(float(energy_kv))
     else:
         result = phase_over_2pi
     if output_shape is not None and (tuple(output_shape) != result.shape or any(output_shift_frac)):
-        result = fourier_resample(result, output_shape, output_shift_frac)
+        if periodic:
+            result = fourier_resample(result, output_shape, output_shift_frac)
+        else:
+            result = _spline_resample(result, output_shape, output_shift_frac)
     return result
+
+
+def _spline_resample(img: np.ndarray, out_shape: Sequence[int], shift_frac: Sequence[float]) -> np.ndarray:
+    """Cubic-spline resampling of a non-periodic map (edges clamped), same geometry as fourier_resample."""
+    from scipy.ndimage import map_coordinates
+
+    axes = [(np.arange(int(m)) / int(m) + float(s)) * n for m, s, n in zip(out_shape, shift_frac, img.shape)]
+    yy, xx = np.meshgrid(*axes, indexing="ij")
+    return map_coordinates(img, [yy, xx], order=3, mode="nearest")
 
 
 def icom_from_sample(sample: Any, output_shape: Sequence[int] | None = None) -> np.ndarray:
