@@ -1,0 +1,136 @@
+"""SimulationConfig: every physical parameter of a simulated sample, plus the dataset plan.
+
+Units are in the field names (kV, mrad, Angstrom, mm, GB). Arrays follow [row = y, col = x].
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .sample import config_hash
+
+#: bump when the simulator's physics changes in a way that changes samples (part of physics_hash)
+PHYSICS_SCHEMA = 1
+
+
+class Aberrations(BaseModel):
+    """Probe aberrations. ``C1_A`` is the C1,0 coefficient (Angstrom): chi = 2 pi/lambda (C1 a^2/2 +
+    C3 a^4/4), so a negative C1 is underfocus (defocus = -C1, Kirkland's df). ``C3_mm`` is Cs (mm)."""
+
+    model_config = ConfigDict(extra="forbid")
+    C1_A: float = 0.0
+    C3_mm: float = 0.0
+
+
+class Variations(BaseModel):
+    """Per-variant random variations, drawn from the sample's own seed.
+
+    With every variation off, all variants would be identical, so ``plan_samples`` plans only
+    variant 0 per (material, zone axis).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    frozen_phonon: bool = False
+    #: thermal displacement (Angstrom, per Cartesian axis); None = the structures' per-element default
+    thermal_sigma_A: float | None = None
+    #: maximum specimen tilt (mrad); each variant draws a tilt uniformly in the disc of this radius
+    tilt_mrad: float = Field(0.0, ge=0.0, le=50.0)
+    #: C1 (Angstrom) drawn uniformly from [lo, hi] and added to ``aberrations.C1_A``
+    defocus_range_A: tuple[float, float] = (0.0, 0.0)
+
+    @field_validator("defocus_range_A")
+    @classmethod
+    def _ordered(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if v[0] > v[1]:
+            raise ValueError(f"defocus_range_A must be (low, high) with low <= high, got {v}")
+        return v
+
+    @property
+    def any(self) -> bool:
+        return self.frozen_phonon or self.tilt_mrad > 0 or self.defocus_range_A[0] != self.defocus_range_A[1]
+
+
+class SimulationConfig(BaseModel):
+    """Physics of one 4D-STEM sample and the plan of which samples to simulate.
+
+    Grid: give ``sampling_A`` (Angstrom/pixel) or ``gpts`` (pixels per side); ``gpts`` wins when both
+    are set. The scanned field of view is ``scan_fov_A`` = [y0, x0, height, width] (Angstrom) when
+    given, else the central ``scan_fov_fraction`` of the supercell.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    # -- physics ------------------------------------------------------------------------------
+    energy_kv: float = Field(200.0, gt=0.0, le=3000.0)
+    semiangle_mrad: float = Field(20.0, gt=0.0, le=200.0)
+    sampling_A: float | None = Field(0.12, gt=0.0)
+    gpts: int | None = Field(None, ge=8)
+    slice_thickness_A: float = Field(2.0, gt=0.0)
+    scan_shape: tuple[int, int] = (32, 32)
+    pattern_px: int = Field(32, ge=4)
+    target_px: int = Field(32, ge=4)
+    cell_lateral_A: float = Field(12.0, gt=0.0)
+    thickness_A: float = Field(40.0, gt=0.0)
+    scan_fov_fraction: float = Field(1.0, gt=0.0)
+    scan_fov_A: tuple[float, float, float, float] | None = None
+    aberrations: Aberrations = Aberrations()
+    band_limit: float = Field(2.0 / 3.0, gt=0.0, le=1.0)
+    variations: Variations = Variations()
+    seed: int = 0
+
+    # -- execution (does not change a sample) ---------------------------------------------------
+    device: str = "cpu"
+    memory_budget_gb: float = Field(2.0, gt=0.0)
+    workers: int | None = Field(None, ge=1)
+
+    # -- dataset plan ---------------------------------------------------------------------------
+    materials: list[str] | Literal["library"] = "library"
+    cif_dir: str | None = None
+    zone_axes: list[tuple[int, int, int]] | Literal["auto"] = "auto"
+    max_zone_axes: int = Field(3, ge=1)
+    variants: int = Field(1, ge=1)
+
+    @field_validator("scan_shape")
+    @classmethod
+    def _scan_positive(cls, v: tuple[int, int]) -> tuple[int, int]:
+        if min(v) < 1:
+            raise ValueError(f"scan_shape must be two positive ints, got {v}")
+        return v
+
+    @field_validator("scan_fov_fraction")
+    @classmethod
+    def _fraction_inside(cls, v: float) -> float:
+        if v > 1.0:
+            raise ValueError(f"scan_fov_fraction={v} puts the scan outside the cell; use a value in (0, 1]")
+        return v
+
+    @field_validator("device")
+    @classmethod
+    def _device_name(cls, v: str) -> str:
+        if v != "cpu" and not (v == "cuda" or (v.startswith("cuda:") and v[5:].isdigit())):
+            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:<index>', got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "SimulationConfig":
+        if self.target_px != self.pattern_px:
+            raise ValueError(f"target_px ({self.target_px}) must equal pattern_px ({self.pattern_px}): "
+                             "the network maps a (S, P, P) stack to a (P, P) map")
+        if self.sampling_A is None and self.gpts is None:
+            raise ValueError("set sampling_A (Angstrom/pixel) or gpts (pixels per side)")
+        if self.scan_fov_A is not None:
+            y0, x0, h, w = self.scan_fov_A
+            if min(y0, x0) < 0 or h <= 0 or w <= 0 or y0 + h > self.cell_lateral_A * 1.05 \
+                    or x0 + w > self.cell_lateral_A * 1.05:
+                raise ValueError(f"scan_fov_A={list(self.scan_fov_A)} must lie inside the "
+                                 f"{self.cell_lateral_A} Angstrom cell: need y0, x0 >= 0 and y0 + height, "
+                                 "x0 + width <= cell_lateral_A")
+        return self
+
+    def physics_hash(self) -> str:
+        """sha256 over every field that changes a sample (not device, memory, workers or the plan)."""
+        payload = self.model_dump(mode="json", exclude={"device", "memory_budget_gb", "workers", "materials",
+                                                        "cif_dir", "zone_axes", "max_zone_axes", "variants"})
+        payload["physics_schema"] = PHYSICS_SCHEMA
+        return config_hash(payload)

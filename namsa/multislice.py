@@ -1,0 +1,104 @@
+"""Batched multislice: Fresnel propagation of many probe positions through precomputed slices.
+
+The batch of probe positions is the leading array axis. Per slice: psi *= t_s (real space),
+Psi = FFT(psi), Psi *= P_s (Fresnel propagator with the band limit), psi = IFFT(Psi): two FFTs
+per slice per probe, no other copies. The last slice skips the inverse FFT: the exit wave's
+far field is |Psi|^2 / (ny nx), with k = 0 shifted to index N // 2 by the caller's reducer.
+On CPU the batch is split across worker threads (FFTs and numpy multiplies release the GIL), so
+the elementwise work is parallel too; the transmission functions are shared read-only.
+"""
+from __future__ import annotations
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+import numpy as np
+
+from .backend import Backend
+from .errors import UserError
+from .optics import shift_phases, spatial_frequencies
+
+
+class MemoryBudgetError(UserError):
+    """The simulation cannot fit the configured memory budget."""
+
+
+def fresnel_propagator(gpts: tuple[int, int], sampling: tuple[float, float], dz_A: float, wavelength_A: float,
+                       mask: np.ndarray, tilt_mrad: tuple[float, float] = (0.0, 0.0)) -> np.ndarray:
+    """P(k) = exp(-i pi lambda dz k^2 + 2 pi i dz (ky tan ty + kx tan tx)) * mask, (ny, nx) complex64.
+
+    ``tilt_mrad`` = (ty, tx) tilts the specimen (Kirkland 2010, eq. 6.99); FFT order.
+    """
+    ky, kx = spatial_frequencies(gpts, sampling)
+    ty, tx = (math.tan(t * 1e-3) for t in tilt_mrad)
+    phase_y = np.exp(-1j * np.pi * wavelength_A * dz_A * ky ** 2 + 2j * np.pi * dz_A * ky * ty)
+    phase_x = np.exp(-1j * np.pi * wavelength_A * dz_A * kx ** 2 + 2j * np.pi * dz_A * kx * tx)
+    return (phase_y[:, None] * phase_x[None, :] * mask).astype(np.complex64)
+
+
+def bytes_per_probe(gpts: tuple[int, int]) -> int:
+    """Working memory per probe in a batch: the complex64 wave, one FFT temporary, float32 intensity."""
+    n = gpts[0] * gpts[1]
+    return n * (8 + 8 + 4)
+
+
+def plan_batch(n_positions: int, gpts: tuple[int, int], n_slices: int, budget_bytes: float,
+               fixed_bytes: float = 0.0, max_batch: int = 64) -> int:
+    """Largest batch of probes that fits the budget next to the shared arrays; UserError if none does.
+
+    Shared: transmission functions (n_slices complex64 grids) + propagators + ``fixed_bytes``.
+    """
+    n = gpts[0] * gpts[1]
+    shared = n_slices * n * 8 + 4 * n * 8 + fixed_bytes
+    free = budget_bytes - shared
+    per = bytes_per_probe(gpts)
+    if free < per:
+        need = (shared + per) / 1e9
+        raise MemoryBudgetError(
+            f"cell too large for memory: {n_slices} slices of {gpts[0]}x{gpts[1]} pixels need {need:.2f} GB but "
+            f"memory_budget_gb={budget_bytes / 1e9:.2f}; raise memory_budget_gb, or reduce thickness_A, "
+            f"cell_lateral_A or the grid (larger sampling_A)")
+    return int(max(1, min(n_positions, max_batch, free // per)))
+
+
+def run_multislice(probe_k: np.ndarray, positions_A: np.ndarray, sampling: tuple[float, float],
+                   transmissions: Any, propagators: list[Any], final_mask: Any, backend: Backend,
+                   batch_size: int, reducer: Callable[[np.ndarray], np.ndarray],
+                   threads: int = 1) -> list[np.ndarray]:
+    """Exit-wave intensities for every position, passed batch by batch through ``reducer``.
+
+    probe_k: (ny, nx) complex probe at the origin (FFT order, sum |Psi|^2 = ny nx).
+    positions_A: (n, 2) probe positions [y, x] (Angstrom). transmissions: (n_slices, ny, nx) on the
+    backend; propagators: per slice (the last one is not used; ``final_mask`` band-limits the exit).
+    reducer: maps (b, ny, nx) float32 intensities (FFT order, numpy) to what is kept per batch.
+    Returns the list of reducer outputs in position order.
+    """
+    gpts = probe_k.shape
+    xp = backend.xp
+    probe_dev = backend.asarray(probe_k.astype(np.complex64))
+    n_slices = transmissions.shape[0]
+    inv_n = np.float32(1.0 / (gpts[0] * gpts[1]))
+
+    def one_batch(start: int) -> np.ndarray:
+        pos = positions_A[start:start + batch_size]
+        phase_y, phase_x = shift_phases(pos, gpts, sampling)
+        psi_k = probe_dev[None] * backend.asarray(phase_y)[:, :, None] * backend.asarray(phase_x)[:, None, :]
+        psi = backend.ifft2(psi_k)
+        for s in range(n_slices):
+            xp.multiply(psi, transmissions[s], out=psi)
+            psi_k = backend.fft2(psi)
+            if s == n_slices - 1:
+                xp.multiply(psi_k, final_mask, out=psi_k)
+                break
+            xp.multiply(psi_k, propagators[s], out=psi_k)
+            psi = backend.ifft2(psi_k)
+        intensity = xp.abs(psi_k) ** 2
+        intensity *= inv_n
+        return reducer(backend.asnumpy(intensity.astype(np.float32, copy=False)))
+
+    starts = range(0, len(positions_A), batch_size)
+    if threads <= 1 or backend.xp is not np:
+        return [one_batch(s) for s in starts]
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return list(pool.map(one_batch, starts))

@@ -1,0 +1,427 @@
+"""Public simulation API: ``simulate_cbed``, ``simulate_sample`` and ``plan_samples``.
+
+``simulate_cbed`` is the low-level call (any orthorhombic supercell, any probe positions, full
+patterns on the simulation grid). ``simulate_sample`` turns one (structure, zone axis, variant)
+and a :class:`~namsa.config.SimulationConfig` into a validated :class:`~namsa.sample.Sample`:
+oriented supercell -> (optional frozen phonon / tilt / defocus draw) -> sliced potential ->
+multislice over the scan -> patterns rebinned to P x P around k = 0 -> targets over the scanned
+field of view. Conventions: positions are [y, x] in Angstrom, arrays [row = y, col = x], k = 0 at
+index N // 2 of every pattern, each pattern normalised so the incident probe carries intensity 1.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import __version__
+from .backend import Backend, cpu_threads, get_backend
+from .config import SimulationConfig
+from .constants import interaction_constant, wavelength_A
+from .errors import UserError
+from .multislice import fresnel_propagator, plan_batch, run_multislice
+from .optics import band_limit_frequency, band_limit_mask, check_sampling, probe_fourier, scan_positions
+from .potential import CellError, Grid, SlicedPotential, build_potential, make_grid, transmission_functions
+from .sample import Sample, sample_id
+from .targets import projected_density_map, projected_potential_map
+
+
+class ScanError(UserError):
+    """Scan positions or field of view that do not fit the cell."""
+
+
+# --------------------------------------------------------------------------------------------
+# structure adapters
+
+
+@dataclass
+class _Atoms:
+    positions_A: np.ndarray  # (N, 3) [x, y, z]
+    numbers: np.ndarray
+    cell_A: tuple[float, float, float]  # (Lx, Ly, Lz)
+
+
+def _as_atoms(structure: Any) -> _Atoms:
+    """Accept a namsa Supercell (positions_A, numbers, cell_A) or an orthorhombic ase.Atoms."""
+    if hasattr(structure, "positions_A") and hasattr(structure, "cell_A"):
+        return _Atoms(np.asarray(structure.positions_A, float), np.asarray(structure.numbers, int),
+                      tuple(float(c) for c in structure.cell_A))
+    if hasattr(structure, "get_positions") and hasattr(structure, "cell"):
+        cell = np.asarray(structure.cell[:], float)
+        if np.abs(cell - np.diag(np.diag(cell))).max() > 1e-6:
+            raise CellError("ase.Atoms must have an orthorhombic cell with z along the beam; orient it with "
+                            "namsa.structures.orient_supercell first")
+        if (np.diag(cell) <= 0).any():
+            raise CellError("ase.Atoms cell must have positive lengths along x, y and z (a right-handed, "
+                            "orthorhombic cell with z along the beam)")
+        return _Atoms(structure.get_positions(), structure.get_atomic_numbers(), tuple(np.diag(cell)))
+    raise CellError(f"cannot simulate a {type(structure).__name__}: pass a namsa Supercell (from "
+                    "orient_supercell) or an orthorhombic ase.Atoms")
+
+
+# --------------------------------------------------------------------------------------------
+# the simulation object: potential, transmission functions and probe, reused across positions
+
+
+@dataclass
+class Simulation:
+    """Everything that is shared by all probe positions of one specimen."""
+
+    grid: Grid
+    potential: SlicedPotential
+    energy_kv: float
+    semiangle_mrad: float
+    band_limit: float
+    backend: Backend
+    threads: int
+    batch_size: int
+    transmissions: Any
+    propagators: list[Any]
+    final_mask: Any
+    probe_k: np.ndarray
+    transmission_loss: float
+    info: dict = field(default_factory=dict)
+
+    def run(self, positions_A: np.ndarray, reducer: Callable[[np.ndarray], np.ndarray]) -> list[np.ndarray]:
+        """Multislice for every position [y, x] (Angstrom); ``reducer`` maps each FFT-order batch."""
+        positions_A = np.asarray(positions_A, float).reshape(-1, 2)
+        return run_multislice(self.probe_k, positions_A, self.grid.sampling, self.transmissions,
+                              self.propagators, self.final_mask, self.backend, self.batch_size, reducer,
+                              self.threads)
+
+
+def prepare_simulation(structure: Any, *, energy_kv: float, semiangle_mrad: float,
+                       sampling_A: float | None = None, gpts: int | tuple[int, int] | None = None,
+                       slice_thickness_A: float = 2.0, aberrations: dict[str, float] | None = None,
+                       band_limit: float = 2.0 / 3.0, tilt_mrad: tuple[float, float] = (0.0, 0.0),
+                       device: str = "cpu", memory_budget_gb: float = 2.0, workers: int | None = None,
+                       n_positions: int = 1) -> Simulation:
+    """Build the sliced potential, transmission functions, propagators and probe once."""
+    atoms = _as_atoms(structure)
+    grid = make_grid(atoms.cell_A, sampling_A, gpts)
+    check_sampling(grid.sampling, energy_kv, semiangle_mrad, band_limit)
+    ab = {"C1_A": 0.0, "C3_mm": 0.0, **(aberrations or {})}
+    unknown = set(ab) - {"C1_A", "C3_mm"}
+    if unknown:
+        raise UserError(f"unknown aberrations {sorted(unknown)}; supported: C1_A (Angstrom), C3_mm (mm)")
+    edges_n = max(1, int(round(atoms.cell_A[2] / slice_thickness_A)))
+    threads = workers or (cpu_threads() if device == "cpu" else 1)
+    budget = memory_budget_gb * 1e9
+    # complex128 slice coefficients are held while building: count them against the budget too
+    potential_bytes = edges_n * grid.gpts[0] * grid.gpts[1] * 16
+    batch = plan_batch(n_positions, grid.gpts, edges_n, budget / threads if threads > 1 else budget,
+                       fixed_bytes=potential_bytes / threads)
+    backend = get_backend(device)
+    potential = build_potential(atoms.positions_A, atoms.numbers, atoms.cell_A, grid, slice_thickness_A)
+    sigma = interaction_constant(energy_kv)
+    t, loss = transmission_functions(potential, sigma, band_limit)
+    mask = band_limit_mask(grid.gpts, grid.sampling, band_limit)
+    lam = wavelength_A(energy_kv)
+    cache: dict[float, Any] = {}
+    propagators = []
+    for dz in potential.slice_thickness_A:
+        key = round(float(dz), 9)
+        if key not in cache:
+            cache[key] = backend.asarray(fresnel_propagator(grid.gpts, grid.sampling, float(dz), lam, mask, tilt_mrad))
+        propagators.append(cache[key])
+    probe = probe_fourier(grid.gpts, grid.sampling, energy_kv, semiangle_mrad, ab["C1_A"], ab["C3_mm"], band_limit)
+    info = {"gpts": list(grid.gpts), "sampling_A": list(grid.sampling), "n_slices": potential.n_slices,
+            "slice_thickness_A": float(potential.slice_thickness_A.mean()), "batch_size": batch,
+            "threads": threads, "device": backend.name, "transmission_bandlimit_loss": loss}
+    return Simulation(grid=grid, potential=potential, energy_kv=energy_kv, semiangle_mrad=semiangle_mrad,
+                      band_limit=band_limit, backend=backend, threads=threads, batch_size=batch,
+                      transmissions=backend.asarray(t), propagators=propagators,
+                      final_mask=backend.asarray(mask), probe_k=probe, transmission_loss=loss, info=info)
+
+
+def _check_positions(positions_A: np.ndarray, grid: Grid) -> np.ndarray:
+    pos = np.asarray(positions_A, dtype=float)
+    if pos.ndim != 2 or pos.shape[1] != 2 or len(pos) == 0:
+        raise ScanError(f"positions_A must be an (n, 2) array of [y, x] in Angstrom, got shape {pos.shape}")
+    ly, lx = grid.extent
+    if pos.min() < 0 or (pos[:, 0] > ly).any() or (pos[:, 1] > lx).any():
+        raise ScanError(f"probe positions must lie inside the cell (0..{ly:.2f} x 0..{lx:.2f} Angstrom, [y, x]); "
+                        "move the scan or use a larger cell")
+    return pos
+
+
+def simulate_cbed(structure: Any, positions_A: np.ndarray, *, energy_kv: float, semiangle_mrad: float,
+                  sampling_A: float | None = None, gpts: int | tuple[int, int] | None = None,
+                  slice_thickness_A: float = 2.0, aberrations: dict[str, float] | None = None,
+                  device: str = "cpu", band_limit: float = 2.0 / 3.0,
+                  tilt_mrad: tuple[float, float] = (0.0, 0.0), memory_budget_gb: float = 2.0,
+                  workers: int | None = None, return_info: bool = False):
+    """CBED intensities for every probe position, on the full simulation grid.
+
+    structure: namsa Supercell (or orthorhombic ase.Atoms), z along the beam, periodic in x and y.
+    positions_A: (n, 2) probe positions [y, x] in Angstrom. energy_kv (kV), semiangle_mrad (mrad),
+    sampling_A (Angstrom/pixel) or gpts, slice_thickness_A (Angstrom), aberrations
+    {"C1_A": Angstrom, "C3_mm": mm}, tilt_mrad (ty, tx).
+
+    Returns (n, ny, nx) float32 intensities with k = 0 at (ny // 2, nx // 2), each pattern's sum
+    being the fraction of the incident probe (total 1) that stays inside the band limit. With
+    ``return_info`` also a dict (grid, slices, batch size, intensity kept).
+    """
+    sim = prepare_simulation(structure, energy_kv=energy_kv, semiangle_mrad=semiangle_mrad, sampling_A=sampling_A,
+                             gpts=gpts, slice_thickness_A=slice_thickness_A, aberrations=aberrations,
+                             band_limit=band_limit, tilt_mrad=tilt_mrad, device=device,
+                             memory_budget_gb=memory_budget_gb, workers=workers,
+                             n_positions=len(np.asarray(positions_A).reshape(-1, 2)))
+    pos = _check_positions(positions_A, sim.grid)
+    parts = sim.run(pos, lambda a: np.fft.fftshift(a, axes=(-2, -1)))
+    out = np.concatenate(parts, axis=0)
+    if not return_info:
+        return out
+    kept = out.sum(axis=(-2, -1))
+    info = dict(sim.info, intensity_kept_min=float(kept.min()), intensity_kept_mean=float(kept.mean()))
+    return out, info
+
+
+# --------------------------------------------------------------------------------------------
+# pattern rebinning
+
+
+def overlap_matrix(source_edges: np.ndarray, target_edges: np.ndarray) -> np.ndarray:
+    """(n_target, n_source) fraction of each source bin that falls in each target bin.
+
+    Intensity-conserving rebinning of a histogram assuming uniform intensity within a source pixel.
+    """
+    lo = np.maximum(target_edges[:-1, None], source_edges[None, :-1])
+    hi = np.minimum(target_edges[1:, None], source_edges[None, 1:])
+    width = np.diff(source_edges)[None, :]
+    return np.clip(hi - lo, 0.0, None) / width
+
+
+def pattern_rebinner(grid: Grid, band_limit: float, pattern_px: int) -> tuple[Callable[[np.ndarray], np.ndarray], float]:
+    """Reducer mapping (b, ny, nx) FFT-order intensities to (b, P, P) around k = 0 at index P // 2.
+
+    The P x P pattern spans the band-limited disc: pixel size dk = 2 k_max / P (1/Angstrom),
+    pixel p covering [(p - P//2 - 1/2) dk, (p - P//2 + 1/2) dk). Returns the reducer and dk.
+    """
+    k_max = band_limit_frequency(grid.sampling, band_limit)
+    dk_out = 2.0 * k_max / pattern_px
+    target = (np.arange(pattern_px + 1) - pattern_px // 2 - 0.5) * dk_out
+    mats = []
+    for n, length in zip(grid.gpts, grid.extent):
+        dk = 1.0 / length
+        source = (np.arange(n + 1) - n // 2 - 0.5) * dk
+        # fold the fftshift into the matrix: column i of the shifted array is FFT index (i - n//2) % n
+        shifted = overlap_matrix(source, target)
+        fft_order = np.empty_like(shifted)
+        fft_order[:, (np.arange(n) - n // 2) % n] = shifted
+        mats.append(fft_order.astype(np.float32))
+    wy, wx = mats
+
+    def reduce(intensity: np.ndarray) -> np.ndarray:
+        return np.matmul(np.matmul(wy, intensity), wx.T)
+
+    return reduce, dk_out
+
+
+# --------------------------------------------------------------------------------------------
+# samples
+
+
+def _sample_seed(cfg: SimulationConfig, material_id: str, zone_axis: Sequence[int], variant: int) -> int:
+    text = f"{cfg.seed}|{material_id}|{'_'.join(str(int(i)) for i in zone_axis)}|{int(variant)}"
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little") & 0x7FFFFFFF
+
+
+def _material(structure_or_id: Any) -> tuple[Any, str | None]:
+    """(structure, material id or None) for a library id, a CIF path or a structure object."""
+    if isinstance(structure_or_id, (str, os.PathLike)):
+        from .structures import load_structure
+
+        text = str(structure_or_id)
+        material_id = Path(text).stem if (os.sep in text or text.lower().endswith(".cif")) else text
+        return load_structure(structure_or_id), material_id
+    return structure_or_id, None
+
+
+def _formula(structure: Any, numbers: np.ndarray) -> str:
+    composition = getattr(structure, "composition", None)
+    if composition is not None:
+        return str(composition.reduced_formula)
+    from pymatgen.core import Composition
+
+    from .kirkland import symbol
+
+    counts: dict[str, float] = {}
+    for z in numbers:
+        counts[symbol(int(z))] = counts.get(symbol(int(z)), 0) + 1
+    return Composition(counts).reduced_formula
+
+
+def resolve_fov(cfg: SimulationConfig, cell_A: Sequence[float]) -> tuple[float, float, float, float]:
+    """Scanned field of view [y0, x0, height, width] (Angstrom) inside the cell (Lx, Ly, ...)."""
+    lx, ly = float(cell_A[0]), float(cell_A[1])
+    if cfg.scan_fov_A is not None:
+        y0, x0, h, w = (float(v) for v in cfg.scan_fov_A)
+        if min(y0, x0) < 0 or h <= 0 or w <= 0 or y0 + h > ly + 1e-6 or x0 + w > lx + 1e-6:
+            raise ScanError(f"scan_fov_A={list(cfg.scan_fov_A)} lies outside the {ly:.2f} x {lx:.2f} Angstrom "
+                            "supercell ([y0, x0, height, width]); shrink the fov or raise cell_lateral_A")
+        return (y0, x0, h, w)
+    f = cfg.scan_fov_fraction
+    return ((1 - f) * ly / 2, (1 - f) * lx / 2, f * ly, f * lx)
+
+
+def simulate_sample(structure_or_id: Any, zone_axis: Sequence[int], cfg: SimulationConfig,
+                    variant: int = 0) -> Sample:
+    """Simulate one sample: (S, P, P) CBED stack plus (T, T) projected potential and density.
+
+    structure_or_id: library id, CIF path, pymatgen Structure / ase Atoms (any load_structure input).
+    Raises UserError (one line) for bad input. Deterministic for a given (material, axis, variant,
+    cfg.physics_hash()).
+    """
+    from .structures import orient_supercell, thermal_displace
+
+    structure, material_id = _material(structure_or_id)
+    supercell = orient_supercell(structure, zone_axis, cfg.cell_lateral_A, cfg.thickness_A, material_id=material_id)
+    material_id = material_id or supercell.material_id or _formula(structure, np.asarray(supercell.numbers))
+    axis = [int(i) for i in supercell.zone_axis]
+    seed = _sample_seed(cfg, material_id, axis, variant)
+    rng = np.random.default_rng(seed)
+    var = cfg.variations
+    if var.frozen_phonon:
+        supercell = thermal_displace(supercell, rng, var.thermal_sigma_A)
+    tilt = (0.0, 0.0)
+    if var.tilt_mrad > 0:
+        radius, angle = var.tilt_mrad * math.sqrt(rng.uniform()), rng.uniform(0, 2 * math.pi)
+        tilt = (radius * math.sin(angle), radius * math.cos(angle))
+    c1 = cfg.aberrations.C1_A + (rng.uniform(*var.defocus_range_A) if var.defocus_range_A[0] != var.defocus_range_A[1]
+                                 else 0.0)
+    aberrations = {"C1_A": float(c1), "C3_mm": float(cfg.aberrations.C3_mm)}
+    cell = tuple(float(c) for c in supercell.cell_A)
+    fov = resolve_fov(cfg, cell)
+    positions = scan_positions(fov, cfg.scan_shape)
+    sim = prepare_simulation(supercell, energy_kv=cfg.energy_kv, semiangle_mrad=cfg.semiangle_mrad,
+                             sampling_A=cfg.sampling_A, gpts=cfg.gpts, slice_thickness_A=cfg.slice_thickness_A,
+                             aberrations=aberrations, band_limit=cfg.band_limit, tilt_mrad=tilt, device=cfg.device,
+                             memory_budget_gb=cfg.memory_budget_gb, workers=cfg.workers, n_positions=len(positions))
+    reducer, dk_out = pattern_rebinner(sim.grid, cfg.band_limit, cfg.pattern_px)
+    kept: list[np.ndarray] = []
+
+    def reduce_and_count(intensity: np.ndarray) -> np.ndarray:
+        kept.append(intensity.sum(axis=(-2, -1)))
+        return reducer(intensity)
+
+    cbed = np.concatenate(sim.run(positions, reduce_and_count), axis=0).astype(np.float32)
+    potential = projected_potential_map(sim.potential, fov, cfg.target_px, cfg.band_limit)
+    density = projected_density_map(sim.potential, fov, cfg.target_px, cfg.band_limit)
+    config_hash = cfg.physics_hash()
+    numbers = np.asarray(supercell.numbers)
+    from .kirkland import symbol
+
+    lam = wavelength_A(cfg.energy_kv)
+    meta = {
+        "sample_id": sample_id(material_id, axis, variant, config_hash),
+        "material_id": material_id,
+        "formula": _formula(structure, numbers),
+        "elements": sorted({symbol(int(z)) for z in numbers}),
+        "zone_axis": axis,
+        "variant": int(variant),
+        "thickness_A": float(cell[2]),
+        "energy_kv": float(cfg.energy_kv),
+        "semiangle_mrad": float(cfg.semiangle_mrad),
+        "aberrations": aberrations,
+        "sampling_A": [float(s) for s in sim.grid.sampling],
+        "scan_shape": [int(s) for s in cfg.scan_shape],
+        "scan_positions_A": positions.tolist(),
+        "fov_A": [float(v) for v in fov],
+        "seed": int(seed),
+        "code_version": __version__,
+        "config_hash": config_hash,
+        # beyond the required keys: what a reader needs to interpret the arrays
+        "cell_A": [float(c) for c in cell],
+        "gpts": [int(g) for g in sim.grid.gpts],
+        "n_slices": int(sim.potential.n_slices),
+        "slice_thickness_A": float(sim.potential.slice_thickness_A.mean()),
+        "tilt_mrad": [float(t) for t in tilt],
+        "frozen_phonon": bool(var.frozen_phonon),
+        "pattern_dk_inv_A": float(dk_out),
+        "pattern_mrad_per_px": float(dk_out * lam * 1e3),
+        "target_sampling_A": [float(fov[2]) / cfg.target_px, float(fov[3]) / cfg.target_px],
+        "intensity_kept_min": float(np.concatenate(kept).min()),
+        "transmission_bandlimit_loss": float(sim.transmission_loss),
+        "strain": float(getattr(supercell, "strain", 0.0)),
+    }
+    return Sample(cbed=cbed, potential=potential, density=density, meta=meta).validate()
+
+
+# --------------------------------------------------------------------------------------------
+# planning
+
+
+@dataclass(frozen=True)
+class SampleSpec:
+    """One planned sample: material id, zone axis [u, v, w], variant index."""
+
+    material_id: str
+    zone_axis: tuple[int, int, int]
+    variant: int
+
+    def sample_id(self, cfg: SimulationConfig) -> str:
+        return sample_id(self.material_id, self.zone_axis, self.variant, cfg.physics_hash())
+
+
+@dataclass
+class Plan:
+    """Every sample a config asks for, and the structures that could not be planned (with why)."""
+
+    specs: list[SampleSpec] = field(default_factory=list)
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    #: material id -> what ``simulate_sample`` should load (library id or CIF path)
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.specs)
+
+
+def _plan_sources(cfg: SimulationConfig, plan: Plan) -> dict[str, Any]:
+    from . import library
+    from .structures import load_cif_dir
+
+    structures: dict[str, Any] = {}
+    ids = library.list_ids() if cfg.materials == "library" else list(cfg.materials)
+    for material_id in ids:
+        try:
+            structures[material_id] = library.get(material_id)
+            plan.sources[material_id] = material_id
+        except UserError as exc:
+            plan.failures.append((material_id, str(exc)))
+    if cfg.cif_dir:
+        loaded, failures = load_cif_dir(cfg.cif_dir)
+        plan.failures.extend(failures)
+        for stem, structure in loaded.items():
+            structures[stem] = structure
+            plan.sources[stem] = str(Path(cfg.cif_dir) / f"{stem}.cif")
+    return structures
+
+
+def plan_samples(cfg: SimulationConfig) -> Plan:
+    """Expand the config's dataset plan into SampleSpecs; a bad structure is recorded, never fatal."""
+    from .structures import auto_zone_axes, normalize_zone_axis
+
+    plan = Plan()
+    variants = cfg.variants if cfg.variations.any else 1
+    for material_id, structure in _plan_sources(cfg, plan).items():
+        try:
+            if cfg.zone_axes == "auto":
+                axes = auto_zone_axes(structure, max_axes=cfg.max_zone_axes)
+            else:
+                axes = [normalize_zone_axis(a) for a in cfg.zone_axes][: cfg.max_zone_axes]
+        except UserError as exc:
+            plan.failures.append((material_id, str(exc)))
+            continue
+        except Exception as exc:  # a structure the library cannot orient must not stop the plan
+            plan.failures.append((material_id, f"{type(exc).__name__}: {' '.join(str(exc).split())}"))
+            continue
+        for axis in axes:
+            for variant in range(variants):
+                plan.specs.append(SampleSpec(material_id, tuple(int(i) for i in axis), variant))
+    return plan
