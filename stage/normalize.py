@@ -24,15 +24,16 @@ _STATS_CHUNK_VALUES = 1 << 22
 Moments = list[float]  # [count, mean, M2] with M2 = sum of squared deviations
 
 
-def transform_cbed(x: Any, transform: str) -> Any:
+def transform_cbed(x: Any, transform: str, inplace: bool = False) -> Any:
     """Subtract each pattern's minimum, then apply ``transform``; numpy or torch, (..., P, P).
 
-    Returns float32 (numpy) or float32 tensors (torch) on the input's device.
+    Returns float32 (numpy) or float32 tensors (torch) on the input's device. ``inplace`` reuses
+    a float32 numpy input's memory (the loader's own fresh buffer) instead of copying it.
     """
     if transform not in TRANSFORMS:
         raise UserError(f"unknown cbed transform {transform!r}; use one of {TRANSFORMS}")
     if isinstance(x, np.ndarray):
-        x = x.astype(np.float32, copy=True)
+        x = x.astype(np.float32, copy=not inplace)
         x -= x.min(axis=(-2, -1), keepdims=True)
         if transform == "log1p":
             np.log1p(x, out=x)
@@ -147,8 +148,8 @@ class Normalizer:
                                 f"{split} split: simulate more materials or change data.split_fractions")
         return cls.from_statistics(stats, transform)
 
-    def cbed(self, x: Any) -> Any:
-        out = transform_cbed(x, self.transform)
+    def cbed(self, x: Any, inplace: bool = False) -> Any:
+        out = transform_cbed(x, self.transform, inplace=inplace)
         out -= self.cbed_mean
         out /= self.cbed_std
         return out

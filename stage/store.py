@@ -190,6 +190,22 @@ class _EnvEntry:
 _ENVS: dict[str, _EnvEntry] = {}
 
 
+def _forget_parent_envs() -> None:
+    """After fork(): drop the parent's handles so the child opens its own (LMDB forbids sharing).
+
+    py-lmdb's "already open in this process" guard survives fork, so a read-only (lock-free)
+    handle is closed in the child, which only unmaps the child's copy. A writable handle is
+    left alone: closing it would clear the parent's reader slots in the shared lock file.
+    """
+    for key, entry in list(_ENVS.items()):
+        if not entry.writable:
+            entry.env.close()
+        del _ENVS[key]
+
+
+os.register_at_fork(after_in_child=_forget_parent_envs)
+
+
 def _acquire_env(path: Path, *, write: bool, map_size: int = 0) -> _EnvEntry:
     key = os.path.realpath(path)
     entry = _ENVS.get(key)

@@ -1,0 +1,252 @@
+"""The torch input pipeline: `SampleDataset` over one or many stores and the `make_loader` recipe.
+
+The only module of `stage` that imports torch. Stores are opened lazily, read-only and lock-free
+in each worker process (readahead off: records are large and read whole, so kernel readahead of
+neighbouring pages only evicts useful cache). Sharding for data-parallel training:
+
+* ``unique`` (the paper's mode, Laanait et al. 2019): every rank reads a fixed shard of its own —
+  whole stores (one per writer/node) when there are at least as many stores as ranks, otherwise
+  contiguous blocks of the sample list — and reshuffles only within it each epoch.
+* ``shared``: all ranks draw from all samples through a `torch.utils.data.DistributedSampler`,
+  reshuffled globally every epoch.
+
+Both are deterministic given (seed, epoch), and ``skip_batches(k)`` skips the first k batches of
+the next epoch without reading them, so a resumed training run sees exactly the batches it would
+have seen.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+
+from namsa.errors import UserError
+
+from .config import DataConfig
+from .errors import CorruptRecordError, EmptyStoreError
+from .normalize import Normalizer
+from .splits import SPLITS
+from .store import open_stores
+
+
+class SampleDataset(Dataset):
+    """Samples of one split of one or many stores, as normalised float32 tensors.
+
+    Items: ``{"cbed": float32 (S, P, P), "target": float32 (C, T, T), "index": int}`` where the C
+    target channels follow ``targets`` (``potential`` in V*Angstrom, ``density`` in e/Angstrom^2,
+    both standardised by ``normalizer``). ``normalizer=None`` returns unnormalised float32.
+    ``raw_cbed=True`` returns cbed as stored (float16, untransformed) so the transform can run on
+    the GPU after an fp16 host-to-device copy (half the PCIe bytes): call ``normalizer.cbed`` on
+    the device tensor. ``skip_corrupt=True`` replaces a corrupt record by the next readable one
+    (with a warning naming it) instead of failing the epoch.
+    """
+
+    def __init__(self, paths: Any, split: str | None, normalizer: Normalizer | None,
+                 targets: Sequence[str] = ("potential",), max_samples: int | None = None, *,
+                 raw_cbed: bool = False, skip_corrupt: bool = False, verify: bool = True):
+        if split is not None and split not in SPLITS:
+            raise UserError(f"unknown split {split!r}; use one of {SPLITS} (or None for all samples)")
+        bad = [t for t in targets if t not in ("potential", "density")]
+        if bad or not targets:
+            raise UserError(f"unknown targets {list(targets)}; choose from ('potential', 'density')")
+        self.stores = open_stores(paths, verify=verify)
+        self.split = split
+        self.normalizer = normalizer
+        self.targets = tuple(targets)
+        self.raw_cbed = raw_cbed
+        self.skip_corrupt = skip_corrupt
+        self.global_indices = self.stores.indices(split)
+        if max_samples is not None:
+            self.global_indices = self.global_indices[: max(0, int(max_samples))]
+        if not self.global_indices:
+            raise EmptyStoreError(f"no {split} samples in {self.stores.describe()}; simulate more materials "
+                                  f"or change data.split_fractions")
+        self.stores.close()  # workers open their own handles; the parent keeps none across fork()
+
+    def __len__(self) -> int:
+        return len(self.global_indices)
+
+    @property
+    def cbed_shape(self) -> tuple[int, ...]:
+        return tuple(self.stores.manifest["arrays"]["cbed"]["shape"])
+
+    @property
+    def target_shape(self) -> tuple[int, ...]:
+        return (len(self.targets), *self.stores.manifest["arrays"]["potential"]["shape"])
+
+    def sample_id(self, index: int) -> str:
+        reader, j = self.stores.locate(self.global_indices[index])
+        return reader.ids()[j]
+
+    def store_groups(self) -> list[list[int]]:
+        """Dataset indices grouped by the store they live in (stores in order)."""
+        groups = []
+        for rng in self.stores.store_ranges():
+            group = [k for k, g in enumerate(self.global_indices) if g in rng]
+            if group:
+                groups.append(group)
+        return groups
+
+    def _read(self, index: int) -> dict[str, np.ndarray]:
+        reader, j = self.stores.locate(self.global_indices[index])
+        dtype = None if self.raw_cbed else np.float32
+        arrays, _ = reader.read_arrays(j, names=("cbed", *self.targets), dtype=dtype)
+        return arrays
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        arrays = self._read_or_substitute(index)
+        cbed = arrays["cbed"]
+        if self.raw_cbed:
+            cbed = np.ascontiguousarray(cbed)
+        elif self.normalizer is not None:
+            cbed = self.normalizer.cbed(cbed, inplace=True)
+        target = np.stack([arrays[t].astype(np.float32, copy=False) for t in self.targets])
+        if self.normalizer is not None:
+            target = np.stack([self.normalizer.target(target[c], t) for c, t in enumerate(self.targets)])
+        return {"cbed": torch.from_numpy(cbed), "target": torch.from_numpy(target.astype(np.float32, copy=False)),
+                "index": index}
+
+    def _read_or_substitute(self, index: int) -> dict[str, np.ndarray]:
+        for attempt in range(len(self)):
+            k = (index + attempt) % len(self)
+            try:
+                return self._read(k)
+            except CorruptRecordError as exc:
+                if not self.skip_corrupt:
+                    raise
+                warnings.warn(f"skipping corrupt record: {exc}", RuntimeWarning, stacklevel=2)
+        raise EmptyStoreError(f"every {self.split} record in {self.stores.describe()} is corrupt; re-stage the data")
+
+
+class ShardedBatchSampler(Sampler[list[int]]):
+    """Deterministic per-rank batches for both sharding modes (see the module docstring).
+
+    ``set_epoch(e)`` selects the epoch's shuffle; ``skip_batches(k)`` makes the next iteration
+    start at batch k. Every rank yields the same number of batches (shards are truncated to the
+    smallest with ``drop_last``, otherwise padded by wrapping around), so collective operations
+    never wait on a rank that ran out of data.
+    """
+
+    def __init__(self, dataset: SampleDataset, batch_size: int, *, rank: int = 0, world_size: int = 1,
+                 shuffle: bool = True, seed: int = 0, drop_last: bool = True, shard_mode: str = "unique"):
+        if batch_size < 1:
+            raise UserError(f"batch_size must be >= 1, got {batch_size}")
+        if not 0 <= rank < world_size:
+            raise UserError(f"rank {rank} is outside world_size {world_size}")
+        if shard_mode not in ("unique", "shared"):
+            raise UserError(f"unknown shard_mode {shard_mode!r}; use 'unique' or 'shared'")
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.rank, self.world_size = rank, world_size
+        self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
+        self.shard_mode = shard_mode
+        self.epoch = 0
+        self._skip = 0
+        if shard_mode == "shared":
+            self.sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle,
+                                              seed=seed, drop_last=drop_last)
+        else:
+            self.shards = self._unique_shards()
+        n = self._per_rank()
+        if n == 0 or (drop_last and n < batch_size):
+            raise EmptyStoreError(f"{len(dataset)} {dataset.split} samples give rank {rank} of {world_size} no full "
+                                  f"batch of {batch_size}; lower the batch size or add data")
+
+    def _unique_shards(self) -> list[list[int]]:
+        groups = self.dataset.store_groups()
+        if len(groups) >= self.world_size:
+            # whole stores per rank: a rank reads only the stores staged on its own node
+            return [[k for g in groups[r::self.world_size] for k in g] for r in range(self.world_size)]
+        n = len(self.dataset)
+        bounds = [round(r * n / self.world_size) for r in range(self.world_size + 1)]
+        return [list(range(bounds[r], bounds[r + 1])) for r in range(self.world_size)]
+
+    def _per_rank(self) -> int:
+        if self.shard_mode == "shared":
+            return len(self.sampler)
+        sizes = [len(s) for s in self.shards]
+        return min(sizes) if self.drop_last else max(sizes)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+        if self.shard_mode == "shared":
+            self.sampler.set_epoch(self.epoch)
+
+    def skip_batches(self, k: int) -> None:
+        """Start the next iteration at batch ``k`` (to resume mid-epoch exactly)."""
+        self._skip = max(0, int(k))
+
+    def rank_indices(self) -> list[int]:
+        """Dataset indices this rank visits in the current epoch, in order."""
+        if self.shard_mode == "shared":
+            return list(self.sampler)
+        shard = self.shards[self.rank]
+        if self.shuffle:
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch * 101 + self.rank)
+            shard = [shard[i] for i in torch.randperm(len(shard), generator=g).tolist()]
+        n = self._per_rank()
+        if len(shard) >= n:
+            return shard[:n]
+        return [shard[i % len(shard)] for i in range(n)]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        indices = self.rank_indices()
+        skip, self._skip = self._skip, 0
+        for b in range(skip, len(self)):
+            yield indices[b * self.batch_size: (b + 1) * self.batch_size]
+
+    def __len__(self) -> int:
+        n = self._per_rank()
+        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+
+
+class StageLoader(DataLoader):
+    """A DataLoader whose batches come from a `ShardedBatchSampler`; adds set_epoch/skip_batches."""
+
+    def set_epoch(self, epoch: int) -> None:
+        self.batch_sampler.set_epoch(epoch)
+
+    def skip_batches(self, k: int) -> None:
+        self.batch_sampler.skip_batches(k)
+
+
+def _worker_init(worker_id: int) -> None:
+    # One intra-op thread per worker: the workers are the parallelism, and oversubscribing the
+    # cores slows every worker down.
+    torch.set_num_threads(1)
+
+
+def make_loader(dataset: SampleDataset, data_cfg: DataConfig | None, batch_size: int, rank: int = 0,
+                world_size: int = 1, shuffle: bool = True, seed: int = 0, drop_last: bool | None = None,
+                shard_mode: str | None = None) -> StageLoader:
+    """The input pipeline recipe: sharded deterministic batches, worker processes, prefetch,
+    pinned memory when CUDA is available.
+
+    ``drop_last`` defaults to ``shuffle`` (training drops the ragged batch, evaluation keeps it);
+    ``shard_mode`` defaults to ``data_cfg.shard_mode``.
+    """
+    cfg = data_cfg if data_cfg is not None else DataConfig()
+    drop_last = shuffle if drop_last is None else drop_last
+    sampler = ShardedBatchSampler(dataset, batch_size, rank=rank, world_size=world_size, shuffle=shuffle,
+                                  seed=seed, drop_last=drop_last, shard_mode=shard_mode or cfg.shard_mode)
+    workers = cfg.num_workers
+    return StageLoader(dataset, batch_sampler=sampler, num_workers=workers,
+                       pin_memory=cfg.pin_memory and torch.cuda.is_available(),
+                       prefetch_factor=cfg.prefetch_factor if workers > 0 else None,
+                       persistent_workers=workers > 0, worker_init_fn=_worker_init if workers > 0 else None)
+
+
+def batch_to_device(batch: dict[str, Any], device: torch.device | str, normalizer: Normalizer | None = None
+                    ) -> dict[str, Any]:
+    """Move a batch to ``device`` (non-blocking from pinned memory); with ``normalizer``, a raw
+    fp16 cbed batch (``SampleDataset(raw_cbed=True)``) is transformed on the device."""
+    out = {k: (v.to(device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in batch.items()}
+    if normalizer is not None:
+        out["cbed"] = normalizer.cbed(out["cbed"])
+    return out
+

@@ -1,0 +1,173 @@
+"""The torch pipeline: Normalizer, SampleDataset, make_loader (workers, sharding, determinism)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import stage
+from namsa.errors import UserError
+from stage.dataset import ShardedBatchSampler, batch_to_device
+from stage_helpers import CONFIG_HASH, make_sample
+
+CFG = stage.DataConfig(split_fractions=(0.6, 0.2, 0.2), num_workers=0)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """Three stores (three writers) of 2 variants x 6 materials each."""
+    root = tmp_path_factory.mktemp("data")
+    for w in range(3):
+        with stage.StoreWriter(root / f"w{w}", config_hash=CONFIG_HASH, data_cfg=CFG) as writer:
+            for m in range(6):
+                for v in range(2):
+                    writer.put(make_sample(f"mp-{w}{m}", v))
+    return root
+
+
+def test_normalizer_matches_statistics_of_the_train_split(data_dir):
+    norm = stage.Normalizer.fit(data_dir, "sqrt")
+    stores = stage.open_stores(data_dir)
+    train = [stores[i] for i in stores.indices("train")]
+    cbed = np.stack([s.cbed.astype(np.float32) for s in train])
+    cbed = np.sqrt(cbed - cbed.min(axis=(-2, -1), keepdims=True))
+    assert norm.cbed_mean == pytest.approx(cbed.mean(dtype=np.float64), rel=1e-9)
+    assert norm.cbed_std == pytest.approx(cbed.std(dtype=np.float64), rel=1e-9)
+    pot = np.stack([s.potential for s in train]).astype(np.float64)
+    assert norm.targets["potential"] == pytest.approx((pot.mean(), pot.std()), rel=1e-9)
+    out = norm.cbed(np.stack([s.cbed for s in train]))
+    assert out.dtype == np.float32
+    assert abs(float(out.mean())) < 1e-4 and float(out.std()) == pytest.approx(1.0, rel=1e-4)
+
+
+@pytest.mark.parametrize("transform", ["none", "log1p", "sqrt"])
+def test_normalizer_numpy_torch_and_round_trips_agree(data_dir, transform):
+    norm = stage.Normalizer.fit(data_dir, transform)
+    again = stage.Normalizer.from_dict(json.loads(json.dumps(norm.to_dict())))
+    assert again == norm
+    x = stage.open_store(data_dir / "w0")[0].cbed
+    batch = np.stack([x, x])
+    np.testing.assert_allclose(norm.cbed(torch.from_numpy(batch)).numpy(), norm.cbed(batch), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(norm.cbed(x), norm.cbed(batch)[1], rtol=1e-6)
+    y = np.linspace(-3, 30, 16, dtype=np.float32).reshape(4, 4)
+    np.testing.assert_allclose(norm.target_inverse(norm.target(y, "density"), "density"), y, rtol=1e-5)
+    with pytest.raises(UserError, match="known"):
+        norm.target(y, "charge")
+
+
+def test_dataset_items_and_normalisation(data_dir):
+    norm = stage.Normalizer.fit(data_dir, "log1p")
+    ds = stage.SampleDataset(data_dir, "train", norm, targets=("potential", "density"))
+    assert len(ds) == len(stage.open_stores(data_dir).indices("train"))
+    item = ds[1]
+    assert item["cbed"].dtype == torch.float32 and item["cbed"].shape == (4, 8, 8)
+    assert item["target"].dtype == torch.float32 and item["target"].shape == (2, 8, 8)
+    assert item["index"] == 1
+    raw = next(s for s in stage.open_stores(data_dir) if s.id == ds.sample_id(1))
+    np.testing.assert_allclose(item["cbed"].numpy(), norm.cbed(raw.cbed), rtol=1e-6)
+    np.testing.assert_allclose(item["target"][1].numpy(), norm.target(raw.density, "density"), rtol=1e-6)
+    assert len(stage.SampleDataset(data_dir, "train", norm, max_samples=3)) == 3
+    with pytest.raises(stage.EmptyStoreError):
+        stage.SampleDataset(data_dir, "train", norm, max_samples=0)
+
+
+def test_raw_fp16_cbed_normalised_on_the_device_matches(data_dir):
+    norm = stage.Normalizer.fit(data_dir, "log1p")
+    ds = stage.SampleDataset(data_dir, "dev", norm)
+    raw = stage.SampleDataset(data_dir, "dev", norm, raw_cbed=True)
+    assert raw[0]["cbed"].dtype == torch.float16
+    moved = batch_to_device({"cbed": raw[0]["cbed"][None]}, "cpu", norm)
+    np.testing.assert_allclose(moved["cbed"][0].numpy(), ds[0]["cbed"].numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_loader_with_two_workers_reads_everything(data_dir):
+    norm = stage.Normalizer.fit(data_dir, "log1p")
+    ds = stage.SampleDataset(data_dir, None, norm)
+    cfg = stage.DataConfig(num_workers=2, prefetch_factor=2)
+    loader = stage.make_loader(ds, cfg, batch_size=5, shuffle=False)
+    seen, cbeds = [], {}
+    for batch in loader:
+        assert batch["cbed"].shape[1:] == (4, 8, 8) and batch["target"].shape[1:] == (1, 8, 8)
+        seen += batch["index"].tolist()
+        cbeds.update(zip(batch["index"].tolist(), batch["cbed"]))
+    assert sorted(seen) == list(range(len(ds)))
+    for k in (0, len(ds) - 1):
+        torch.testing.assert_close(cbeds[k], ds[k]["cbed"])
+
+
+@pytest.mark.parametrize("n_stores", [3, 1])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_unique_shards_are_disjoint_and_cover_the_data(data_dir, n_stores, drop_last):
+    paths = stage.find_stores(data_dir)[:n_stores]
+    ds = stage.SampleDataset(paths, None, None)
+    ranks = [ShardedBatchSampler(ds, 2, rank=r, world_size=2, shuffle=True, seed=3, drop_last=drop_last,
+                                 shard_mode="unique") for r in range(2)]
+    per_rank = [set(i for b in s for i in b) for s in ranks]
+    assert not per_rank[0] & per_rank[1], "unique shards overlap"
+    assert len(ranks[0]) == len(ranks[1])
+    if not drop_last:
+        assert per_rank[0] | per_rank[1] == set(range(len(ds)))
+    if n_stores == 3:  # whole stores per rank: rank 0 reads stores 0 and 2, rank 1 store 1
+        groups = ds.store_groups()
+        assert per_rank[1] <= set(groups[1])
+
+
+def test_shared_mode_uses_a_distributed_sampler_over_all_samples(data_dir):
+    ds = stage.SampleDataset(data_dir, None, None)
+    loaders = [stage.make_loader(ds, CFG, 4, rank=r, world_size=2, shuffle=True, seed=1, drop_last=False,
+                                 shard_mode="shared") for r in range(2)]
+    assert isinstance(loaders[0].batch_sampler.sampler, torch.utils.data.DistributedSampler)
+    seen = [[i for b in ld.batch_sampler for i in b] for ld in loaders]
+    assert set(seen[0]) | set(seen[1]) == set(range(len(ds)))
+    assert len(seen[0]) == len(seen[1]) == -(-len(ds) // 2)
+    loaders[0].set_epoch(1)
+    assert [i for b in loaders[0].batch_sampler for i in b] != seen[0]
+
+
+@pytest.mark.parametrize("mode", ["unique", "shared"])
+def test_batches_are_deterministic_and_resumable(data_dir, mode):
+    ds = stage.SampleDataset(data_dir, None, None)
+
+    def batches(epoch, skip=0):
+        loader = stage.make_loader(ds, CFG, 3, rank=1, world_size=2, seed=5, shard_mode=mode)
+        loader.set_epoch(epoch)
+        loader.skip_batches(skip)
+        return [b["index"].tolist() for b in loader]
+
+    first = batches(2)
+    assert first == batches(2)
+    assert first != batches(3)
+    assert batches(2, skip=2) == first[2:]
+
+
+def test_dataset_skip_corrupt_substitutes_and_warns(tmp_path):
+    samples = [make_sample(f"mp-{i}") for i in range(3)]
+    with stage.StoreWriter(tmp_path / "s", config_hash=CONFIG_HASH,
+                           data_cfg=stage.DataConfig(cbed_dtype="float32")) as w:
+        for s in samples:
+            w.put(s)
+    raw = bytearray((tmp_path / "s" / "data.mdb").read_bytes())
+    at = raw.find(samples[1].density.tobytes()[:64])
+    raw[at + 3] ^= 1
+    (tmp_path / "s" / "data.mdb").write_bytes(bytes(raw))
+    ds = stage.SampleDataset(tmp_path / "s", None, None, targets=("density",))
+    bad = [k for k in range(3) if ds.sample_id(k) == samples[1].id][0]
+    with pytest.raises(stage.CorruptRecordError, match=samples[1].id):
+        ds[bad]
+    skipping = stage.SampleDataset(tmp_path / "s", None, None, targets=("density",), skip_corrupt=True)
+    with pytest.warns(RuntimeWarning, match=samples[1].id):
+        item = skipping[bad]
+    assert item["index"] == bad
+    assert not torch.equal(item["target"][0], torch.from_numpy(samples[1].density))
+
+
+def test_bad_dataset_arguments_are_user_errors(data_dir):
+    with pytest.raises(UserError, match="split"):
+        stage.SampleDataset(data_dir, "validation", None)
+    with pytest.raises(UserError, match="targets"):
+        stage.SampleDataset(data_dir, "train", None, targets=("charge",))
+    ds = stage.SampleDataset(data_dir, "dev", None)
+    with pytest.raises(stage.EmptyStoreError, match="batch"):
+        stage.make_loader(ds, CFG, batch_size=1000)
