@@ -23,34 +23,21 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .constants import interaction_constant, wavelength_A
 from .errors import UserError
 
-# CODATA 2018: electron rest energy (keV), hbar*c... via the standard relativistic formulas
-# (Kirkland, Advanced Computing in Electron Microscopy, 2nd ed. 2010, eqs. 2.5 and 5.6).
-_ELECTRON_REST_KEV = 510.99895
-_HC_KEV_A = 12.398419843320026  # h c in keV * Angstrom
+#: sample meta keys of the detector sampling: 1/Angstrom per pattern pixel, else mrad per pixel
+#: (written by namsa.simulate_sample; the pattern spans the band-limited disc).
+K_SAMPLING_KEY_INV_A = "pattern_dk_inv_A"
+K_SAMPLING_KEY_MRAD = "pattern_mrad_per_px"
 
-#: meta keys (Angstrom^-1 or mrad per detector pixel, [dky, dkx] or scalar) tried in this order.
-K_SAMPLING_KEYS_INV_A = ("k_sampling_invA", "detector_sampling_invA", "pattern_sampling_invA")
-K_SAMPLING_KEYS_MRAD = ("detector_sampling_mrad", "k_sampling_mrad", "pattern_sampling_mrad")
+__all__ = ["icom_reconstruct", "icom_from_sample", "center_of_mass", "integrate_gradient",
+           "integrate_gradient_mirrored", "fourier_resample", "wavelength_A", "interaction_constant",
+           "ICoMInputError"]
 
 
 class ICoMInputError(UserError):
     """The stack, scan shape or sampling given to the iCoM reconstruction is inconsistent."""
-
-
-def wavelength_A(energy_kv: float) -> float:
-    """Relativistic electron wavelength (Angstrom) at ``energy_kv`` (kV); Kirkland eq. 2.5."""
-    e = float(energy_kv)
-    return _HC_KEV_A / math.sqrt(e * (2.0 * _ELECTRON_REST_KEV + e))
-
-
-def interaction_constant(energy_kv: float) -> float:
-    """sigma (rad / (V * Angstrom)): phase per unit projected potential; Kirkland eq. 5.6."""
-    e = float(energy_kv)
-    lam = wavelength_A(e)
-    # sigma = 2 pi / (lambda V) * (m c^2 + e V) / (2 m c^2 + e V), V in volts.
-    return 2.0 * math.pi / (lam * e * 1e3) * (_ELECTRON_REST_KEV + e) / (2.0 * _ELECTRON_REST_KEV + e)
 
 
 def center_of_mass(cbed: np.ndarray, k_sampling: Sequence[float] | float = 1.0) -> np.ndarray:
@@ -196,11 +183,13 @@ def _spline_resample(img: np.ndarray, out_shape: Sequence[int], shift_frac: Sequ
 
 
 def icom_from_sample(sample: Any, output_shape: Sequence[int] | None = None) -> np.ndarray:
-    """iCoM of a ``namsa.Sample``, on the grid of its targets unless ``output_shape`` is given.
+    """iCoM of a ``namsa.Sample`` (V * Angstrom), on the grid of its targets unless ``output_shape``.
 
-    Reads ``scan_shape``, ``fov_A``, ``scan_positions_A``, ``energy_kv`` and the detector sampling
-    (one of :data:`K_SAMPLING_KEYS_INV_A` or :data:`K_SAMPLING_KEYS_MRAD`) from ``sample.meta``.
-    The target grid's pixel (0, 0) sits at the field-of-view origin ``fov_A[:2]``.
+    Reads ``scan_shape``, ``fov_A``, ``scan_positions_A``, ``energy_kv``, the detector sampling
+    (``pattern_dk_inv_A`` or ``pattern_mrad_per_px``; without either the result is in arbitrary
+    units) and ``cell_A`` from ``sample.meta``. The target grid's pixel (0, 0) sits at the
+    field-of-view origin ``fov_A[:2]`` (namsa.targets). The scan is treated as periodic when the
+    field of view is the whole supercell (namsa's default), else as a window (mirrored integration).
     """
     meta = sample.meta
     scan_y, scan_x = (int(v) for v in meta["scan_shape"])
@@ -208,14 +197,14 @@ def icom_from_sample(sample: Any, output_shape: Sequence[int] | None = None) -> 
     first = np.asarray(meta["scan_positions_A"], dtype=np.float64).reshape(-1, 2)[0]
     if output_shape is None:
         output_shape = np.asarray(sample.potential).shape
-    inv_a = next((meta[k] for k in K_SAMPLING_KEYS_INV_A if k in meta), None)
-    mrad = next((meta[k] for k in K_SAMPLING_KEYS_MRAD if k in meta), None)
+    cell = meta.get("cell_A")  # [Lx, Ly, Lz]
+    periodic = cell is None or (math.isclose(height, float(cell[1]), rel_tol=1e-6)
+                                and math.isclose(width, float(cell[0]), rel_tol=1e-6))
     shift = ((y0 - first[0]) / height, (x0 - first[1]) / width)
-    return icom_reconstruct(sample.cbed, (scan_y, scan_x), k_sampling_invA=inv_a,
-                            k_sampling_mrad=None if inv_a is not None else mrad,
-                            energy_kv=meta.get("energy_kv"),
-                            scan_step_A=(height / scan_y, width / scan_x),
-                            output_shape=output_shape, output_shift_frac=shift)
+    return icom_reconstruct(sample.cbed, (scan_y, scan_x), k_sampling_invA=meta.get(K_SAMPLING_KEY_INV_A),
+                            k_sampling_mrad=meta.get(K_SAMPLING_KEY_MRAD), energy_kv=meta.get("energy_kv"),
+                            scan_step_A=(height / scan_y, width / scan_x), output_shape=output_shape,
+                            output_shift_frac=shift, periodic=periodic)
 
 
 def _k_sampling(inv_a: Sequence[float] | float | None, mrad: Sequence[float] | float | None,
