@@ -87,22 +87,26 @@ def error_histograms(path: Path, records: list[dict], target: str, metric: str =
 
 
 def error_vs_thickness(path: Path, records: list[dict], target: str) -> Path:
-    """Relative L2 against specimen thickness per method, marker per element class."""
-    fig = Figure(figsize=(5, 3.4))
+    """Relative L2 against specimen thickness: colour = method, marker = element class."""
+    from matplotlib.lines import Line2D
+
+    fig = Figure(figsize=(5.5, 3.6))
     ax = fig.subplots()
-    markers = {}
-    for m in METHOD_LABELS:
-        pts = [(r["thickness_A"], r["metrics"][target][m]["physical"]["rel_l2"], r["z_class"])
-               for r in records if m in r["metrics"][target]]
-        for zc in sorted({p[2] for p in pts}):
-            marker = markers.setdefault(zc, "osd^v"[len(markers) % 5])
-            xy = [(t, e) for t, e, z in pts if z == zc and e is not None and t is not None]
+    classes = sorted({r["z_class"] for r in records})
+    markers = {zc: "osd^v"[i % 5] for i, zc in enumerate(classes)}
+    methods = [m for m in METHOD_LABELS if any(m in r["metrics"][target] for r in records)]
+    for m in methods:
+        for zc in classes:
+            xy = [(r["thickness_A"], r["metrics"][target][m]["physical"]["rel_l2"]) for r in records
+                  if r["z_class"] == zc and m in r["metrics"][target]]
+            xy = [(t, e) for t, e in xy if t is not None and e is not None]
             if xy:
-                ax.scatter(*zip(*xy), color=METHOD_COLORS[m], marker=marker, s=18, alpha=0.7,
-                           label=f"{METHOD_LABELS[m]}, {zc}")
+                ax.scatter(*zip(*xy), color=METHOD_COLORS[m], marker=markers[zc], s=20, alpha=0.75)
+    handles = [Line2D([], [], color=METHOD_COLORS[m], marker="o", ls="", label=METHOD_LABELS[m]) for m in methods]
+    handles += [Line2D([], [], color="k", marker=markers[zc], ls="", label=zc) for zc in classes]
+    ax.legend(handles=handles, fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
     ax.set_xlabel("thickness (Å)")
     ax.set_ylabel(f"relative L2 ({target})")
-    ax.legend(fontsize=6)
     return _save(fig, path)
 
 
