@@ -288,7 +288,12 @@ def simulate_sample(structure_or_id: Any, zone_axis: Sequence[int], cfg: Simulat
     rng = np.random.default_rng(seed)
     var = cfg.variations
     if var.frozen_phonon:
-        supercell = thermal_displace(supercell, rng, var.thermal_sigma_A)
+        sigma = var.thermal_sigma_A
+        if isinstance(sigma, (int, float)):
+            from .kirkland import symbol
+
+            sigma = {symbol(int(z)): float(sigma) for z in np.unique(supercell.numbers)}
+        supercell = thermal_displace(supercell, rng, sigma)
     tilt = (0.0, 0.0)
     if var.tilt_mrad > 0:
         radius, angle = var.tilt_mrad * math.sqrt(rng.uniform()), rng.uniform(0, 2 * math.pi)
