@@ -383,6 +383,7 @@ class StoreWriter:
         arrays = self._stored_arrays(sample)
         shapes = {name: {"dtype": a.dtype.str, "shape": list(a.shape)} for name, a in arrays.items()}
         if self.info["arrays"] and self.info["arrays"] != shapes:
+            # checked before the (costly) encoding; put_record checks again for raw records
             raise SchemaError(f"sample {sid} has arrays {shapes} but store {self.path} holds "
                               f"{self.info['arrays']}; all samples of a store share shapes and dtypes")
         codecs = {"cbed": "zstd-shuffle"} if self.cfg.compression == "zstd" else {}
@@ -390,15 +391,28 @@ class StoreWriter:
         split = split_of(str(sample.meta["material_id"]), self.cfg.split_fractions, self.cfg.split_seed)
         entry = {"split": split, "material_id": str(sample.meta["material_id"]), "nbytes": len(record),
                  "stats": sample_statistics(arrays["cbed"], {k: arrays[k] for k in ("potential", "density")})}
+        return self.put_record(sid, record, entry, shapes)
+
+    def put_record(self, sample_id: str, record: bytes | bytearray, entry: dict[str, Any],
+                   arrays: dict[str, dict[str, Any]]) -> bool:
+        """Commit an already encoded, sealed record with its index entry (used by staging, which
+        copies records verbatim); ``arrays`` are the record's names/dtypes/shapes."""
+        self._require_open()
+        if self.has(sample_id):
+            return False
+        if self.info["arrays"] and self.info["arrays"] != arrays:
+            raise SchemaError(f"sample {sample_id} has arrays {arrays} but store {self.path} holds "
+                              f"{self.info['arrays']}; all samples of a store share shapes and dtypes")
+        key = sample_id.encode()
         writes = [(b"records", key, record), (b"index", key, _json_seal(entry))]
         new_info = None
         if not self.info["arrays"]:
-            new_info = dict(self.info, arrays=shapes)
+            new_info = dict(self.info, arrays=arrays)
             writes.append((b"info", _INFO_KEY, _json_seal(new_info)))
         self._commit(writes)
         if new_info is not None:
             self.info = new_info
-        self._index[sid] = entry
+        self._index[sample_id] = entry
         self._dirty = True
         if time.monotonic() - self._last_manifest > self.cfg.manifest_every_s:
             self.write_manifest()
@@ -589,6 +603,7 @@ class StoreReader:
         if info:
             _check_schema_version(self.path, info.get("schema_version"), "LMDB info")
         derived = build_manifest(self.path, info, index)
+        self.info, self._index = info, index
         if on_disk is None:
             return derived, True
         listed = {s["id"] for s in on_disk.get("samples", [])}
@@ -669,6 +684,23 @@ class StoreReader:
             except lmdb.MapResizedError:
                 self.env.set_mapsize(0)  # a writer grew the file: adopt the new size and retry
         raise StoreError(f"store {self.path} keeps growing under the reader; wait for the writer to finish")
+
+    def read_raw(self, i: int, verify: bool = True) -> tuple[bytearray, dict[str, Any]]:
+        """The sealed record bytes of sample ``i`` (checksum verified) and its index entry."""
+        sid = self._ids[i]
+        with self.env.begin(buffers=True) as txn:
+            view = txn.get(self._keys[i], db=self._dbs[b"records"])
+            if view is None:
+                raise CorruptRecordError(str(self.path), sid, "record missing from LMDB")
+            # a numpy copy releases the GIL, so reader threads fault pages in in parallel
+            record = bytearray(len(view))
+            np.copyto(np.frombuffer(record, dtype=np.uint8), np.frombuffer(view, dtype=np.uint8))
+        if verify:
+            try:
+                codec.unseal(record)
+            except codec.RecordCorrupt as exc:
+                raise CorruptRecordError(str(self.path), sid, str(exc)) from exc
+        return record, self._index[sid]
 
     def __getitem__(self, i: int) -> Sample:
         if not -len(self) <= i < len(self):

@@ -41,3 +41,19 @@ def make_sample(material_id: str, variant: int = 0, *, scan: tuple[int, int] = (
 
 def make_samples(n_materials: int, variants: int = 1, **kw) -> list[Sample]:
     return [make_sample(f"mp-{100 + m}", v, **kw) for m in range(n_materials) for v in range(variants)]
+
+
+def flip_byte_inside(store, needle: bytes, offset: int = 5) -> None:
+    """Flip one bit of the on-disk record bytes that contain ``needle`` (unique in data.mdb).
+
+    Records above ~2 KiB live in LMDB overflow pages that are never copied, so their bytes occur
+    exactly once in the file; small records can leave stale copies in freed pages, hence the check.
+    """
+    from pathlib import Path
+
+    data_file = Path(store) / "data.mdb"
+    raw = bytearray(data_file.read_bytes())
+    at = raw.find(needle)
+    assert at >= 0 and raw.find(needle, at + 1) < 0, "needle must occur exactly once in data.mdb"
+    raw[at + offset] ^= 0x40
+    data_file.write_bytes(bytes(raw))

@@ -10,7 +10,7 @@ import torch
 import stage
 from namsa.errors import UserError
 from stage.dataset import ShardedBatchSampler, batch_to_device
-from stage_helpers import CONFIG_HASH, make_sample
+from stage_helpers import CONFIG_HASH, flip_byte_inside, make_sample
 
 CFG = stage.DataConfig(split_fractions=(0.6, 0.2, 0.2), num_workers=0)
 
@@ -143,15 +143,12 @@ def test_batches_are_deterministic_and_resumable(data_dir, mode):
 
 
 def test_dataset_skip_corrupt_substitutes_and_warns(tmp_path):
-    samples = [make_sample(f"mp-{i}") for i in range(3)]
+    samples = [make_sample(f"mp-{i}", px=16) for i in range(3)]
     with stage.StoreWriter(tmp_path / "s", config_hash=CONFIG_HASH,
                            data_cfg=stage.DataConfig(cbed_dtype="float32")) as w:
         for s in samples:
             w.put(s)
-    raw = bytearray((tmp_path / "s" / "data.mdb").read_bytes())
-    at = raw.find(samples[1].density.tobytes()[:64])
-    raw[at + 3] ^= 1
-    (tmp_path / "s" / "data.mdb").write_bytes(bytes(raw))
+    flip_byte_inside(tmp_path / "s", samples[1].density.tobytes()[:64])
     ds = stage.SampleDataset(tmp_path / "s", None, None, targets=("density",))
     bad = [k for k in range(3) if ds.sample_id(k) == samples[1].id][0]
     with pytest.raises(stage.CorruptRecordError, match=samples[1].id):

@@ -17,7 +17,7 @@ import pytest
 import stage
 from namsa.errors import UserError
 from stage import codec
-from stage_helpers import CONFIG_HASH, make_sample, make_samples
+from stage_helpers import CONFIG_HASH, flip_byte_inside, make_sample, make_samples
 
 HERE = Path(__file__).parent
 F32 = stage.DataConfig(cbed_dtype="float32")
@@ -236,17 +236,8 @@ def test_max_map_size_is_a_clear_error_and_the_store_stays_valid(tmp_path):
 
 # ------------------------------------------------------------------------------ corruption
 
-def flip_byte_inside(path: Path, needle: bytes, offset: int = 5) -> None:
-    data_file = path / "data.mdb"
-    raw = bytearray(data_file.read_bytes())
-    at = raw.find(needle)
-    assert at >= 0 and raw.find(needle, at + 1) < 0, "needle must occur exactly once"
-    raw[at + offset] ^= 0x40
-    data_file.write_bytes(bytes(raw))
-
-
 def test_flipped_byte_is_detected_named_and_skippable(tmp_path):
-    samples = make_samples(4)
+    samples = make_samples(4, px=16)
     write_store(tmp_path / "s", samples, F32)
     victim = samples[2]
     flip_byte_inside(tmp_path / "s", victim.potential.tobytes()[:64])

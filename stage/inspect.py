@@ -1,0 +1,109 @@
+"""`inspect_store`: what a store (or a data dir of stores) holds, and optionally a full checksum pass."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import StoreError, StoreNotFoundError
+from .store import DATA_NAME, StoreReader, find_stores
+
+
+@dataclass
+class StoreSummary:
+    path: Path
+    count: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    materials: int = 0
+    arrays: dict[str, Any] = field(default_factory=dict)
+    compression: str | None = None
+    config_hash: str | None = None
+    schema_version: int | None = None
+    code_version: str | None = None
+    record_bytes: int = 0
+    file_bytes: int = 0
+    reconciled: bool = False
+    verified: bool = False
+    corrupt: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.corrupt and self.count > 0
+
+
+@dataclass
+class InspectReport:
+    """Per-store summaries; ``ok`` is True when every store opens, holds samples and (when
+    verified) every checksum matches."""
+
+    root: Path
+    stores: list[StoreSummary]
+    verified: bool
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.stores) and all(s.ok for s in self.stores)
+
+    @property
+    def corrupt(self) -> list[str]:
+        return [f"{s.path}:{k}" for s in self.stores for k in s.corrupt]
+
+    def text(self) -> str:
+        lines = [f"{len(self.stores)} store(s) under {self.root}"]
+        if not self.stores:
+            lines.append("  no store found (a store is a directory holding data.mdb)")
+        for s in self.stores:
+            lines.append(f"store {s.path}")
+            if s.error:
+                lines.append(f"  ERROR: {s.error}")
+                continue
+            split_text = ", ".join(f"{k} {v}" for k, v in s.counts.items())
+            lines.append(f"  samples {s.count} ({split_text}) from {s.materials} materials")
+            for name, a in sorted(s.arrays.items()):
+                lines.append(f"  {name:<9} {a['dtype']:<4} {tuple(a['shape'])}")
+            lines.append(f"  records {s.record_bytes / 1e6:.2f} MB, data.mdb {s.file_bytes / 1e6:.2f} MB, "
+                         f"compression {s.compression}, schema v{s.schema_version}, code {s.code_version}")
+            lines.append(f"  config hash {s.config_hash}")
+            if s.reconciled:
+                lines.append("  note: manifest.json was behind the LMDB records (rebuilt from them on read)")
+            if s.count == 0:
+                lines.append("  EMPTY: no samples")
+            if s.verified:
+                lines.append(f"  verify: {len(s.corrupt)} corrupt record(s)" +
+                             (": " + ", ".join(s.corrupt) if s.corrupt else ", every checksum matches"))
+        lines.append("OK" if self.ok else "PROBLEMS FOUND")
+        return "\n".join(lines)
+
+
+def _summarise(path: Path, verify: bool) -> StoreSummary:
+    summary = StoreSummary(path=path)
+    try:
+        with StoreReader(path, verify=True, allow_empty=True) as reader:
+            m = reader.manifest
+            summary.count, summary.counts = m["count"], m["counts"]
+            summary.materials = len({s["material_id"] for s in m["samples"]})
+            summary.arrays, summary.compression = m["arrays"], m["compression"]
+            summary.config_hash, summary.schema_version = m["config_hash"], m["schema_version"]
+            summary.code_version, summary.record_bytes = m["code_version"], m["bytes"]
+            summary.file_bytes = (path / DATA_NAME).stat().st_size
+            summary.reconciled = reader.reconciled
+            if verify:
+                summary.corrupt = reader.verify_all()
+                summary.verified = True
+    except StoreError as exc:
+        summary.error = str(exc)
+    return summary
+
+
+def inspect_store(path: str | os.PathLike, verify: bool = False) -> InspectReport:
+    """Summarise every store at or below ``path``; ``verify`` checks every record's checksum.
+
+    Problems inside a store (corrupt records, schema errors, emptiness) are reported, not raised;
+    a path that does not exist raises `StoreNotFoundError`.
+    """
+    root = Path(path)
+    if not root.exists():
+        raise StoreNotFoundError(f"no store at {root}: the path does not exist; check it")
+    return InspectReport(root=root, stores=[_summarise(p, verify) for p in find_stores(root)], verified=verify)
