@@ -3,8 +3,9 @@
 The lattice data live in ``namsa/data/structure_library.json`` (one entry per structure: space
 group, conventional lattice in Angstrom and degrees, asymmetric-unit sites, formula units per
 cell ``Z``, published density in g/cm^3 and the sources of the numbers). Each structure is
-built with :meth:`pymatgen.core.Structure.from_spacegroup`, so the full conventional cell comes
-from the space-group operations rather than from hand-typed coordinates.
+built from pymatgen's space-group operation table (the same operations, in the same default
+settings, as :meth:`pymatgen.core.Structure.from_spacegroup`; Fd-3m is origin choice 1), so the
+full conventional cell comes from the symmetry operations rather than hand-typed coordinates.
 
 Ids look like ``"<formula>-<prototype>"`` (``"Si-diamond"``, ``"SrTiO3-perovskite"``,
 ``"GaN-wurtzite"``) and never change once published: sample ids and dataset splits depend on them.
@@ -15,13 +16,18 @@ import difflib
 import json
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, Sequence
 
+import numpy as np
 from pymatgen.core import Lattice, Structure
+from pymatgen.core.operations import SymmOp
+from pymatgen.symmetry.groups import SpaceGroup
 
 from .errors import UserError
 
 _DATA_FILE = "structure_library.json"
+#: fractional distance below which two symmetry images are the same site
+_SITE_TOLERANCE = 1e-5
 
 
 class UnknownStructureIdError(UserError):
@@ -69,12 +75,48 @@ def _lattice(params: dict[str, float]) -> Lattice:
         params.get("alpha", 90.0), params.get("beta", 90.0), params.get("gamma", 90.0))
 
 
+def _space_group_record(symbol: str) -> dict[str, Any]:
+    """pymatgen's table entry of a space group in its default setting (first match, as
+    ``pymatgen.symmetry.groups.SpaceGroup`` does)."""
+    symbol = SpaceGroup.abbrev_sg_mapping.get(symbol, SpaceGroup.full_sg_mapping.get(symbol, symbol))
+    for group in SpaceGroup.SYMM_OPS:
+        if symbol in (group["hermann_mauguin"], group["universal_h_m"], group["hermann_mauguin_u"]):
+            return group
+    raise ValueError(f"space group {symbol!r} is not in pymatgen's table")
+
+
+@lru_cache(maxsize=None)
+def _symmetry_operations(symbol: str) -> tuple[np.ndarray, np.ndarray]:
+    """(rotations (n, 3, 3), translations (n, 3)) of a space group in pymatgen's default setting.
+
+    The operations are pymatgen's own table (the one ``Structure.from_spacegroup`` uses); we
+    read it directly because ``SpaceGroup()`` deduplicates them with an O(n^2) set build that
+    takes seconds for cubic groups.
+    """
+    ops = [SymmOp.from_xyz_str(text) for text in _space_group_record(symbol)["symops"]]
+    return np.array([op.rotation_matrix for op in ops]), np.array([op.translation_vector for op in ops])
+
+
+def _orbit(rotations: np.ndarray, translations: np.ndarray, point: Sequence[float]) -> np.ndarray:
+    """Distinct images of a fractional point under the operations, wrapped into [0, 1)."""
+    images = (rotations @ np.asarray(point, float) + translations) % 1.0
+    delta = images[:, None, :] - images[None, :, :]
+    same = np.all(np.abs(delta - np.round(delta)) < _SITE_TOLERANCE, axis=-1)
+    # keep an image unless an earlier image is the same site
+    first = ~np.any(np.tril(same, k=-1), axis=1)
+    return images[first]
+
+
 @lru_cache(maxsize=None)
 def _build(structure_id: str) -> Structure:
     entry = _entry(structure_id)
-    species = [site[0] for site in entry["sites"]]
-    coords = [site[1] for site in entry["sites"]]
-    structure = Structure.from_spacegroup(entry["spacegroup"], _lattice(entry["lattice"]), species, coords)
+    rotations, translations = _symmetry_operations(entry["spacegroup"])
+    species, coords = [], []
+    for symbol, point in entry["sites"]:
+        orbit = _orbit(rotations, translations, point)
+        species += [symbol] * len(orbit)
+        coords += list(orbit)
+    structure = Structure(_lattice(entry["lattice"]), species, coords)
     structure.properties["material_id"] = structure_id
     return structure
 
@@ -91,7 +133,8 @@ def get(structure_id: str) -> Structure:
 def info(structure_id: str) -> dict[str, Any]:
     """Metadata of a built-in structure.
 
-    Keys: ``id``, ``prototype``, ``formula`` (reduced), ``spacegroup``, ``lattice`` (a, b, c in
+    Keys: ``id``, ``prototype``, ``formula`` (reduced), ``spacegroup`` (symbol) and
+    ``spacegroup_number``, ``lattice`` (a, b, c in
     Angstrom; alpha, beta, gamma in degrees), ``Z`` (formula units per conventional cell),
     ``n_atoms`` (atoms per conventional cell), ``density_g_cm3`` (published, or None),
     ``density_built_g_cm3`` (of the structure as built), ``sources`` (full citations).
@@ -105,6 +148,7 @@ def info(structure_id: str) -> dict[str, Any]:
         "prototype": entry["prototype"],
         "formula": structure.composition.reduced_formula,
         "spacegroup": entry["spacegroup"],
+        "spacegroup_number": int(_space_group_record(entry["spacegroup"])["number"]),
         "lattice": {"a": lat.a, "b": lat.b, "c": lat.c,
                     "alpha": lat.alpha, "beta": lat.beta, "gamma": lat.gamma},
         "Z": entry["Z"],

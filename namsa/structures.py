@@ -263,6 +263,8 @@ class _Cell:
 
 def normalize_zone_axis(zone_axis: Any) -> tuple[int, int, int]:
     """Check that ``zone_axis`` is three integers, not all zero, and divide out their gcd."""
+    if isinstance(zone_axis, (str, bytes)):
+        raise ZoneAxisError(f"zone axis {zone_axis!r} is a string; give three integer indices, e.g. [1, 1, 0]")
     try:
         values = [float(v) for v in zone_axis]
     except (TypeError, ValueError):
