@@ -125,3 +125,13 @@ def test_resolved_config_round_trips(tmp_path):
     # Every section is spelled out, defaults included, and it loads back to the same config.
     assert set(resolved) == set(PipelineConfig.model_fields)
     assert load_config(path) == cfg
+
+
+def test_section_errors_name_the_dotted_key(tmp_path):
+    # The sections owned by the other rooms are validated in place, with the same one-line errors.
+    with pytest.raises(ConfigError, match=r"^cfg.yaml: simulation.energy_kv: Input should be a valid number"):
+        load_config(write(tmp_path, "simulation:\n  energy_kv: fast\n"))
+    with pytest.raises(ConfigError, match=r"^cfg.yaml: evaluation.split: Input should be 'train', 'dev' or 'test'"):
+        load_config(write(tmp_path, ""), ["evaluation.split=validation"])
+    with pytest.raises(ConfigError, match=r"^cfg.yaml: simulation.aberrations.C5_mm: unknown key; allowed keys here: C1_A, C3_mm"):
+        load_config(write(tmp_path, ""), ["simulation.aberrations.C5_mm=1"])

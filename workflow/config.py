@@ -15,8 +15,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from models.distributed import DistributedConfig
+from models.evaluation import EvaluationConfig
+from namsa.config import SimulationConfig
 from namsa.errors import UserError
-from stage.config import DataConfig
+from stage import DataConfig
 
 #: names of the execution profiles; `workflow.profiles.FACTORIES` maps each to a Parsl Config factory.
 PROFILE_NAMES: tuple[str, ...] = ("local", "local-htex", "slurm", "pbs")
@@ -142,7 +145,10 @@ class PipelineConfig(_Section):
     """The whole pipeline: one section per room plus `execution`."""
 
     name: str = "quickstart"
+    simulation: SimulationConfig = SimulationConfig()
     data: DataConfig = DataConfig()
+    distributed: DistributedConfig = DistributedConfig()
+    evaluation: EvaluationConfig = EvaluationConfig()
     execution: ExecutionConfig = ExecutionConfig()
 
     @field_validator("name")

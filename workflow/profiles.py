@@ -207,6 +207,16 @@ def build_parsl_config(exec_cfg: ExecutionConfig, run_dir: str | Path) -> Config
     return FACTORIES[exec_cfg.profile](exec_cfg, Path(run_dir))
 
 
+def worker_slots(exec_cfg: ExecutionConfig) -> int:
+    """How many `workers` tasks run at once under this profile (the simulation fan-out width)."""
+    if exec_cfg.profile == "local":
+        return exec_cfg.workers
+    if exec_cfg.profile == "local-htex":
+        return exec_cfg.local_htex.gpus_per_node or exec_cfg.workers
+    site = exec_cfg.slurm if exec_cfg.profile == "slurm" else exec_cfg.pbs
+    return (site.gpus_per_node or exec_cfg.workers) * site.nodes * site.max_blocks
+
+
 # --------------------------------------------------------------------------------------------
 # the training command
 

@@ -1,0 +1,100 @@
+"""The `namsa` CLI: --help everywhere, one-line errors with exit status 2, real stage runs."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import stage
+from workflow.cli import EXIT_BAD_INPUT, build_parser, main
+
+SUBCOMMANDS = ("simulate", "stage", "inspect", "train", "evaluate", "run", "scaling")
+
+#: a really tiny simulation: 4 materials x 2 zone axes of 4x4-scan, 16 px samples, plus one bad id
+MICRO_SIMULATION = """\
+name: micro
+simulation:
+  materials: [Si-diamond, GaAs-zincblende, MgO-rocksalt, Cu-fcc, no-such-material]
+  zone_axes: [[0, 0, 1], [0, 1, 1]]
+  scan_shape: [4, 4]
+  pattern_px: 16
+  target_px: 16
+  cell_lateral_A: 8
+  thickness_A: 16
+  sampling_A: 0.2
+data:
+  split_fractions: [0.5, 0.25, 0.25]
+  split_seed: 2
+"""
+
+
+def test_every_subcommand_is_registered():
+    actions = [a for a in build_parser()._actions if a.dest == "command"]
+    assert set(actions[0].choices) == set(SUBCOMMANDS)
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_help(command, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: namsa {command}")
+
+
+def test_config_commands_take_a_config_and_overrides(capsys):
+    for command in ("simulate", "train", "evaluate", "run", "scaling"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        out = capsys.readouterr().out
+        assert "CONFIG" in out and "--set KEY=VALUE" in out, command
+
+
+def test_bad_config_key_exits_2_with_one_line(tmp_path, capsys):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("execution:\n  profile: cloud\n")
+    assert main(["run", str(cfg), "--out", str(tmp_path / "run")]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err == ("namsa: error: bad.yaml: execution.profile: unknown profile 'cloud'; "
+                   "choose one of local, local-htex, slurm, pbs\n")
+    assert not (tmp_path / "run").exists()
+
+
+def test_bad_override_exits_2(tmp_path, capsys):
+    assert main(["simulate", "--out", str(tmp_path), "--set", "simulation.energy_kv=fast"]) == EXIT_BAD_INPUT
+    assert capsys.readouterr().err.startswith("namsa: error: quickstart.yaml: simulation.energy_kv: "
+                                              "Input should be a valid number")
+
+
+def test_bad_worker_index_exits_2(tmp_path, capsys):
+    assert main(["simulate", "--out", str(tmp_path), "--worker", "3", "--of", "2"]) == EXIT_BAD_INPUT
+    assert "--worker 3 must be in [0, --of 2)" in capsys.readouterr().err
+
+
+def test_console_script_reports_missing_config(tmp_path):
+    # The installed entry point itself (pyproject [project.scripts]), not just main().
+    script = Path(sys.executable).parent / "namsa"
+    proc = subprocess.run([str(script), "train", str(tmp_path / "missing.yaml"), "--data", str(tmp_path),
+                           "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == EXIT_BAD_INPUT
+    assert proc.stderr.strip().splitlines() == [
+        f"namsa: error: {tmp_path / 'missing.yaml'}: config file not found; pass a YAML file such as "
+        "configs/quickstart.yaml"]
+
+
+def test_simulate_writes_a_store_records_the_bad_material_and_resumes(tmp_path, capsys):
+    cfg = tmp_path / "micro.yaml"
+    cfg.write_text(MICRO_SIMULATION)
+    out = tmp_path / "data"
+    assert main(["simulate", str(cfg), "--out", str(out), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "8 written, 0 already stored, 1 failed" in printed
+    assert "failed: no-such-material: unknown structure id" in printed
+    with stage.open_stores(stage.find_stores(out)) as stores:
+        assert len(stores) == 8
+        assert {s.split("__")[0] for s in stores.ids()} == {"Si-diamond", "GaAs-zincblende", "MgO-rocksalt", "Cu-fcc"}
+    # A rerun with two workers finds everything stored and simulates nothing.
+    assert main(["simulate", str(cfg), "--out", str(out), "--no-progress", "--worker", "1", "--of", "2"]) == 0
+    assert "0 written, 4 already stored" in capsys.readouterr().out

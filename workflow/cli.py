@@ -1,0 +1,206 @@
+"""`namsa`: the command line. Every subcommand is a thin layer over a runner in workflow.runners.
+
+    namsa simulate CONFIG --out DIR       structures -> LMDB store(s) + manifest
+    namsa stage SRC DST                   copy/shard stores to node-local storage, verify
+    namsa inspect DIR [--verify]          what a store holds; --verify checks every checksum
+    namsa train CONFIG --data DIR --out DIR [--resume]
+    namsa evaluate CONFIG --data DIR --model DIR --out DIR
+    namsa run CONFIG [--out DIR]          the whole Parsl DAG: simulate -> train -> evaluate
+    namsa scaling CONFIG --data DIR --out DIR
+
+CONFIG may be left out: the embedded quickstart config is used. Bad input exits with status 2 and
+one line ``namsa: error: <what is wrong and how to fix it>``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from namsa.errors import UserError
+
+from .errors import StageFailed
+
+#: exit status for bad input (like argparse), for a failed stage, and for Ctrl-C (128 + SIGINT)
+EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED = 2, 1, 130
+
+
+def _load(args: argparse.Namespace):
+    from .config import load_config
+
+    return load_config(args.config, args.set or [])
+
+
+def _add_config(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", nargs="?", default=None, metavar="CONFIG",
+                        help="pipeline YAML (default: the embedded quickstart, configs/quickstart.yaml)")
+    _add_overrides(parser)
+
+
+def _add_overrides(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
+                        help="override one config value, e.g. --set training.steps=50 (repeatable; "
+                             "the value is read as YAML)")
+    parser.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="no progress bars (for logs and batch jobs)")
+
+
+# --------------------------------------------------------------------------------------------
+# subcommands
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from . import runners
+
+    cfg = _load(args)
+    summary = runners.simulate(cfg, args.out, worker=args.worker, num_workers=args.of, progress=args.progress)
+    print(summary.line())
+    for who, why in summary.failed:
+        print(f"  failed: {who}: {why}")
+    return 0
+
+
+def cmd_stage(args: argparse.Namespace) -> int:
+    from . import runners
+
+    result = runners.stage_data(args.src, args.dst, verify=args.verify)
+    print(result.text() if hasattr(result, "text") else result)
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from . import runners
+
+    print(runners.inspect(args.path, verify=args.verify))
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from . import runners
+
+    cfg = _load(args)
+    summary = runners.train(cfg, args.data, args.out, resume=args.resume)
+    print(f"trained {summary['steps']} steps; model: {summary['model_dir']}; "
+          f"best checkpoint: {summary['best_checkpoint']}; final dev loss: {summary['final_dev_loss']}")
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from . import runners
+    from .dag import _headline_lines
+
+    cfg = _load(args)
+    summary = runners.evaluate(cfg, args.data, args.model, args.out)
+    print(f"metrics: {summary['metrics_json']}\nreport: {summary['report_html']}")
+    print("\n".join(_headline_lines(summary["headline"])))
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .dag import run_pipeline
+
+    cfg = _load(args)
+    summary = run_pipeline(cfg, args.out, progress=args.progress, retry_failed=args.retry_failed)
+    print(summary.text())
+    return 0
+
+
+def cmd_scaling(args: argparse.Namespace) -> int:
+    from . import runners
+
+    cfg = _load(args)
+    result = runners.scaling(cfg, args.data, args.out, fractions=args.fractions, metric=args.metric)
+    print(f"scaling study: {result.get('json')}\nfigure: {result.get('figure')}")
+    return 0
+
+
+def _fractions(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers, e.g. 0.25,0.5,1") from None
+    if not values or any(not 0 < v <= 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: every fraction must be in (0, 1]")
+    return values
+
+
+# --------------------------------------------------------------------------------------------
+# the parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="namsa", description="Multislice 4D-STEM simulation -> LMDB stores -> FC-DenseNet "
+        "reconstructor -> evaluation, as single stages or as one Parsl workflow.",
+        epilog="Start with: namsa run configs/quickstart.yaml --out runs/quickstart")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, handler: Callable[[argparse.Namespace], int], help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(handler=handler)
+        return p
+
+    p = add("simulate", cmd_simulate, "simulate the config's samples into LMDB stores (one per worker)")
+    _add_config(p)
+    p.add_argument("--out", required=True, type=Path, help="data directory; this worker writes DIR/store-<worker>")
+    p.add_argument("--worker", type=int, default=0, help="this worker's index (0-based) when splitting the plan")
+    p.add_argument("--of", type=int, default=1, help="number of workers the plan is split over")
+
+    p = add("stage", cmd_stage, "copy/shard stores to node-local storage and verify every record")
+    p.add_argument("src", type=Path, help="a store or a data directory of stores")
+    p.add_argument("dst", type=Path, help="destination directory (e.g. $TMPDIR/namsa)")
+    p.add_argument("--no-verify", dest="verify", action="store_false", help="skip the checksum pass")
+
+    p = add("inspect", cmd_inspect, "show what a store (or a data directory of stores) holds")
+    p.add_argument("path", type=Path, help="a store or a data directory of stores")
+    p.add_argument("--verify", action="store_true", help="check every record's checksum")
+
+    p = add("train", cmd_train, "train the reconstructor on stores (single process, or under torchrun/MPI)")
+    _add_config(p)
+    p.add_argument("--data", required=True, type=Path, action="append", help="data directory (repeatable)")
+    p.add_argument("--out", required=True, type=Path, help="training output directory (checkpoints, metrics)")
+    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
+
+    p = add("evaluate", cmd_evaluate, "evaluate a trained model against the baselines; writes metrics and a report")
+    _add_config(p)
+    p.add_argument("--data", required=True, type=Path, action="append", help="data directory (repeatable)")
+    p.add_argument("--model", required=True, type=Path, help="trained model directory")
+    p.add_argument("--out", required=True, type=Path, help="output directory (metrics.json, figures, report.html)")
+
+    p = add("run", cmd_run, "run the whole Parsl workflow: simulate -> train -> evaluate (resumable)")
+    _add_config(p)
+    p.add_argument("--out", type=Path, default=None, help="run directory (default: runs/<name>)")
+    p.add_argument("--retry-failed", action="store_true", help="try again the samples that failed in earlier runs")
+
+    p = add("scaling", cmd_scaling, "train on growing subsets of the data and plot error vs training-set size")
+    _add_config(p)
+    p.add_argument("--data", required=True, type=Path, action="append", help="data directory (repeatable)")
+    p.add_argument("--out", required=True, type=Path, help="output directory of the study")
+    p.add_argument("--fractions", type=_fractions, default=[0.125, 0.25, 0.5, 1.0],
+                   help="comma-separated training-set fractions (default 0.125,0.25,0.5,1)")
+    p.add_argument("--metric", default="rel_l2", help="metric plotted against the training-set size")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `namsa` console script; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except UserError as exc:
+        print(f"namsa: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("namsa: interrupted; everything written so far is kept: rerun the same command to resume",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except StageFailed as exc:
+        print(f"namsa: error: {exc}", file=sys.stderr)
+        if exc.detail:
+            print(exc.detail, file=sys.stderr)
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,584 @@
+"""The Parsl DAG behind `namsa run`: simulate (fan-out) -> train -> evaluate.
+
+Run directory (default ``runs/<name>/``)::
+
+    config.resolved.yaml   every key, defaults included
+    data/                  one store per simulation task (or a link to execution.data_dir)
+    checkpoints/           training output (train-summary.json marks a finished training)
+    eval/                  metrics.json, figures, report.html (eval-summary.json marks it done)
+    logs/                  progress files, simulate-failures.json, train.log, run.log
+    runinfo/               Parsl's run_dir (its logs and memoisation checkpoints)
+    summary.json           what the last run did, with paths and timings
+
+Resume: the stores' contents (LMDB records, reconciled with their manifests) decide which samples
+exist; train-summary.json / eval-summary.json record the data fingerprint and config they were made
+from. Parsl's memoisation (task_exit checkpoints) is only an accelerator: every app is given the
+current state of its output, so a memoised result is never reused for an output that has changed.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import json
+import shlex
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import parsl
+from parsl import bash_app, python_app
+
+from namsa.errors import UserError
+
+from . import runners
+from .config import PipelineConfig, save_resolved
+from .errors import NotEnoughSamples, StageFailed
+from .profiles import TRAIN, WORKERS, build_parsl_config, train_command, worker_slots
+
+#: lines of the training log quoted when training fails
+LOG_TAIL_LINES = 25
+
+
+# --------------------------------------------------------------------------------------------
+# Parsl apps (module level so HTEX workers can import them; arguments are plain JSON-able values
+# because Parsl's memo key rejects Path/File objects)
+
+
+@python_app(executors=[WORKERS], cache=True)
+def simulate_app(cfg_dict: dict, store_dir: str, spec_keys: list, sources: dict, progress_path: str,
+                 output_state: str) -> dict:
+    """One simulation chunk -> one store. ``output_state`` only feeds the memo key."""
+    from workflow import runners
+    from workflow.config import PipelineConfig
+
+    cfg = PipelineConfig.model_validate(cfg_dict)
+    specs = [runners.spec_from_key(k) for k in spec_keys]
+    return runners.simulate_specs(cfg, store_dir, specs, sources, progress=False,
+                                  progress_path=progress_path).to_dict()
+
+
+@bash_app(executors=[TRAIN], cache=True)
+def train_app(command: str, output_state: str, stdout: str | None = None, stderr: str | None = None,
+              parsl_resource_specification: dict | None = None) -> str:
+    """The training job: `namsa train` under the profile's launcher (see profiles.train_command)."""
+    return command
+
+
+@python_app(executors=[WORKERS], cache=True)
+def evaluate_app(cfg_dict: dict, data_dirs: list, model_dir: str, out_dir: str, metrics_csv: str | None,
+                 output_state: str, inputs: Sequence[Any] = ()) -> dict:
+    """Evaluation of the trained model; ``inputs`` carries the training future it waits for."""
+    from workflow import runners
+    from workflow.config import PipelineConfig
+
+    cfg = PipelineConfig.model_validate(cfg_dict)
+    return runners.evaluate(cfg, data_dirs, model_dir, out_dir, train_metrics_csv=metrics_csv)
+
+
+def output_state(path: str | Path) -> str:
+    """A memo-key token for an output: a listing fingerprint, or a fresh uuid when it is absent.
+
+    An absent or empty output always gets a new token, so a deleted store or checkpoint directory
+    can never be "restored" from Parsl's memo table without doing the work again.
+    """
+    path = Path(path)
+    entries = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else []
+    if not entries:
+        return f"absent:{uuid.uuid4()}"
+    listing = [f"{p.relative_to(path)}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in entries]
+    return "state:" + hashlib.sha256("\n".join(listing).encode()).hexdigest()
+
+
+# --------------------------------------------------------------------------------------------
+# run directory and bookkeeping
+
+
+@dataclass
+class RunPaths:
+    """The layout of one run directory."""
+
+    root: Path
+    data: Path
+
+    @classmethod
+    def for_config(cls, cfg: PipelineConfig, run_dir: str | Path | None) -> "RunPaths":
+        root = Path(run_dir) if run_dir is not None else Path("runs") / cfg.name
+        data = Path(cfg.execution.data_dir) if cfg.execution.data_dir else root / "data"
+        return cls(root=root.resolve(), data=data.resolve())
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def eval(self) -> Path:
+        return self.root / "eval"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def resolved_config(self) -> Path:
+        return self.root / "config.resolved.yaml"
+
+    def create(self) -> None:
+        for path in (self.root, self.data, self.checkpoints, self.eval, self.logs):
+            path.mkdir(parents=True, exist_ok=True)
+        link = self.root / "data"
+        if self.data != link and not link.exists():
+            link.symlink_to(self.data, target_is_directory=True)
+
+
+@dataclass
+class TaskTiming:
+    """When Parsl got a task and when the task itself started and ended (time.time())."""
+
+    stage: str
+    submitted: float
+    started: float | None = None
+    ended: float | None = None
+    resolved: float | None = None
+
+    @property
+    def overhead(self) -> float:
+        """Time Parsl spent around the task: submission -> start, end -> result in the driver."""
+        if None in (self.started, self.ended, self.resolved):
+            return 0.0
+        return max(self.started - self.submitted, 0.0) + max(self.resolved - self.ended, 0.0)
+
+
+@dataclass
+class RunSummary:
+    """What `run_pipeline` did, and where everything is."""
+
+    run_dir: str
+    data_dir: str
+    planned: int = 0
+    available: int = 0
+    written: int = 0
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    stages_run: list[str] = field(default_factory=list)
+    model_dir: str | None = None
+    best_checkpoint: str | None = None
+    metrics_json: str | None = None
+    report_html: str | None = None
+    headline: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    tasks: list[TaskTiming] = field(default_factory=list)
+
+    def text(self) -> str:
+        lines = [f"run directory: {self.run_dir}",
+                 f"samples: {self.available} of {self.planned} planned in {self.data_dir}"
+                 f" ({self.written} simulated now, {len(self.failures)} failed)"]
+        lines += [f"  failed: {who}: {why}" for who, why in self.failures[:10]]
+        if len(self.failures) > 10:
+            lines.append(f"  ... {len(self.failures) - 10} more in logs/simulate-failures.json")
+        lines.append("stages run: " + (", ".join(self.stages_run) or "none (everything was already done)"))
+        for label, path in (("model", self.model_dir), ("best checkpoint", self.best_checkpoint),
+                            ("metrics", self.metrics_json), ("report", self.report_html)):
+            if path:
+                lines.append(f"{label}: {path}")
+        lines += _headline_lines(self.headline)
+        if self.timings:
+            lines.append("wall time: " + ", ".join(f"{k} {v:.1f} s" for k, v in self.timings.items()
+                                                   if not k.endswith("fraction")))
+        return "\n".join(lines)
+
+
+def _headline_lines(headline: dict[str, Any]) -> list[str]:
+    """One line per target: the network against the baselines on the headline metric."""
+    lines = []
+    for target, methods in headline.items():
+        parts = []
+        for method, metrics in methods.items():
+            value = (metrics or {}).get("rel_l2")
+            if value is not None:
+                parts.append(f"{method} {value:.3f}")
+        if parts:
+            lines.append(f"{target} relative L2 error (lower is better): " + ", ".join(parts))
+    return lines
+
+
+class FailureLog:
+    """Simulation failures of this physics config, kept in logs/simulate-failures.json.
+
+    A sample that failed is not retried by later runs (rerun with --retry-failed to try again).
+    """
+
+    def __init__(self, path: Path, physics_hash: str):
+        self.path = path
+        self.physics_hash = physics_hash
+        payload = json.loads(path.read_text()) if path.exists() else {}
+        same = payload.get("physics_hash") == physics_hash
+        self.entries: dict[str, str] = dict(payload.get("failures", {})) if same else {}
+
+    def record(self, items: Sequence[tuple[str, str]]) -> None:
+        self.entries.update({who: why for who, why in items})
+        runners.write_json_atomic(self.path, {"physics_hash": self.physics_hash, "failures": self.entries})
+
+    def forget(self) -> None:
+        self.entries = {}
+        runners.write_json_atomic(self.path, {"physics_hash": self.physics_hash, "failures": {}})
+
+
+# --------------------------------------------------------------------------------------------
+# the live view
+
+
+class LiveView:
+    """Progress bars: simulation samples (with task counts), training steps, evaluation."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.bar = None
+
+    def start(self, total: int, desc: str, unit: str) -> None:
+        self.close()
+        self.bar = runners.progress_bar(total, desc, unit, self.enabled)
+
+    def update(self, n: int, **postfix: Any) -> None:
+        if self.bar is None:
+            return
+        self.bar.n = min(n, self.bar.total) if self.bar.total else n
+        self.bar.set_postfix(postfix, refresh=False)
+        self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def note(self, text: str) -> None:
+        if self.enabled:
+            runners.tqdm_write(text)
+
+
+def _wait(futures: Sequence[concurrent.futures.Future], on_tick: Callable[[], None], period: float = 0.5) -> None:
+    """Wait for every future, calling ``on_tick`` about every ``period`` seconds."""
+    pending = set(futures)
+    while pending:
+        _, pending = concurrent.futures.wait(pending, timeout=period,
+                                             return_when=concurrent.futures.FIRST_COMPLETED)
+        on_tick()
+
+
+# --------------------------------------------------------------------------------------------
+# the pipeline
+
+
+class Pipeline:
+    """One `namsa run`: plans, submits and watches the stages; see `run_pipeline`."""
+
+    def __init__(self, cfg: PipelineConfig, run_dir: str | Path | None, progress: bool, retry_failed: bool):
+        self.cfg = cfg
+        self.paths = RunPaths.for_config(cfg, run_dir)
+        self.view = LiveView(progress)
+        self.retry_failed = retry_failed
+        self.summary = RunSummary(run_dir=str(self.paths.root), data_dir=str(self.paths.data))
+        self.cfg_dict = cfg.model_dump(mode="json")
+        self._dfk = None
+
+    # -- Parsl is loaded only when a stage has work to do ----------------------------------
+    def dfk(self):
+        if self._dfk is None:
+            started = time.time()
+            self._dfk = parsl.load(build_parsl_config(self.cfg.execution, self.paths.root))
+            self._add_time("parsl_start", time.time() - started)
+        return self._dfk
+
+    def close(self, wait: bool) -> None:
+        if self._dfk is None:
+            return
+        started = time.time()
+        try:
+            if wait:
+                self._dfk.wait_for_current_tasks()
+            self._dfk.cleanup()
+        finally:
+            parsl.clear()
+            self._dfk = None
+            self._add_time("parsl_stop", time.time() - started)
+
+    def _add_time(self, key: str, seconds: float) -> None:
+        self.summary.timings[key] = self.summary.timings.get(key, 0.0) + seconds
+
+    def log(self, text: str) -> None:
+        with open(self.paths.logs / "run.log", "a") as fh:
+            fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {text}\n")
+
+    # -- the stages ----------------------------------------------------------------------------
+    def run(self) -> RunSummary:
+        started = time.time()
+        self.paths.create()
+        save_resolved(self.cfg, self.paths.resolved_config)
+        self.log(f"run started: {self.paths.root}")
+        self.simulate()
+        self.check_enough_samples()
+        train_future = self.train()
+        self.evaluate(train_future)
+        self.close(wait=True)
+        self.summary.timings["total"] = time.time() - started
+        overhead = sum(t.overhead for t in self.summary.tasks) + self.summary.timings.get("parsl_start", 0.0) \
+            + self.summary.timings.get("parsl_stop", 0.0)
+        self.summary.timings["parsl_overhead"] = overhead
+        runners.write_json_atomic(self.paths.root / "summary.json", asdict(self.summary))
+        self.log("run finished: " + ", ".join(self.summary.stages_run or ["nothing to do"]))
+        return self.summary
+
+    def simulate(self) -> None:
+        started = time.time()
+        cfg = self.cfg
+        plan = runners.plan(cfg)
+        self._add_time("plan", time.time() - started)
+        failures = FailureLog(self.paths.logs / "simulate-failures.json", cfg.simulation.physics_hash())
+        if self.retry_failed:
+            failures.forget()
+        failures.record(plan.failures)
+        self.plan = plan
+        present = runners.stored_ids(self.paths.data)
+        missing = [s for s in plan.specs
+                   if s.sample_id(cfg.simulation) not in present and s.sample_id(cfg.simulation) not in failures.entries]
+        self.summary.planned = len(plan.specs)
+        if missing:
+            self._simulate(missing, plan.sources, failures)
+        self.summary.failures = sorted(failures.entries.items())
+        self.summary.available = len(runners.stored_ids(self.paths.data) & {s.sample_id(cfg.simulation)
+                                                                            for s in plan.specs})
+
+    def _simulate(self, missing: list, sources: dict[str, str], failures: FailureLog) -> None:
+        started = time.time()
+        self.summary.stages_run.append("simulate")
+        n_tasks = min(len(missing), worker_slots(self.cfg.execution))
+        chunks = [missing[i::n_tasks] for i in range(n_tasks)]
+        stores = self._free_store_names(n_tasks)
+        self.dfk()
+        tasks: list[tuple[concurrent.futures.Future, TaskTiming, Path, list]] = []
+        for chunk, store in zip(chunks, stores):
+            progress_path = self.paths.logs / f"{store.name}.progress.json"
+            progress_path.unlink(missing_ok=True)
+            timing = TaskTiming("simulate", submitted=time.time())
+            future = simulate_app(self.cfg_dict, str(store), [runners.spec_key(s) for s in chunk],
+                                  {s.material_id: sources[s.material_id] for s in chunk}, str(progress_path),
+                                  output_state(store))
+            future.add_done_callback(lambda _f, t=timing: setattr(t, "resolved", time.time()))
+            tasks.append((future, timing, progress_path, chunk))
+        self.log(f"simulate: {len(missing)} samples in {n_tasks} tasks")
+        self.view.start(len(missing), "simulate", "sample")
+        try:
+            _wait([t[0] for t in tasks], lambda: self._show_simulation(tasks))
+        except KeyboardInterrupt:
+            self._stop_simulation(tasks)
+            raise
+        self._show_simulation(tasks)
+        self.view.close()
+        self._collect_simulation(tasks, failures)
+        self._add_time("simulate", time.time() - started)
+
+    def _free_store_names(self, n: int) -> list[Path]:
+        """Store directories for ``n`` writers: store-000, store-001, ... (existing ones are resumed)."""
+        return [self.paths.data / f"store-{i:03d}" for i in range(n)]
+
+    def _show_simulation(self, tasks: list) -> None:
+        done = written = failed_samples = failed_tasks = running = 0
+        for future, _timing, progress_path, _chunk in tasks:
+            state = _read_json(progress_path)
+            written += state.get("written", 0) + state.get("skipped", 0)
+            failed_samples += len(state.get("failed", []))
+            if future.done():
+                failed_tasks += future.exception() is not None
+                done += future.exception() is None
+            elif state:
+                running += 1
+        self.view.update(written + failed_samples, tasks=f"{done}/{len(tasks)} done, {running} running, "
+                         f"{failed_tasks} failed", written=written, failed=failed_samples)
+
+    def _stop_simulation(self, tasks: list) -> None:
+        """Ctrl-C: let every task finish the sample in hand and close its store, then return."""
+        runners.STOP.set()
+        self.view.note("stopping: finishing the samples in hand (press Ctrl-C again to abort)")
+        try:
+            concurrent.futures.wait([t[0] for t in tasks], timeout=600)
+        finally:
+            runners.STOP.clear()
+            self.view.close()
+
+    def _collect_simulation(self, tasks: list, failures: FailureLog) -> None:
+        new_failures: list[tuple[str, str]] = []
+        for future, timing, _progress, chunk in tasks:
+            exc = future.exception()
+            if exc is None:
+                result = runners.SimulateSummary.from_dict(future.result())
+                timing.started, timing.ended = result.started_at, result.finished_at
+                self.summary.written += result.written
+                new_failures += result.failed
+                self.log("simulate: " + result.line())
+            else:
+                # The task failed after Parsl's retries: record what it left unwritten and go on.
+                reason = f"simulation task failed after {self.cfg.execution.retries} retries: {runners.one_line(exc)}"
+                present = runners.stored_ids(self.paths.data)
+                new_failures += [(s.sample_id(self.cfg.simulation), reason) for s in chunk
+                                 if s.sample_id(self.cfg.simulation) not in present]
+                self.log(f"simulate: {reason}")
+            self.summary.tasks.append(timing)
+        failures.record(new_failures)
+
+    def check_enough_samples(self) -> None:
+        """Train only when at least execution.min_success_fraction of the planned samples exist.
+
+        A material that could not be planned at all counts as the average number of samples the
+        planned materials have, so losing a whole material weighs like losing its samples.
+        """
+        plan = self.plan
+        n_materials = len({s.material_id for s in plan.specs})
+        per_material = len(plan.specs) / n_materials if n_materials else 1.0
+        expected = len(plan.specs) + per_material * len(plan.failures)
+        fraction = self.summary.available / expected if expected else 0.0
+        needed = self.cfg.execution.min_success_fraction
+        if self.summary.available == 0 or fraction < needed:
+            raise NotEnoughSamples(
+                f"only {self.summary.available} of about {expected:.0f} planned samples exist "
+                f"({fraction:.0%} < execution.min_success_fraction {needed:.0%}); see "
+                f"{self.paths.logs / 'simulate-failures.json'} for why, fix the structures or lower the fraction")
+
+    def _done(self, summary_path: Path, sections: tuple[str, ...], **expect: Any) -> dict[str, Any] | None:
+        """The stage's summary if it was made from the current data and config, else None."""
+        previous = _read_json(summary_path)
+        if not previous:
+            return None
+        wanted = {"data_fingerprint": self.fingerprint, "config_hash": runners.section_hash(self.cfg, *sections),
+                  **expect}
+        return previous if all(previous.get(k) == v for k, v in wanted.items()) else None
+
+    def train(self) -> concurrent.futures.Future | None:
+        self.fingerprint = runners.data_fingerprint([self.paths.data])
+        summary_path = self.paths.checkpoints / runners.TRAIN_SUMMARY
+        done = self._done(summary_path, runners.TRAIN_SECTIONS)
+        if done is not None:
+            self.train_summary = done
+            self._record_model(done)
+            return None
+        started = time.time()
+        self.summary.stages_run.append("train")
+        # An interrupted training resumes from its last checkpoint; a finished one that no longer
+        # matches the data/config starts again.
+        resume = not summary_path.exists() and any(self.paths.checkpoints.iterdir())
+        cli_args = [str(self.paths.resolved_config), "--data", str(self.paths.data),
+                    "--out", str(self.paths.checkpoints), "--no-progress"] + (["--resume"] if resume else [])
+        command, resource_spec = train_command(self.cfg.execution, cli_args)
+        started_file = self.paths.logs / "train.started"
+        log_path = self.paths.logs / "train.log"
+        command = f"date +%s.%N > {shlex.quote(str(started_file))}; {command}"
+        self.dfk()
+        timing = TaskTiming("train", submitted=time.time())
+        future = train_app(command, output_state(self.paths.checkpoints), stdout=(str(log_path), "a"),
+                           stderr=(str(log_path), "a"), parsl_resource_specification=resource_spec)
+        future.add_done_callback(lambda _f: setattr(timing, "resolved", time.time()))
+        self.log(f"train: {command}")
+        self.view.start(_total_steps(self.cfg), "train", "step")
+        metrics_csv = self.paths.checkpoints / "metrics.csv"
+        try:
+            _wait([future], lambda: self.view.update(_last_step(metrics_csv)))
+        except KeyboardInterrupt:
+            self.view.note("stopping: training saves its checkpoint; rerun to resume")
+            raise
+        finally:
+            self.view.close()
+        if future.exception() is not None:
+            tail = _tail(log_path, LOG_TAIL_LINES)
+            raise StageFailed(f"training failed ({runners.one_line(future.exception())}); "
+                              f"log: {log_path}", tail)
+        self.train_summary = _read_json(summary_path)
+        timing.started = float(started_file.read_text()) if started_file.exists() else None
+        timing.ended = self.train_summary.get("finished_at")
+        self.summary.tasks.append(timing)
+        self._record_model(self.train_summary)
+        self._add_time("train", time.time() - started)
+        return future
+
+    def _record_model(self, train_summary: dict[str, Any]) -> None:
+        self.summary.model_dir = train_summary.get("model_dir")
+        self.summary.best_checkpoint = train_summary.get("best_checkpoint")
+
+    def evaluate(self, train_future: concurrent.futures.Future | None) -> None:
+        summary_path = self.paths.eval / runners.EVAL_SUMMARY
+        model_stamp = self.train_summary.get("finished_at")
+        done = self._done(summary_path, runners.EVAL_SECTIONS, model_finished_at=model_stamp)
+        if done is None:
+            done = self._evaluate(train_future, model_stamp)
+        self.summary.metrics_json = done.get("metrics_json")
+        self.summary.report_html = done.get("report_html")
+        self.summary.headline = done.get("headline", {})
+
+    def _evaluate(self, train_future: concurrent.futures.Future | None, model_stamp: float) -> dict[str, Any]:
+        started = time.time()
+        self.summary.stages_run.append("evaluate")
+        self.dfk()
+        timing = TaskTiming("evaluate", submitted=time.time())
+        future = evaluate_app(self.cfg_dict, [str(self.paths.data)], self.train_summary["model_dir"],
+                              str(self.paths.eval), self.train_summary.get("metrics_csv"),
+                              output_state(self.paths.eval), inputs=[train_future] if train_future else [])
+        future.add_done_callback(lambda _f: setattr(timing, "resolved", time.time()))
+        self.view.note("evaluating against the baselines ...")
+        _wait([future], lambda: None)
+        if future.exception() is not None:
+            exc = future.exception()
+            if isinstance(exc, UserError):
+                raise exc
+            raise StageFailed(f"evaluation failed: {runners.one_line(exc)}; see {self.paths.root / 'runinfo'}")
+        result = future.result()
+        # Remember which model this evaluation belongs to, so a retrained model is re-evaluated.
+        result["model_finished_at"] = model_stamp
+        runners.write_json_atomic(self.paths.eval / runners.EVAL_SUMMARY, result)
+        timing.started, timing.ended = result["started_at"], result["finished_at"]
+        self.summary.tasks.append(timing)
+        self._add_time("evaluate", time.time() - started)
+        return result
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(Path(path).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def _tail(path: Path, n: int) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-n:])
+    except FileNotFoundError:
+        return f"(no log at {path})"
+
+
+def _total_steps(cfg: PipelineConfig) -> int:
+    return int(getattr(getattr(cfg, "training", None), "steps", 0) or 0)
+
+
+def _last_step(metrics_csv: Path) -> int:
+    """The last step logged in the training metrics CSV (first column), 0 before the first row."""
+    try:
+        with open(metrics_csv, "rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(fh.tell() - 4096, 0))
+            last = fh.read().decode(errors="replace").strip().splitlines()[-1]
+        return int(float(last.split(",")[0]))
+    except (FileNotFoundError, IndexError, ValueError):
+        return 0
+
+
+def run_pipeline(cfg: PipelineConfig, run_dir: str | Path | None = None, *, progress: bool = True,
+                 retry_failed: bool = False) -> RunSummary:
+    """Run the whole DAG (simulate -> train -> evaluate) for ``cfg`` in ``run_dir``.
+
+    Rerunning on the same run directory does only what is missing. Ctrl-C lets simulation tasks
+    finish the sample in hand and close their stores, then raises KeyboardInterrupt.
+    """
+    pipeline = Pipeline(cfg, run_dir, progress, retry_failed)
+    try:
+        return pipeline.run()
+    except BaseException:
+        pipeline.view.close()
+        pipeline.close(wait=False)
+        raise

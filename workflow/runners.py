@@ -1,0 +1,307 @@
+"""Stage runners: plain functions that the `namsa` CLI and the Parsl apps of the DAG both call.
+
+Each runner does one stage on this machine, prints a progress bar when asked, and returns a small
+summary object. Heavy imports (torch, the multislice code) happen inside the runners so that
+`namsa --help` and the Parsl driver stay light.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from namsa.errors import UserError
+
+from .config import PipelineConfig
+
+#: Set on Ctrl-C by the DAG: simulation loops finish the sample in hand, close their store
+#: (manifest written) and return, so everything written so far stays usable.
+STOP = threading.Event()
+
+#: summary of a finished training run, written beside the checkpoints (the DAG's "done" marker).
+TRAIN_SUMMARY = "train-summary.json"
+#: summary of a finished evaluation, written beside metrics.json.
+EVAL_SUMMARY = "eval-summary.json"
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: message`` on one line, for failure records."""
+    text = " ".join(str(exc).split()) or "(no message)"
+    return text if isinstance(exc, UserError) else f"{type(exc).__name__}: {text}"
+
+
+def write_json_atomic(path: str | Path, payload: Any) -> None:
+    """Write JSON through a temporary file so a kill never leaves half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(json.dumps(payload, indent=1, default=str))
+    tmp.replace(path)
+
+
+def progress_bar(total: int, desc: str, unit: str, enabled: bool):
+    """A tqdm bar on stderr (rate shown as <unit>/s); silent when ``enabled`` is False."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, file=sys.stderr,
+                dynamic_ncols=True, smoothing=0.1)
+
+
+def tqdm_write(text: str) -> None:
+    """Print a line without breaking a progress bar that is on screen."""
+    from tqdm import tqdm
+
+    tqdm.write(text, file=sys.stderr)
+
+
+# --------------------------------------------------------------------------------------------
+# simulate
+
+
+@dataclass
+class SimulateSummary:
+    """What one simulation worker did. ``failed`` holds (sample or material id, one-line reason)."""
+
+    store: str
+    planned: int
+    written: int = 0
+    skipped: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    stopped: bool = False
+
+    @property
+    def seconds(self) -> float:
+        return max(self.finished_at - self.started_at, 0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, payload: dict[str, Any]) -> "SimulateSummary":
+        payload = dict(payload)
+        payload["failed"] = [tuple(f) for f in payload.get("failed", [])]
+        return cls(**payload)
+
+    def line(self) -> str:
+        rate = self.written / self.seconds if self.seconds > 0 else 0.0
+        text = (f"{self.store}: {self.written} written, {self.skipped} already stored, "
+                f"{len(self.failed)} failed in {self.seconds:.1f} s ({rate:.2f} samples/s)")
+        return text + (" [stopped early: rerun to finish]" if self.stopped else "")
+
+
+def spec_key(spec: Any) -> list:
+    """A JSON-able key of a SampleSpec: [material_id, [u, v, w], variant] (Parsl can hash it)."""
+    return [spec.material_id, [int(i) for i in spec.zone_axis], int(spec.variant)]
+
+
+def spec_from_key(key: Sequence[Any]) -> Any:
+    """The SampleSpec named by `spec_key`."""
+    import namsa
+
+    material_id, axis, variant = key
+    return namsa.SampleSpec(material_id, tuple(int(i) for i in axis), int(variant))
+
+
+def plan(cfg: PipelineConfig):
+    """`namsa.plan_samples` over the config's simulation section."""
+    import namsa
+
+    return namsa.plan_samples(cfg.simulation)
+
+
+def stored_ids(data_dir: str | Path) -> set[str]:
+    """Ids of every sample in every store below ``data_dir`` (the LMDB records are the truth)."""
+    import stage
+
+    data_dir = Path(data_dir)
+    if not data_dir.exists():
+        return set()
+    ids: set[str] = set()
+    for path in stage.find_stores(data_dir):
+        with stage.open_store(path, allow_empty=True) as reader:
+            ids.update(reader.ids())
+    return ids
+
+
+def simulate_specs(cfg: PipelineConfig, store_dir: str | Path, specs: Sequence[Any],
+                   sources: Mapping[str, str], *, progress: bool = True, progress_path: str | Path | None = None,
+                   stop: threading.Event = STOP) -> SimulateSummary:
+    """Simulate ``specs`` (namsa SampleSpecs) into the single store ``store_dir`` (one writer = one
+    store); ``sources`` maps each material id to what `namsa.simulate_sample` loads (`Plan.sources`).
+
+    Ids already in the store are skipped; a sample whose simulation raises is recorded in
+    ``failed`` with a one-line reason and skipped (a store failure, e.g. a full disk, is not a
+    sample failure and propagates). ``progress_path`` gets a small JSON after every sample so a
+    driver can show live progress across processes.
+    """
+    import namsa
+    import stage
+
+    summary = SimulateSummary(store=str(store_dir), planned=len(specs), started_at=time.time())
+    if progress_path is not None:  # marks the task as started for a watching driver
+        write_json_atomic(progress_path, summary.to_dict())
+    if not specs:  # nothing to do: do not create an empty store
+        summary.finished_at = time.time()
+        return summary
+    physics_hash = cfg.simulation.physics_hash()
+    with stage.StoreWriter(store_dir, config_hash=physics_hash, data_cfg=cfg.data) as writer, \
+            progress_bar(len(specs), Path(store_dir).name, "sample", progress) as bar:
+        for spec in specs:
+            if stop.is_set():
+                summary.stopped = True
+                break
+            sid = spec.sample_id(cfg.simulation)
+            if writer.has(sid):
+                summary.skipped += 1
+            else:
+                try:
+                    sample = namsa.simulate_sample(sources[spec.material_id], tuple(spec.zone_axis),
+                                                   cfg.simulation, variant=spec.variant)
+                    writer.put(sample)
+                    summary.written += 1
+                except stage.StoreError:
+                    raise
+                except Exception as exc:  # one bad structure must not stop the others
+                    summary.failed.append((sid, one_line(exc)))
+            bar.update(1)
+            bar.set_postfix(written=summary.written, failed=len(summary.failed), refresh=False)
+            if progress_path is not None:
+                summary.finished_at = time.time()
+                write_json_atomic(progress_path, summary.to_dict())
+    summary.finished_at = time.time()
+    if progress_path is not None:
+        write_json_atomic(progress_path, summary.to_dict())
+    return summary
+
+
+def simulate(cfg: PipelineConfig, out_dir: str | Path, *, worker: int = 0, num_workers: int = 1,
+             progress: bool = True) -> SimulateSummary:
+    """`namsa simulate`: plan the dataset, take every ``num_workers``-th sample starting at
+    ``worker``, and write them into ``<out_dir>/store-<worker>``.
+
+    Samples already in any store below ``out_dir`` are skipped, so a rerun (even with another
+    worker count) only simulates what is missing. Materials that fail to load are listed in the
+    summary of worker 0. The summary is also written to ``<out_dir>/simulate-<worker>.json``.
+    """
+    if not 0 <= worker < num_workers:
+        raise UserError(f"--worker {worker} must be in [0, --of {num_workers}); number workers from 0")
+    out_dir = Path(out_dir)
+    planned = plan(cfg)
+    done = stored_ids(out_dir)
+    mine = planned.specs[worker::num_workers]
+    todo = [s for s in mine if s.sample_id(cfg.simulation) not in done]
+    summary = simulate_specs(cfg, out_dir / f"store-{worker:03d}", todo, planned.sources, progress=progress)
+    summary.skipped += len(mine) - len(todo)
+    summary.planned = len(mine)
+    if worker == 0:
+        summary.failed = [(mid, reason) for mid, reason in planned.failures] + summary.failed
+    write_json_atomic(out_dir / f"simulate-{worker:03d}.json", summary.to_dict())
+    return summary
+
+
+# --------------------------------------------------------------------------------------------
+# stage / inspect
+
+
+def stage_data(src: str | Path, dst: str | Path, **options: Any) -> Any:
+    """`namsa stage`: copy/shard stores to node-local storage and verify them (`stage.stage_store`)."""
+    import stage
+
+    return stage.stage_store(src, dst, **options)
+
+
+def inspect(path: str | Path, verify: bool = False) -> str:
+    """`namsa inspect`: what a store (or a data dir of stores) holds; ``verify`` checks every checksum."""
+    import stage
+
+    return stage.inspect_store(path, verify=verify).text()
+
+
+# --------------------------------------------------------------------------------------------
+# train / evaluate / scaling
+
+
+def data_fingerprint(data_dirs: Iterable[str | Path]) -> str:
+    """sha256 over the sorted sample ids below ``data_dirs``: changes whenever the data set does."""
+    ids: set[str] = set()
+    for d in data_dirs:
+        ids |= stored_ids(d)
+    return hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()
+
+
+def section_hash(cfg: PipelineConfig, *sections: str) -> str:
+    """sha256 over the named config sections (what decides whether earlier results still hold)."""
+    payload = {name: getattr(cfg, name).model_dump(mode="json") for name in sections}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+TRAIN_SECTIONS = ("simulation", "data", "model", "training", "distributed")
+EVAL_SECTIONS = TRAIN_SECTIONS + ("evaluation",)
+
+
+def train(cfg: PipelineConfig, data_dirs: Sequence[str | Path], out_dir: str | Path, *,
+          resume: bool = False) -> dict[str, Any]:
+    """`namsa train`: `models.train` on the stores below ``data_dirs``; writes ``train-summary.json``.
+
+    The summary records the data fingerprint and config hash the model was trained on, which is
+    how the DAG knows a finished training need not run again.
+    """
+    import models
+
+    started = time.time()
+    result = models.train(cfg.model, cfg.training, cfg.distributed, cfg.data, list(data_dirs), out_dir,
+                          resume=resume)
+    summary = {
+        "model_dir": str(result.model_dir), "best_checkpoint": str(result.best_checkpoint),
+        "metrics_csv": str(result.metrics_csv), "steps": int(result.steps),
+        "final_dev_loss": None if result.final_dev_loss is None else float(result.final_dev_loss),
+        "data_fingerprint": data_fingerprint(data_dirs), "config_hash": section_hash(cfg, *TRAIN_SECTIONS),
+        "started_at": started, "finished_at": time.time(),
+    }
+    if _is_main_rank():
+        write_json_atomic(Path(out_dir) / TRAIN_SUMMARY, summary)
+    return summary
+
+
+def _is_main_rank() -> bool:
+    """Rank 0 of a torchrun / MPI / Slurm launch (or a single process) writes shared summaries."""
+    for name in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name]) == 0
+    return True
+
+
+def evaluate(cfg: PipelineConfig, data_dirs: Sequence[str | Path], model_dir: str | Path,
+             out_dir: str | Path, *, train_metrics_csv: str | Path | None = None) -> dict[str, Any]:
+    """`namsa evaluate`: `models.evaluation.evaluate`; writes ``eval-summary.json`` beside metrics.json."""
+    from models.evaluation import evaluate as run_evaluation
+
+    started = time.time()
+    result = run_evaluation(cfg.evaluation, cfg.data, list(data_dirs), model_dir, out_dir,
+                            train_metrics_csv=train_metrics_csv)
+    summary = {
+        "metrics_json": str(result.metrics_json), "report_html": str(result.report_html),
+        "figures": [str(f) for f in result.figures], "headline": result.headline,
+        "n_samples": result.n_samples, "model_dir": str(model_dir),
+        "data_fingerprint": data_fingerprint(data_dirs), "config_hash": section_hash(cfg, *EVAL_SECTIONS),
+        "started_at": started, "finished_at": time.time(),
+    }
+    write_json_atomic(Path(out_dir) / EVAL_SUMMARY, summary)
+    return summary
+
+
+def scaling(cfg: PipelineConfig, data_dirs: Sequence[str | Path], out_dir: str | Path,
+            fractions: Sequence[float] = (0.125, 0.25, 0.5, 1.0), metric: str = "rel_l2") -> dict[str, Any]:
+    """`namsa scaling`: train on growing subsets and plot the error against the training-set size."""
+    from models.evaluation import scaling_study
+
+    return scaling_study(cfg.model, cfg.training, cfg.distributed, cfg.data, cfg.evaluation,
+                         list(data_dirs), out_dir, fractions=fractions, metric=metric)
