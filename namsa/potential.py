@@ -66,8 +66,12 @@ def slice_edges_A(thickness_A: float, slice_thickness_A: float) -> np.ndarray:
 
 
 def assign_slices(z_A: np.ndarray, edges_A: np.ndarray) -> np.ndarray:
-    """Slice index of each atom (by its centre; periodic along z within the cell thickness)."""
-    z = np.mod(z_A, edges_A[-1])
+    """Slice index of each atom (by its centre; periodic along z within the cell thickness).
+
+    Crystal planes often sit exactly on slice edges; a 1e-6 Angstrom nudge downstream makes
+    symmetry-equivalent atoms (equal z up to round-off) land in the same slice.
+    """
+    z = np.mod(np.asarray(z_A, dtype=float) + 1e-6, edges_A[-1])
     return np.clip(np.searchsorted(edges_A, z, side="right") - 1, 0, len(edges_A) - 2)
 
 

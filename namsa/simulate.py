@@ -100,7 +100,7 @@ def prepare_simulation(structure: Any, *, energy_kv: float, semiangle_mrad: floa
                        slice_thickness_A: float = 2.0, aberrations: dict[str, float] | None = None,
                        band_limit: float = 2.0 / 3.0, tilt_mrad: tuple[float, float] = (0.0, 0.0),
                        device: str = "cpu", memory_budget_gb: float = 2.0, workers: int | None = None,
-                       n_positions: int = 1) -> Simulation:
+                       n_positions: int = 1, max_batch: int = 64) -> Simulation:
     """Build the sliced potential, transmission functions, propagators and probe once."""
     atoms = _as_atoms(structure)
     grid = make_grid(atoms.cell_A, sampling_A, gpts)
@@ -115,7 +115,7 @@ def prepare_simulation(structure: Any, *, energy_kv: float, semiangle_mrad: floa
     # complex128 slice coefficients are held while building: count them against the budget too
     potential_bytes = edges_n * grid.gpts[0] * grid.gpts[1] * 16
     batch = plan_batch(n_positions, grid.gpts, edges_n, budget / threads if threads > 1 else budget,
-                       fixed_bytes=potential_bytes / threads)
+                       fixed_bytes=potential_bytes / threads, max_batch=max_batch)
     backend = get_backend(device)
     potential = build_potential(atoms.positions_A, atoms.numbers, atoms.cell_A, grid, slice_thickness_A)
     sigma = interaction_constant(energy_kv)
@@ -155,13 +155,14 @@ def simulate_cbed(structure: Any, positions_A: np.ndarray, *, energy_kv: float, 
                   slice_thickness_A: float = 2.0, aberrations: dict[str, float] | None = None,
                   device: str = "cpu", band_limit: float = 2.0 / 3.0,
                   tilt_mrad: tuple[float, float] = (0.0, 0.0), memory_budget_gb: float = 2.0,
-                  workers: int | None = None, return_info: bool = False):
+                  workers: int | None = None, max_batch: int = 64, return_info: bool = False):
     """CBED intensities for every probe position, on the full simulation grid.
 
     structure: namsa Supercell (or orthorhombic ase.Atoms), z along the beam, periodic in x and y.
     positions_A: (n, 2) probe positions [y, x] in Angstrom. energy_kv (kV), semiangle_mrad (mrad),
     sampling_A (Angstrom/pixel) or gpts, slice_thickness_A (Angstrom), aberrations
-    {"C1_A": Angstrom, "C3_mm": mm}, tilt_mrad (ty, tx).
+    {"C1_A": Angstrom, "C3_mm": mm}, tilt_mrad (ty, tx). Probes run in batches of at most
+    ``max_batch`` per worker thread, fewer when ``memory_budget_gb`` requires.
 
     Returns (n, ny, nx) float32 intensities with k = 0 at (ny // 2, nx // 2), each pattern's sum
     being the fraction of the incident probe (total 1) that stays inside the band limit. With
@@ -171,7 +172,7 @@ def simulate_cbed(structure: Any, positions_A: np.ndarray, *, energy_kv: float, 
                              gpts=gpts, slice_thickness_A=slice_thickness_A, aberrations=aberrations,
                              band_limit=band_limit, tilt_mrad=tilt_mrad, device=device,
                              memory_budget_gb=memory_budget_gb, workers=workers,
-                             n_positions=len(np.asarray(positions_A).reshape(-1, 2)))
+                             n_positions=len(np.asarray(positions_A).reshape(-1, 2)), max_batch=max_batch)
     pos = _check_positions(positions_A, sim.grid)
     parts = sim.run(pos, lambda a: np.fft.fftshift(a, axes=(-2, -1)))
     out = np.concatenate(parts, axis=0)
