@@ -98,3 +98,26 @@ def test_simulate_writes_a_store_records_the_bad_material_and_resumes(tmp_path, 
     # A rerun with two workers finds everything stored and simulates nothing.
     assert main(["simulate", str(cfg), "--out", str(out), "--no-progress", "--worker", "1", "--of", "2"]) == 0
     assert "0 written, 4 already stored" in capsys.readouterr().out
+
+
+def test_inspect_and_stage_a_simulated_store(tmp_path, capsys):
+    cfg = tmp_path / "micro.yaml"
+    cfg.write_text(MICRO_SIMULATION.replace("Cu-fcc, no-such-material", "Cu-fcc"))
+    data, local = tmp_path / "data", tmp_path / "node-local"
+    assert main(["simulate", str(cfg), "--out", str(data), "--no-progress", "--set", "simulation.zone_axes=[[0,0,1]]"]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(data), "--verify"]) == 0
+    assert "store-000" in capsys.readouterr().out
+    assert main(["stage", str(data), str(local), "--no-progress"]) == 0
+    assert "copied 4 samples" in capsys.readouterr().out
+    with stage.open_stores(stage.find_stores(local)) as stores:
+        assert len(stores) == 4
+    # Staging into the source itself is bad input: exit 2 and one line.
+    assert main(["stage", str(data), str(data / "inside"), "--no-progress"]) == EXIT_BAD_INPUT
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_inspect_of_a_missing_directory_is_bad_input(tmp_path, capsys):
+    assert main(["inspect", str(tmp_path / "nothing")]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.startswith("namsa: error: no store at") and err.count("\n") == 1

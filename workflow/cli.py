@@ -46,6 +46,13 @@ def _add_overrides(parser: argparse.ArgumentParser) -> None:
                         help="no progress bars (for logs and batch jobs)")
 
 
+def _add_data_and_out(parser: argparse.ArgumentParser, out_help: str) -> None:
+    """CONFIG, --set, --data (repeatable) and --out: the shape of train, evaluate and scaling."""
+    _add_config(parser)
+    parser.add_argument("--data", required=True, type=Path, action="append", help="data directory (repeatable)")
+    parser.add_argument("--out", required=True, type=Path, help=out_help)
+
+
 # --------------------------------------------------------------------------------------------
 # subcommands
 
@@ -64,16 +71,18 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def cmd_stage(args: argparse.Namespace) -> int:
     from . import runners
 
-    result = runners.stage_data(args.src, args.dst, verify=args.verify)
-    print(result.text() if hasattr(result, "text") else result)
-    return 0
+    report = runners.stage_data(args.src, args.dst, threads=args.threads, rank=args.rank,
+                                world_size=args.world_size, verify=args.verify, progress=args.progress)
+    print(report.text())
+    return 0 if report.ok else EXIT_FAILED
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from . import runners
 
-    print(runners.inspect(args.path, verify=args.verify))
-    return 0
+    report = runners.inspect(args.path, verify=args.verify)
+    print(report.text())
+    return 0 if report.ok else EXIT_FAILED
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -151,22 +160,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("src", type=Path, help="a store or a data directory of stores")
     p.add_argument("dst", type=Path, help="destination directory (e.g. $TMPDIR/namsa)")
     p.add_argument("--no-verify", dest="verify", action="store_false", help="skip the checksum pass")
+    p.add_argument("--threads", type=int, default=4, help="reader threads feeding the writer")
+    p.add_argument("--rank", type=int, default=0, help="with --world-size: stage this rank's shard only")
+    p.add_argument("--world-size", type=int, default=1, help="re-shard the samples over this many ranks")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
 
     p = add("inspect", cmd_inspect, "show what a store (or a data directory of stores) holds")
     p.add_argument("path", type=Path, help="a store or a data directory of stores")
     p.add_argument("--verify", action="store_true", help="check every record's checksum")
 
     p = add("train", cmd_train, "train the reconstructor on stores (single process, or under torchrun/MPI)")
-    _add_config(p)
-    p.add_argument("--data", required=True, type=Path, action="append", help="data directory (repeatable)")
-    p.add_argument("--out", required=True, type=Path, help="training output directory (checkpoints, metrics)")
+    _add_data_and_out(p, "training output directory (checkpoints, metrics)")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
 
     p = add("evaluate", cmd_evaluate, "evaluate a trained model against the baselines; writes metrics and a report")
-    _add_config(p)
-    p.add_argument("--data", required=True, type=Path, action="append", help="data directory (repeatable)")
+    _add_data_and_out(p, "output directory (metrics.json, figures, report.html)")
     p.add_argument("--model", required=True, type=Path, help="trained model directory")
-    p.add_argument("--out", required=True, type=Path, help="output directory (metrics.json, figures, report.html)")
 
     p = add("run", cmd_run, "run the whole Parsl workflow: simulate -> train -> evaluate (resumable)")
     _add_config(p)
@@ -174,9 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retry-failed", action="store_true", help="try again the samples that failed in earlier runs")
 
     p = add("scaling", cmd_scaling, "train on growing subsets of the data and plot error vs training-set size")
-    _add_config(p)
-    p.add_argument("--data", required=True, type=Path, action="append", help="data directory (repeatable)")
-    p.add_argument("--out", required=True, type=Path, help="output directory of the study")
+    _add_data_and_out(p, "output directory of the study")
     p.add_argument("--fractions", type=_fractions, default=[0.125, 0.25, 0.5, 1.0],
                    help="comma-separated training-set fractions (default 0.125,0.25,0.5,1)")
     p.add_argument("--metric", default="rel_l2", help="metric plotted against the training-set size")

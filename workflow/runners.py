@@ -211,18 +211,22 @@ def simulate(cfg: PipelineConfig, out_dir: str | Path, *, worker: int = 0, num_w
 # stage / inspect
 
 
-def stage_data(src: str | Path, dst: str | Path, **options: Any) -> Any:
-    """`namsa stage`: copy/shard stores to node-local storage and verify them (`stage.stage_store`)."""
+def stage_data(src: str | Path, dst: str | Path, *, threads: int = 4, rank: int = 0, world_size: int = 1,
+               verify: bool = True, progress: bool = True) -> Any:
+    """`namsa stage`: copy (or re-shard for ``rank`` of ``world_size``) the stores at ``src`` into
+    ``dst`` and verify every copied record (`stage.stage_store`); returns its report (``.ok``, ``.text()``)."""
     import stage
 
-    return stage.stage_store(src, dst, **options)
+    return stage.stage_store(src, dst, threads=threads, rank=rank, world_size=world_size, verify=verify,
+                             progress=progress)
 
 
-def inspect(path: str | Path, verify: bool = False) -> str:
-    """`namsa inspect`: what a store (or a data dir of stores) holds; ``verify`` checks every checksum."""
+def inspect(path: str | Path, verify: bool = False) -> Any:
+    """`namsa inspect`: what a store (or a data dir of stores) holds; ``verify`` checks every checksum.
+    Returns `stage.inspect_store`'s report (``.ok``, ``.text()``)."""
     import stage
 
-    return stage.inspect_store(path, verify=verify).text()
+    return stage.inspect_store(path, verify=verify)
 
 
 # --------------------------------------------------------------------------------------------
