@@ -30,8 +30,9 @@ from .errors import UserError
 MAX_ATOMS = 2_000_000
 #: strains below this are round-off: the cell is exactly orthogonal.
 EXACT_STRAIN = 1e-9
-#: in-plane cell vectors are searched up to this length at least (Angstrom) ...
-MIN_SEARCH_A = 12.0
+#: in-plane cell vectors are searched up to this length at least (Angstrom), and at least up
+#: to twice the longest primitive vector and the longest conventional lattice vector ...
+MIN_SEARCH_A = 20.0
 #: ... and never beyond this length (bounds the search cost; Angstrom).
 MAX_SEARCH_A = 50.0
 #: in-plane candidates must make at least this angle with the beam (|cos| below the bound).
@@ -295,8 +296,10 @@ class _Orienter:
         self.primitive = _primitive(structure)
         self.prim = self.primitive.lattice.matrix                # rows: primitive vectors (A)
         self.to_prim = structure.lattice.matrix @ np.linalg.inv(self.prim)   # given -> primitive indices
-        longest = float(np.max(np.linalg.norm(self.prim, axis=1)))
-        self.search_A = float(min(max(search_A, MIN_SEARCH_A, 2.0 * longest), MAX_SEARCH_A))
+        longest_primitive = float(np.max(np.linalg.norm(self.prim, axis=1)))
+        longest_given = float(max(structure.lattice.abc))
+        self.search_A = float(min(max(search_A, MIN_SEARCH_A, 2.0 * longest_primitive, 1.01 * longest_given),
+                                  MAX_SEARCH_A))
         self.indices, self.vectors = _lattice_vectors(self.prim, self.search_A)
         self.lengths = np.linalg.norm(self.vectors, axis=1)
 
@@ -377,13 +380,19 @@ def _rank_pairs(cands: np.ndarray, prim: np.ndarray, n_t: np.ndarray) -> list[_C
     x = a_perp / a_x[:, None]
     y = np.cross(z, x)
     b_x, b_y, b_z = (np.einsum("pi,pi->p", b_vec, e) for e in (x, y, np.broadcast_to(z, x.shape)))
-    real = np.zeros((len(a_x), 3, 3))
-    real[:, 0, 0], real[:, 0, 2] = a_x, a_z
-    real[:, 1, 0], real[:, 1, 1], real[:, 1, 2] = b_x, b_y, b_z
-    real[:, 2, 2] = c
-    ideal_diag = np.stack([a_x, b_y, np.full_like(a_x, c)], axis=1)
-    # rows: ideal = real @ G  =>  G = real^-1 @ diag(ideal); strain from G's singular values.
-    mapping = np.linalg.inv(real) * ideal_diag[:, None, :]
+    b_y = np.maximum(b_y, 1e-12)  # > 0 for det > 0 (right-handed A, B, T); guards round-off only
+    # Rows map as ideal = real @ G with G = [[1, 0, -p], [-q, 1, r], [0, 0, 1]] (solved in closed form).
+    p, q = a_z / a_x, b_x / b_y
+    r = (b_x * p - b_z) / b_y
+    # Bounds on the strain max|s - 1|: below by max(|p|, |q|, |r|) / 2 (from 2x2 sub-blocks),
+    # above by ||G - I||_F (Weyl). Only pairs that can beat the best upper bound get an SVD.
+    lower = 0.5 * np.max(np.abs(np.stack([p, q, r])), axis=0)
+    upper = np.sqrt(p ** 2 + q ** 2 + r ** 2)
+    contenders = np.flatnonzero(lower <= upper.min() + 2e-4)
+    n_a, n_b, a_x, b_y, p, q, r = (v[contenders] for v in (n_a, n_b, a_x, b_y, p, q, r))
+    mapping = np.zeros((len(contenders), 3, 3))
+    mapping[:, 0, 0] = mapping[:, 1, 1] = mapping[:, 2, 2] = 1.0
+    mapping[:, 0, 2], mapping[:, 1, 0], mapping[:, 1, 2] = -p, -q, r
     strain = np.max(np.abs(np.linalg.svd(mapping, compute_uv=False) - 1.0), axis=1)
     strain[strain < EXACT_STRAIN] = 0.0
     area = a_x * b_y
@@ -508,7 +517,7 @@ def _wrap(positions: np.ndarray, box: tuple[float, float, float]) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------
 
 def auto_zone_axes(structure: Structure | Any, max_axes: int = 3, max_index: int = 2, *,
-                   max_strain: float = 0.02, lateral_A: float = 20.0) -> list[tuple[int, int, int]]:
+                   max_strain: float = 0.02, lateral_A: float = MIN_SEARCH_A) -> list[tuple[int, int, int]]:
     """Low-index zone axes with short beam repeats and small commensurate cells.
 
     Candidates are all [u v w] with |indices| <= ``max_index``; symmetry-equivalent axes (under
