@@ -122,8 +122,8 @@ class SimulationConfig(BaseModel):
             raise ValueError("set sampling_A (Angstrom/pixel) or gpts (pixels per side)")
         if self.scan_fov_A is not None:
             y0, x0, h, w = self.scan_fov_A
-            if min(y0, x0) < 0 or h <= 0 or w <= 0 or y0 + h > self.cell_lateral_A * 1.05 \
-                    or x0 + w > self.cell_lateral_A * 1.05:
+            # the supercell is at least cell_lateral_A wide, so this fov always fits it
+            if min(y0, x0) < 0 or h <= 0 or w <= 0 or y0 + h > self.cell_lateral_A or x0 + w > self.cell_lateral_A:
                 raise ValueError(f"scan_fov_A={list(self.scan_fov_A)} must lie inside the "
                                  f"{self.cell_lateral_A} Angstrom cell: need y0, x0 >= 0 and y0 + height, "
                                  "x0 + width <= cell_lateral_A")

@@ -1,0 +1,147 @@
+"""simulate_sample / plan_samples / SimulationConfig: contracts, determinism, variations, bad input."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from namsa import SampleSpec, SimulationConfig, UserError, plan_samples, simulate_sample
+from namsa.potential import Grid
+from namsa.sample import REQUIRED_META_KEYS
+from namsa.simulate import overlap_matrix, pattern_rebinner, resolve_fov
+
+#: a small, fast physics config: 6x6 scan, 12 px patterns and targets, ~70 px grid, 8 A thick
+SMALL = dict(scan_shape=(6, 6), pattern_px=12, target_px=12, cell_lateral_A=8.0, thickness_A=8.0,
+             sampling_A=0.12, slice_thickness_A=2.0)
+
+
+@pytest.fixture(scope="module")
+def si_sample():
+    return simulate_sample("Si-diamond", (1, 1, 0), SimulationConfig(**SMALL))
+
+
+def test_sample_has_the_contract_shapes_and_meta(si_sample):
+    s = si_sample.validate()
+    assert s.cbed.shape == (36, 12, 12) and s.cbed.dtype == np.float32
+    assert s.potential.shape == s.density.shape == (12, 12)
+    assert s.potential.dtype == s.density.dtype == np.float32
+    assert set(REQUIRED_META_KEYS) <= set(s.meta)
+    m = s.meta
+    assert m["material_id"] == "Si-diamond" and m["formula"] == "Si" and m["elements"] == ["Si"]
+    assert m["zone_axis"] == [1, 1, 0] and m["scan_shape"] == [6, 6]
+    assert len(m["scan_positions_A"]) == 36
+    assert m["config_hash"] == SimulationConfig(**SMALL).physics_hash()
+    assert m["sample_id"] == SampleSpec("Si-diamond", (1, 1, 0), 0).sample_id(SimulationConfig(**SMALL))
+    # the probe never gains intensity; most of it stays inside the band limit
+    sums = s.cbed.sum(axis=(1, 2))
+    assert (sums <= 1.0 + 1e-5).all() and sums.min() > 0.9
+    assert m["intensity_kept_min"] > 0.9
+
+
+def test_patterns_centred_on_k0(si_sample):
+    """The scan-averaged pattern of a centrosymmetric crystal is centred on pixel P // 2."""
+    mean = si_sample.cbed.mean(axis=0)
+    p = mean.shape[0]
+    cy = (mean.sum(1) * np.arange(p)).sum() / mean.sum()
+    cx = (mean.sum(0) * np.arange(p)).sum() / mean.sum()
+    assert cy == pytest.approx(p // 2, abs=0.05) and cx == pytest.approx(p // 2, abs=0.05)
+
+
+def test_targets_over_the_fov(si_sample):
+    """Mean projected potential = mean inner potential x thickness; density holds sum(Z) per area."""
+    m = si_sample.meta
+    lx, ly, lz = m["cell_A"]
+    atoms_per_A3 = 8 / 5.431 ** 3
+    assert si_sample.density.mean() == pytest.approx(14 * atoms_per_A3 * lz, rel=1e-3)
+    # Kirkland f_e(0) of Si gives a 13.9 V mean inner potential
+    assert si_sample.potential.mean() / lz == pytest.approx(13.9, rel=0.01)
+
+
+def test_same_inputs_same_sample_and_variants_differ():
+    cfg = SimulationConfig(**SMALL, variations={"frozen_phonon": True, "defocus_range_A": (-50.0, 50.0)})
+    a = simulate_sample("Si-diamond", (1, 1, 0), cfg, variant=0)
+    b = simulate_sample("Si-diamond", (1, 1, 0), cfg, variant=0)
+    c = simulate_sample("Si-diamond", (1, 1, 0), cfg, variant=1)
+    np.testing.assert_array_equal(a.cbed, b.cbed)
+    assert a.meta["seed"] == b.meta["seed"] != c.meta["seed"]
+    assert a.meta["aberrations"]["C1_A"] != c.meta["aberrations"]["C1_A"]
+    assert -50 <= a.meta["aberrations"]["C1_A"] <= 50 and a.meta["frozen_phonon"]
+    assert np.abs(a.cbed - c.cbed).max() > 1e-3
+    assert a.id != c.id
+
+
+def test_tilt_variation_is_recorded_and_bounded():
+    cfg = SimulationConfig(**SMALL, variations={"tilt_mrad": 5.0})
+    s = simulate_sample("Si-diamond", (1, 1, 0), cfg, variant=3)
+    assert 0 < np.hypot(*s.meta["tilt_mrad"]) <= 5.0
+
+
+def test_rebinning_conserves_intensity_and_puts_k0_at_p_half():
+    edges = np.arange(11) - 5.5
+    w = overlap_matrix(edges, np.linspace(-3, 3, 4))
+    np.testing.assert_allclose(w.sum(axis=0)[3:8], 1.0)   # source bins fully inside the range
+    grid = Grid(gpts=(48, 50), sampling=(0.1, 0.1))
+    reduce, dk = pattern_rebinner(grid, 2 / 3, 8)
+    delta = np.zeros((1, 48, 50), np.float32)
+    delta[0, 0, 0] = 1.0                                  # k = 0 in FFT order
+    out = reduce(delta)
+    assert out[0, 4, 4] == pytest.approx(1.0) and out.sum() == pytest.approx(1.0)
+    assert dk == pytest.approx(2 * (2 / 3) * 5.0 / 8)
+
+
+def test_config_validation_and_hash():
+    assert SimulationConfig() == SimulationConfig.model_validate({})
+    with pytest.raises(ValidationError, match="target_px"):
+        SimulationConfig(pattern_px=32, target_px=16)
+    with pytest.raises(ValidationError, match="outside the cell"):
+        SimulationConfig(scan_fov_fraction=1.5)
+    with pytest.raises(ValidationError, match="extra"):
+        SimulationConfig(energy_kev=200)
+    base = SimulationConfig().physics_hash()
+    assert SimulationConfig(device="cuda:1", memory_budget_gb=64, materials=["Si-diamond"]).physics_hash() == base
+    for change in ({"energy_kv": 300}, {"aberrations": {"C3_mm": 1.0}}, {"seed": 1},
+                   {"variations": {"frozen_phonon": True}}, {"slice_thickness_A": 1.0}):
+        assert SimulationConfig(**change).physics_hash() != base, change
+
+
+def test_bad_inputs_are_one_line_user_errors():
+    with pytest.raises(ValidationError, match="scan_fov_A.*inside"):
+        SimulationConfig(**{**SMALL, "scan_fov_A": (0, 0, 7.9, 8.5)})
+    cfg = SimulationConfig(**{**SMALL, "scan_fov_A": (1.0, 1.0, 6.0, 7.0)})
+    assert resolve_fov(cfg, (8.0, 7.5, 4.0)) == (1.0, 1.0, 6.0, 7.0)
+    with pytest.raises(UserError, match="scan_fov_A.*outside") as err:
+        resolve_fov(cfg, (7.5, 6.5, 4.0))   # a cell smaller than the fov (Lx, Ly, Lz)
+    assert "\n" not in str(err.value)
+    with pytest.raises(UserError, match="too coarse"):
+        simulate_sample("Si-diamond", (1, 1, 0), SimulationConfig(**{**SMALL, "sampling_A": 0.6}))
+    with pytest.raises(UserError, match="cell too large for memory"):
+        simulate_sample("Si-diamond", (1, 1, 0), SimulationConfig(**{**SMALL, "memory_budget_gb": 1e-4}))
+    with pytest.raises(UserError):
+        simulate_sample("Si-diamond", (0, 0, 0), SimulationConfig(**SMALL))
+    with pytest.raises(UserError):
+        simulate_sample("no-such-material", (0, 0, 1), SimulationConfig(**SMALL))
+
+
+def test_plan_records_failures_and_collapses_identical_variants(tmp_path):
+    (tmp_path / "broken.cif").write_text("data_broken\n_cell_length_a 3.0\n")
+    cfg = SimulationConfig(materials=["Si-diamond", "no-such-material"], cif_dir=str(tmp_path),
+                           zone_axes=[(0, 0, 1), (1, 1, 0)], variants=3)
+    plan = plan_samples(cfg)
+    assert [s.zone_axis for s in plan.specs] == [(0, 0, 1), (1, 1, 0)]   # no variation: one variant each
+    failed = dict(plan.failures)
+    assert len(failed) == 2 and "no-such-material" in failed and any(k.startswith("broken") for k in failed)
+    assert all("\n" not in why for why in failed.values())
+    varied = plan_samples(SimulationConfig(**{**cfg.model_dump(), "variations": {"frozen_phonon": True}}))
+    assert len(varied.specs) == 6 and {s.variant for s in varied.specs} == {0, 1, 2}
+    assert len({s.sample_id(cfg) for s in varied.specs}) == 6
+
+
+def test_auto_zone_axes_plan_over_the_library():
+    plan = plan_samples(SimulationConfig(max_zone_axes=2))
+    from namsa.library import list_ids
+
+    assert {s.material_id for s in plan.specs} | {m for m, _ in plan.failures} == set(list_ids())
+    per_material = {}
+    for spec in plan.specs:
+        per_material.setdefault(spec.material_id, []).append(spec.zone_axis)
+    assert all(1 <= len(v) <= 2 for v in per_material.values())
