@@ -1,0 +1,208 @@
+"""Model and training configuration (pydantic v2 sections ``model:`` and ``training:``).
+
+`ModelConfig` names a preset (``paper`` | ``small`` | ``tiny``) and optional per-field overrides;
+`ModelConfig.architecture()` resolves them into a frozen `Architecture` that `build_model` builds.
+`TrainConfig` holds the optimiser, schedules, precision, batch/steps and checkpoint cadence.
+
+The ``paper`` preset reproduces Laanait, Romero et al. (2019) exactly (see ../shared/FACTS.md):
+220,399,104 parameters and 1.7170e13 forward conv ops at 1024 x 512 x 512. The two widths the
+paper does not state were solved for those two counts: the initial conv has 256 output channels
+(= the growth rate), each transition down keeps its input width, and its batch norm has no
+learnable affine (a learnable scale/shift would add 2 x (512 + 1024 + 2048) = 7,168 parameters).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from namsa.errors import UserError
+
+TargetName = Literal["potential", "density"]
+PresetName = Literal["paper", "small", "tiny"]
+
+
+class ModelConfigError(UserError):
+    """A model configuration that cannot be built."""
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """Every knob of the FC-DenseNet, resolved (no None).
+
+    in_channels:      S, diffraction patterns per sample (the scan size, 32 x 32 = 1024 in the paper).
+    out_channels:     C, one per target (potential and/or density).
+    init_channels:    output channels of the initial conv.
+    init_bias:        the initial conv has a bias (the paper's does).
+    growth_rate:      k, feature maps each dense layer adds.
+    kernel_size:      R = S of the initial conv and of every dense-layer conv (odd; 'same' padding).
+    levels:           pooling levels (the encoder halves the size this many times).
+    layers_per_block: 2 * levels + 1 numbers: encoder blocks, bottleneck, decoder blocks.
+    td_channels:      output width of each transition down; None = keep the input width.
+    skip:             concatenate encoder features into the decoder (U-Net style skips).
+    dense_bn:         batch norm before each dense layer's ReLU (the paper's dense layer has none).
+    td_bn:            batch norm at the start of each transition down.
+    bn_affine:        learnable scale/shift in those batch norms.
+    pool:             ``avg`` (the paper) or ``max`` pooling in the transition down.
+    tu_kernel, tu_stride: the transposed conv of each transition up; tu_stride is also the
+                      pooling factor, so encoder and decoder sizes match.
+    dropout:          dropout probability after each dense-layer and transition-down conv.
+    head_input:       ``all``: the head sees the whole output of the last block (its input and its
+                      new features, as in Jegou et al. 2017); ``new``: only the new features.
+    """
+
+    in_channels: int
+    out_channels: int
+    init_channels: int
+    init_bias: bool
+    growth_rate: int
+    kernel_size: int
+    levels: int
+    layers_per_block: tuple[int, ...]
+    td_channels: tuple[int, ...] | None
+    skip: bool
+    dense_bn: bool
+    td_bn: bool
+    bn_affine: bool
+    pool: str
+    tu_kernel: int
+    tu_stride: int
+    dropout: float
+    head_input: str
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["layers_per_block"] = list(self.layers_per_block)
+        data["td_channels"] = None if self.td_channels is None else list(self.td_channels)
+        return data
+
+    @property
+    def size_multiple(self) -> int:
+        """Pattern sizes P must be a multiple of this (every level divides by tu_stride)."""
+        return self.tu_stride ** self.levels
+
+
+#: Presets. ``paper``: Laanait et al. 2019 (FACTS.md), 220,399,104 parameters. ``small``: the same
+#: design at k = 32 with 3x3 kernels (~3.6 M parameters), a model one GPU trains in hours.
+#: ``tiny``: a few thousand parameters for CPU tests on 8 x 8 scans of 16 px patterns.
+PRESETS: dict[str, dict[str, Any]] = {
+    "paper": dict(in_channels=1024, init_channels=256, init_bias=True, growth_rate=256, kernel_size=5,
+                  levels=3, layers_per_block=(1, 2, 4, 3, 4, 2, 1), td_channels=None, skip=True,
+                  dense_bn=False, td_bn=True, bn_affine=False, pool="avg", tu_kernel=1, tu_stride=2,
+                  dropout=0.5, head_input="all"),
+    "small": dict(in_channels=1024, init_channels=64, init_bias=True, growth_rate=32, kernel_size=3,
+                  levels=3, layers_per_block=(2, 3, 4, 5, 4, 3, 2), td_channels=None, skip=True,
+                  dense_bn=False, td_bn=True, bn_affine=True, pool="avg", tu_kernel=1, tu_stride=2,
+                  dropout=0.1, head_input="all"),
+    "tiny": dict(in_channels=64, init_channels=16, init_bias=True, growth_rate=8, kernel_size=3,
+                 levels=2, layers_per_block=(1, 2, 2, 2, 1), td_channels=None, skip=True,
+                 dense_bn=False, td_bn=True, bn_affine=True, pool="avg", tu_kernel=1, tu_stride=2,
+                 dropout=0.0, head_input="all"),
+}
+
+
+class ModelConfig(BaseModel):
+    """The reconstructor network: a preset plus optional overrides (None = the preset's value).
+
+    ``targets`` picks the output channels, in order: ``["potential"]`` (V*Angstrom),
+    ``["density"]`` (electrons/Angstrom^2) or both. See `Architecture` for each override.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    preset: PresetName = "small"
+    targets: list[TargetName] = Field(default_factory=lambda: ["potential"])
+    in_channels: int | None = Field(None, ge=1)
+    init_channels: int | None = Field(None, ge=1)
+    init_bias: bool | None = None
+    growth_rate: int | None = Field(None, ge=1)
+    kernel_size: int | None = Field(None, ge=1)
+    levels: int | None = Field(None, ge=0)
+    layers_per_block: list[int] | None = None
+    td_channels: list[int] | None = None
+    skip: bool | None = None
+    dense_bn: bool | None = None
+    td_bn: bool | None = None
+    bn_affine: bool | None = None
+    pool: Literal["avg", "max"] | None = None
+    tu_kernel: int | None = Field(None, ge=1)
+    tu_stride: int | None = Field(None, ge=2)
+    dropout: float | None = Field(None, ge=0.0, lt=1.0)
+    head_input: Literal["all", "new"] | None = None
+
+    @field_validator("targets")
+    @classmethod
+    def _targets_unique(cls, value: list[str]) -> list[str]:
+        if not value or len(set(value)) != len(value):
+            raise ValueError(f"targets {value} must be a non-empty list of distinct names from ('potential', 'density')")
+        return value
+
+    def architecture(self) -> Architecture:
+        """The preset with this config's overrides applied, checked for consistency."""
+        values = dict(PRESETS[self.preset])
+        for name in values:
+            override = getattr(self, name)
+            if override is not None:
+                values[name] = tuple(override) if isinstance(override, list) else override
+        arch = Architecture(out_channels=len(self.targets), **values)
+        _check_architecture(arch)
+        return arch
+
+
+def _check_architecture(arch: Architecture) -> None:
+    if arch.kernel_size % 2 == 0:
+        raise ModelConfigError(f"model.kernel_size={arch.kernel_size} must be odd ('same' padding keeps the size)")
+    if len(arch.layers_per_block) != 2 * arch.levels + 1 or min(arch.layers_per_block) < 1:
+        raise ModelConfigError(
+            f"model.layers_per_block={list(arch.layers_per_block)} needs 2 * levels + 1 = {2 * arch.levels + 1} "
+            f"positive numbers (encoder blocks, bottleneck, decoder blocks) for levels={arch.levels}")
+    if arch.td_channels is not None and (len(arch.td_channels) != arch.levels or min(arch.td_channels) < 1):
+        raise ModelConfigError(f"model.td_channels={list(arch.td_channels)} needs one positive width per level "
+                               f"({arch.levels}), or null to keep each input width")
+
+
+class TrainConfig(BaseModel):
+    """Training: optimiser, schedules, precision, batch, steps, cadence, device.
+
+    Learning rate: linear warm-up over ``warmup_steps`` from ``lr0`` to min(1, N * lr0) for N
+    workers, then times ``decay_factor`` every ``decay_every`` steps (staircase). Loss: Huber with
+    delta = ``huber_delta0`` * ``huber_decay`` ** epoch on the standardised targets, plus
+    0.5 * ``weight_decay`` * sum(w^2) over all parameters (the L2 term of the paper, TF's l2_loss
+    convention). ``max_steps`` (if set) wins over ``epochs``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    optimizer: Literal["larc_adam", "lamb", "adam", "adamw"] = "larc_adam"
+    larc_mode: Literal["clip", "scale"] = "clip"
+    trust_coefficient: float = Field(0.02, gt=0, description="LARC eta (NVIDIA apex LARC default)")
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    adam_eps: float = Field(1e-8, gt=0)
+    lr0: float = Field(1e-4, gt=0)
+    warmup_steps: int = Field(0, ge=0)
+    decay_every: int = Field(0, ge=0, description="staircase decay period in steps after warm-up (0 = never)")
+    decay_factor: float = Field(0.5, gt=0, le=1)
+    huber_delta0: float = Field(10.0, gt=0)
+    huber_decay: float = Field(0.99, gt=0, le=1)
+    weight_decay: float = Field(1e-4, ge=0)
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    loss_scale_init: float = Field(2.0 ** 16, gt=0)
+    loss_scale_floor: float = Field(1.0, gt=0)
+    loss_scale_growth_interval: int = Field(2000, ge=1)
+    batch_size: int = Field(2, ge=1)
+    max_steps: int | None = Field(None, ge=1)
+    epochs: int = Field(10, ge=1)
+    eval_every: int = Field(50, ge=1)
+    checkpoint_every: int = Field(100, ge=1)
+    keep_last: int = Field(3, ge=1)
+    log_every: int = Field(10, ge=1)
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    channels_last: bool = False
+    compile: bool = False
+    max_nonfinite: int = Field(5, ge=1)
+    max_train_samples: int | None = Field(None, ge=1)
+    max_dev_batches: int | None = Field(None, ge=1)
+    progress: bool = True
+    tensorboard: bool = True

@@ -1,0 +1,172 @@
+"""FC-DenseNet ("Tiramisu", Jegou et al. 2017) as used by Laanait, Romero et al. (2019).
+
+Maps a stack of S diffraction patterns, (B, S, P, P), to C target maps, (B, C, P, P), axes
+[batch, channel, row = y, col = x]. Layout (all sizes from `Architecture`):
+
+    initial conv (R x R, bias)                              -> init_channels
+    encoder level i:  dense block (n_i layers) -> skip_i -> transition down (/ tu_stride)
+    bottleneck:       dense block; only its new features go up
+    decoder level i:  transition up (transposed conv, x tu_stride) on the previous block's new
+                      features -> concat skip_i -> dense block
+    head:             1x1 conv, no bias, no activation       -> C
+
+Dense layer = [BN] -> ReLU -> conv R x R (no bias) -> dropout; its k new maps are concatenated
+onto its input. Transition down = [BN] -> ReLU -> 1x1 conv (no bias) -> dropout -> pool.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from .config import Architecture, ModelConfig, ModelConfigError
+
+
+class DenseLayer(nn.Sequential):
+    """[BN] -> ReLU -> conv (no bias) -> dropout: adds ``growth_rate`` feature maps.
+
+    ``relu_inplace`` is safe only when the layer's input is a fresh tensor nobody else reads (a
+    concatenation made for this layer, or the BN output), which saves one activation per layer.
+    """
+
+    def __init__(self, in_channels: int, arch: Architecture, relu_inplace: bool):
+        layers: list[nn.Module] = [nn.BatchNorm2d(in_channels, affine=arch.bn_affine)] if arch.dense_bn else []
+        layers += [nn.ReLU(inplace=relu_inplace or arch.dense_bn),
+                   nn.Conv2d(in_channels, arch.growth_rate, arch.kernel_size, padding=arch.kernel_size // 2,
+                             bias=False)]
+        if arch.dropout > 0:
+            layers.append(nn.Dropout(arch.dropout))
+        super().__init__(*layers)
+
+
+class DenseBlock(nn.Module):
+    """``n_layers`` dense layers; returns (input ++ new features, new features)."""
+
+    def __init__(self, in_channels: int, n_layers: int, arch: Architecture):
+        super().__init__()
+        # The first layer reads the block input itself (still needed for the concatenation).
+        self.layers = nn.ModuleList(DenseLayer(in_channels + i * arch.growth_rate, arch, relu_inplace=i > 0)
+                                    for i in range(n_layers))
+        self.out_channels = in_channels + n_layers * arch.growth_rate
+        self.new_channels = n_layers * arch.growth_rate
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        new: list[Tensor] = []
+        for layer in self.layers:
+            new.append(layer(torch_cat([x, *new]) if new else x))
+        new_features = torch_cat(new)
+        return torch_cat([x, new_features]), new_features
+
+
+def torch_cat(tensors: list[Tensor]) -> Tensor:
+    """Concatenate along channels; a single tensor is returned as is."""
+    return tensors[0] if len(tensors) == 1 else torch.cat(tensors, dim=1)
+
+
+class TransitionDown(nn.Sequential):
+    """[BN] -> ReLU -> 1x1 conv (no bias) -> dropout -> pool (factor tu_stride)."""
+
+    def __init__(self, in_channels: int, out_channels: int, arch: Architecture):
+        layers: list[nn.Module] = [nn.BatchNorm2d(in_channels, affine=arch.bn_affine)] if arch.td_bn else []
+        layers += [nn.ReLU(inplace=arch.td_bn), nn.Conv2d(in_channels, out_channels, 1, bias=False)]
+        if arch.dropout > 0:
+            layers.append(nn.Dropout(arch.dropout))
+        pool = nn.AvgPool2d if arch.pool == "avg" else nn.MaxPool2d
+        layers.append(pool(arch.tu_stride))
+        super().__init__(*layers)
+
+
+class TransitionUp(nn.ConvTranspose2d):
+    """Transposed conv (no bias) that multiplies the size by exactly ``tu_stride``."""
+
+    def __init__(self, channels: int, arch: Architecture):
+        k, s = arch.tu_kernel, arch.tu_stride
+        padding = max(0, -(-(k - s) // 2))
+        output_padding = s - k + 2 * padding  # out = (H - 1) s - 2 p + k + op = s H
+        super().__init__(channels, channels, k, stride=s, padding=padding, output_padding=output_padding,
+                         bias=False)
+
+
+class FCDenseNet(nn.Module):
+    """The reconstructor network; ``arch`` fixes every size (see `models.config.Architecture`)."""
+
+    def __init__(self, arch: Architecture):
+        super().__init__()
+        self.arch = arch
+        k = arch.kernel_size
+        self.stem = nn.Conv2d(arch.in_channels, arch.init_channels, k, padding=k // 2, bias=arch.init_bias)
+        enc_layers = arch.layers_per_block[:arch.levels]
+        dec_layers = arch.layers_per_block[arch.levels + 1:]
+        self.down_blocks, self.transitions_down = nn.ModuleList(), nn.ModuleList()
+        skips: list[int] = []
+        width = arch.init_channels
+        for level, n_layers in enumerate(enc_layers):
+            block = DenseBlock(width, n_layers, arch)
+            self.down_blocks.append(block)
+            skips.append(block.out_channels if arch.skip else 0)
+            td_out = block.out_channels if arch.td_channels is None else arch.td_channels[level]
+            self.transitions_down.append(TransitionDown(block.out_channels, td_out, arch))
+            width = td_out
+        self.bottleneck = DenseBlock(width, arch.layers_per_block[arch.levels], arch)
+        new = self.bottleneck.new_channels if arch.levels else self.bottleneck.out_channels
+        self.transitions_up, self.up_blocks = nn.ModuleList(), nn.ModuleList()
+        block = self.bottleneck
+        for level, n_layers in enumerate(dec_layers):
+            self.transitions_up.append(TransitionUp(new, arch))
+            block = DenseBlock(new + skips[-1 - level], n_layers, arch)
+            self.up_blocks.append(block)
+            new = block.new_channels
+        head_in = block.out_channels if arch.head_input == "all" else block.new_channels
+        self.head = nn.Conv2d(head_in, arch.out_channels, 1, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        self._check_input(x)
+        x = self.stem(x)
+        skips: list[Tensor] = []
+        for block, td in zip(self.down_blocks, self.transitions_down):
+            x, _ = block(x)
+            skips.append(x)
+            x = td(x)
+        x, new = self.bottleneck(x)
+        for level, (tu, block) in enumerate(zip(self.transitions_up, self.up_blocks)):
+            up = tu(new)
+            x, new = block(torch_cat([up, skips[-1 - level]]) if self.arch.skip else up)
+        return self.head(x if self.arch.head_input == "all" else new)
+
+    def _check_input(self, x: Tensor) -> None:
+        arch = self.arch
+        if x.ndim != 4 or x.shape[1] != arch.in_channels:
+            raise ModelConfigError(
+                f"model input must be (B, S={arch.in_channels}, P, P) diffraction stacks, got {tuple(x.shape)}; "
+                f"set model.in_channels to the data's patterns per sample (scan_y * scan_x)")
+        m = arch.size_multiple
+        if x.shape[-1] % m or x.shape[-2] % m:
+            raise ModelConfigError(
+                f"pattern size {tuple(x.shape[-2:])} is not a multiple of {m} (= tu_stride^levels); "
+                f"simulate patterns of a multiple of {m} px or lower model.levels")
+
+    def blocks(self) -> list[tuple[str, list[nn.Parameter]]]:
+        """Network blocks in forward order with their parameters (every parameter exactly once).
+
+        One entry per stem, dense block, transition down/up and head: the unit of LARC trust
+        ratios (Laanait et al. 2019) and of the per-block gradient groups of models.distributed.
+        """
+        named: list[tuple[str, nn.Module]] = [("stem", self.stem)]
+        for i, (block, td) in enumerate(zip(self.down_blocks, self.transitions_down)):
+            named += [(f"down{i}", block), (f"td{i}", td)]
+        named.append(("bottleneck", self.bottleneck))
+        for i, (tu, block) in enumerate(zip(self.transitions_up, self.up_blocks)):
+            named += [(f"tu{i}", tu), (f"up{i}", block)]
+        named.append(("head", self.head))
+        out = [(name, [p for p in module.parameters()]) for name, module in named]
+        return [(name, params) for name, params in out if params]
+
+
+def build_model(cfg: ModelConfig | Architecture | None = None) -> FCDenseNet:
+    """An FC-DenseNet from a `ModelConfig` (preset + overrides) or a resolved `Architecture`."""
+    arch = cfg if isinstance(cfg, Architecture) else (cfg or ModelConfig()).architecture()
+    return FCDenseNet(arch)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of learnable scalars (batch-norm running statistics are buffers, not counted)."""
+    return sum(p.numel() for p in model.parameters())
