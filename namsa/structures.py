@@ -37,8 +37,10 @@ MIN_SEARCH_A = 20.0
 MAX_SEARCH_A = 50.0
 #: in-plane candidates must make at least this angle with the beam (|cos| below the bound).
 _MAX_COS_TO_BEAM = 0.3
-#: how many candidate in-plane vectors enter the pair search (by angle and by length each).
+#: how many candidate in-plane vectors enter the pair search (by angle and by length each) ...
 _N_CANDIDATES = 120
+#: ... plus all usable vectors up to MIN_SEARCH_A, at most this many (bounds the pair count).
+_N_SHORT = 600
 #: heaviest element the potential table covers (Kirkland 2010 parameterises Z = 1..103).
 MAX_Z = 103
 
@@ -316,9 +318,12 @@ class _Orienter:
         usable = np.flatnonzero(cosines <= _MAX_COS_TO_BEAM)
         if usable.size < 2:
             return []
+        # Every usable vector up to MIN_SEARCH_A (so a longer search never loses a cell a shorter
+        # one found: auto_zone_axes and orient_supercell agree), plus the most perpendicular ones.
         by_angle = usable[np.lexsort((self.lengths[usable], np.round(cosines[usable], 9)))][:_N_CANDIDATES]
-        by_length = usable[np.argsort(self.lengths[usable], kind="stable")][:_N_CANDIDATES]
-        chosen = np.unique(np.concatenate([by_angle, by_length]))
+        by_length = usable[np.argsort(self.lengths[usable], kind="stable")]
+        short = by_length[self.lengths[by_length] <= MIN_SEARCH_A + 1e-9][:_N_SHORT]
+        chosen = np.unique(np.concatenate([by_angle, by_length[:_N_CANDIDATES], short]))
         return _rank_pairs(self.indices[chosen], self.prim, n_t)
 
 
