@@ -528,8 +528,10 @@ def auto_zone_axes(structure: Structure | Any, max_axes: int = 3, max_index: int
     Candidates are all [u v w] with |indices| <= ``max_index``; symmetry-equivalent axes (under
     the point group from pymatgen's SpacegroupAnalyzer, and u v w ~ -u -v -w) count once.
     Axes whose orthogonal cell would need more than ``max_strain`` (searching in-plane vectors
-    up to ``lateral_A``) are dropped. Sorted by index order (largest |index|), then beam repeat,
-    then in-plane cell area; deterministic.
+    up to ``lateral_A``) are dropped. Sorted by index order (largest |index|), then exact
+    (strain-free) cells before strained ones, then beam repeat, then in-plane cell area;
+    deterministic. Every returned axis can be oriented by :func:`orient_supercell` at any
+    lateral size with the same ``max_strain``.
     """
     structure = load_structure(structure)
     if int(max_axes) < 1 or int(max_index) < 1:
@@ -540,7 +542,8 @@ def auto_zone_axes(structure: Structure | Any, max_axes: int = 3, max_index: int
         cells = orienter.candidate_cells(axis)
         if cells and cells[0].strain <= max_strain:
             best = cells[0]
-            scored.append((max(abs(i) for i in axis), round(best.unit_A[2], 6), round(best.area_A2, 6), axis))
+            scored.append((max(abs(i) for i in axis), best.strain > 0, round(best.unit_A[2], 6),
+                           round(best.area_A2, 6), axis))
     scored.sort()
     return [axis for *_, axis in scored[: int(max_axes)]]
 

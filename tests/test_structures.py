@@ -308,6 +308,16 @@ def test_auto_zone_axes_are_symmetry_distinct_and_sorted():
     assert (1, 1, 2) in families
 
 
+@pytest.mark.parametrize("structure_id", ["TiO2-rutile", "MgB2-AlB2", "LiCoO2-layered", "Bi2Se3-tetradymite",
+                                          "Al2O3-corundum", "MgAl2O4-spinel"])
+def test_auto_zone_axes_prefer_exact_cells_and_always_orient(structure_id):
+    axes = auto_zone_axes(structure_id)
+    assert len(axes) == 3
+    for axis in axes:
+        # a small lateral size searches no fewer in-plane vectors than auto_zone_axes did
+        assert orient_supercell(structure_id, axis, lateral_A=6.0, thickness_A=3.0).strain == 0.0
+
+
 def test_auto_zone_axes_for_wurtzite_include_0001():
     axes = auto_zone_axes("GaN-wurtzite")
     assert (0, 0, 1) in axes and len(axes) == 3
