@@ -1,0 +1,140 @@
+"""models.evaluation on a tiny really-trained reconstructor and the lead's tiny real data set."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from matplotlib.image import imread
+
+from _models_fixture import tiny_train_configs, tiny_trained_model  # noqa: F401  (session fixture)
+from models import metrics as M
+from models.evaluation import EvaluationConfig, EvaluationInputError, evaluate, scaling_study
+from models.evaluation.scaling import ScalingInputError, training_sizes
+from namsa.errors import UserError
+
+
+@pytest.fixture(scope="module")
+def evaluated(tiny_trained_model, tiny_data_dir, tmp_path_factory):  # noqa: F811
+    import stage
+
+    out = tmp_path_factory.mktemp("eval")
+    cfg = EvaluationConfig(n_bootstrap=200, n_panels=2, worst_k=2)
+    result = evaluate(cfg, stage.DataConfig(), [tiny_data_dir], tiny_trained_model.model_dir, out,
+                      train_metrics_csv=tiny_trained_model.metrics_csv)
+    return result, json.loads(Path(result.metrics_json).read_text())
+
+
+def test_evaluate_writes_metrics_figures_and_report(evaluated, tiny_data_dir):
+    import stage
+
+    result, doc = evaluated
+    n_test = len(stage.open_stores([tiny_data_dir]).indices("test"))
+    assert result.n_samples == n_test == len(doc["samples"]) > 0
+    assert result.report_html.is_file() and result.metrics_json.is_file()
+    for method in ("network", "mean", "icom"):
+        assert set(result.headline["potential"][method]) == {"rel_l2", "psnr_db", "ssim", "pearson_r"}
+        agg = doc["aggregates"]["potential"][method]
+        assert set(agg) == {"physical", "normalized"}
+        ci = agg["physical"]["rel_l2"]
+        assert ci["low"] <= ci["value"] <= ci["high"]
+    names = {Path(p).name for p in result.figures}
+    assert {"hist_rel_l2_potential.png", "rel_l2_vs_thickness_potential.png", "learning_curves.png",
+            "sample_0_potential.png", "worst_0_potential.png"} <= names
+    for path in result.figures:
+        image = imread(path)   # decodes as PNG or raises
+        assert image.ndim == 3 and image.shape[0] > 50 and image.shape[1] > 50
+
+
+def test_report_names_baselines_and_links_figures(evaluated):
+    result, doc = evaluated
+    html = result.report_html.read_text()
+    for text in ("mean training target", "iCoM", "least squares", "network", "Worst cases",
+                 "By material", "By zone axis", "element content", "Model card", "Data manifest"):
+        assert text in html, text
+    for rel in doc["figures"].values():
+        assert f"src='{rel}'" in html
+        assert (result.out_dir / rel).is_file()
+    # held-out materials are named in the manifest section
+    for material in doc["data"]["materials"]["test"]:
+        assert material in html
+
+
+def test_per_sample_metrics_match_an_independent_recomputation(evaluated, tiny_trained_model, tiny_data_dir):
+    import models
+    import stage
+
+    result, doc = evaluated
+    record = doc["samples"][0]
+    stores = stage.open_stores([tiny_data_dir])
+    sample = stores[record["index"]]
+    rec = models.load_reconstructor(tiny_trained_model.model_dir)
+    pred = np.asarray(rec.predict(sample.cbed.astype(np.float32))).reshape(sample.potential.shape)
+    net = record["metrics"]["potential"]["network"]
+    assert net["physical"]["rel_l2"] == pytest.approx(M.relative_l2(pred, sample.potential), rel=1e-4)
+    assert net["physical"]["ssim"] == pytest.approx(M.ssim(pred, sample.potential), rel=1e-4, abs=1e-6)
+    norm = rec.normalizer
+    assert net["normalized"]["rel_l2"] == pytest.approx(
+        M.relative_l2(norm.target(pred, "potential"), norm.target(sample.potential, "potential")), rel=1e-4)
+    # mean baseline: the pixel-wise mean of the training targets
+    train = [stores[i].potential.astype(np.float64) for i in stores.indices("train")]
+    mean_map = np.mean(train, axis=0)
+    assert record["metrics"]["potential"]["mean"]["physical"]["rel_l2"] == pytest.approx(
+        M.relative_l2(mean_map, sample.potential), rel=1e-4)
+    # iCoM is fitted with two scalars; a least-squares fit never does worse than the best constant map
+    icom = record["metrics"]["potential"]["icom"]["physical"]
+    constant = M.relative_l2(np.full_like(sample.potential, sample.potential.mean()), sample.potential)
+    assert icom["rel_l2"] <= constant + 1e-9
+    assert np.isfinite(record["icom_fit"]["scale"])
+
+
+def test_breakdowns_and_network_vs_icom(evaluated):
+    _, doc = evaluated
+    by_material = doc["breakdowns"]["potential"]["material_id"]
+    assert sum(g["n"] for g in by_material.values()) == len(doc["samples"])
+    assert set(doc["breakdowns"]["potential"]) == {"material_id", "zone_axis", "z_class", "heaviest_element",
+                                                   "thickness_class"}
+    versus = doc["network_vs_icom"]["potential"]["overall"]
+    wins = sum(1 for r in doc["samples"] if r["metrics"]["potential"]["network"]["physical"]["rel_l2"]
+               < r["metrics"]["potential"]["icom"]["physical"]["rel_l2"])
+    assert versus["n"] == len(doc["samples"]) and versus["network_wins"] == wins
+
+
+def test_evaluate_rejects_targets_the_model_does_not_predict(tiny_trained_model, tiny_data_dir, tmp_path):  # noqa: F811
+    import stage
+
+    with pytest.raises(EvaluationInputError, match="predicts only"):
+        evaluate(EvaluationConfig(targets=["density"]), stage.DataConfig(), [tiny_data_dir],
+                 tiny_trained_model.model_dir, tmp_path)
+
+
+def test_evaluation_config_forbids_unknown_keys():
+    assert EvaluationConfig.model_validate({}) == EvaluationConfig()
+    with pytest.raises(Exception, match="extra"):
+        EvaluationConfig.model_validate({"n_bootstraps": 3})
+
+
+def test_training_sizes():
+    assert training_sizes(10, (0.125, 0.25, 0.5, 1.0)) == [2, 3, 5, 10]
+    assert training_sizes(3, (0.1, 0.2, 1.0)) == [1, 3]
+    with pytest.raises(ScalingInputError):
+        training_sizes(10, (0.0, 1.0))
+    with pytest.raises(UserError):
+        training_sizes(0, (1.0,))
+
+
+def test_scaling_study_plots_error_against_training_size(tiny_data_dir, tmp_path):
+    model_cfg, train_cfg, dist_cfg, data_cfg = tiny_train_configs()
+    train_cfg = train_cfg.model_copy(update={"max_steps": 4, "eval_every": 4, "checkpoint_every": 4})
+    eval_cfg = EvaluationConfig(n_bootstrap=50, n_panels=0, worst_k=0, icom=False)
+    summary = scaling_study(model_cfg, train_cfg, dist_cfg, data_cfg, eval_cfg, [tiny_data_dir], tmp_path,
+                            fractions=(0.5, 1.0))
+    sizes = [r["n_train"] for r in summary["rows"]]
+    assert sizes == sorted(sizes) and len(sizes) == 2 and sizes[-1] == summary["n_train_total"]
+    assert imread(summary["figure"]).ndim == 3
+    saved = json.loads(Path(summary["json"]).read_text())
+    assert [r["n_train"] for r in saved["rows"]] == sizes
+    for row in saved["rows"]:
+        assert row["potential"]["network"]["value"] > 0
+        assert (Path(row["eval_dir"]) / "report.html").is_file()
