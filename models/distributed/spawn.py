@@ -46,6 +46,16 @@ def _child(fn, rank: int, nprocs: int, port: int, env: dict, args: tuple, result
                 pass
 
 
+def _context():
+    """A forkserver that has imported torch once: every later rank is a cheap fork of a process
+    that has run no torch thread pools (forking a process that has is unsafe with OpenMP)."""
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "torch.distributed", "numpy", "models.distributed"])
+    return ctx
+
+
 class RankFailure(RuntimeError):
     """A rank raised, or the run timed out; ``.results`` holds what each rank returned."""
 
@@ -63,7 +73,7 @@ def run_local(fn: Callable[..., Any], nprocs: int, *args: Any, timeout_s: float 
     rank, or ``{rank: {...}}`` per rank. Unless ``allow_failures``, any non-ok rank raises
     :class:`RankFailure`.
     """
-    ctx = mp.get_context("spawn")
+    ctx = _context()
     results = ctx.Queue()
     port = free_port()
     procs = [ctx.Process(target=_child, args=(fn, r, nprocs, port, env or {}, args, results), daemon=True)

@@ -1,0 +1,147 @@
+"""Launcher detection, world size 1, bad input (mismatched configs, missing rendezvous, missing
+Horovod), and a rank killed mid-training."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+import torch
+
+from models.distributed import (DistributedConfig, DistributedConfigError, HorovodMissingError, build_engine,
+                                detect_launch, init_from_env)
+from models.distributed.engines.base import NoopEngine
+from models.distributed.spawn import run_local
+from test_distributed_helpers import batch, fresh_model, train_one
+
+LAUNCH_ENVS = {
+    "torchrun": ({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1"},
+                 (3, 8, 1, 2, 1)),
+    "openmpi": ({"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "6", "OMPI_COMM_WORLD_LOCAL_RANK": "2",
+                 "OMPI_COMM_WORLD_LOCAL_SIZE": "3"}, (5, 6, 2, 3, None)),
+    # MPICH/Hydra mpiexec; Parsl's MpiExecLauncher runs exactly this.
+    "mpich": ({"PMI_RANK": "2", "PMI_SIZE": "4", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2"}, (2, 4, 0, 2, None)),
+    "srun": ({"SLURM_PROCID": "7", "SLURM_NTASKS": "12", "SLURM_STEP_NUM_TASKS": "12", "SLURM_LOCALID": "1",
+              "SLURM_NODEID": "2", "SLURM_STEP_TASKS_PER_NODE": "4(x2),4"}, (7, 12, 1, 4, 2)),
+    "horovodrun": ({"HOROVOD_RANK": "1", "HOROVOD_SIZE": "2", "HOROVOD_LOCAL_RANK": "1", "HOROVOD_LOCAL_SIZE": "2",
+                    "HOROVOD_CROSS_RANK": "0"}, (1, 2, 1, 2, 0)),
+}
+
+
+@pytest.mark.parametrize("launcher", list(LAUNCH_ENVS))
+def test_detect_launch(launcher):
+    env, expected = LAUNCH_ENVS[launcher]
+    got = detect_launch(env)
+    assert got.launcher == launcher
+    assert (got.rank, got.world_size, got.local_rank, got.local_size, got.node_rank) == expected
+
+
+def test_sbatch_batch_step_outside_srun_is_one_task():
+    env = {"SLURM_PROCID": "0", "SLURM_NTASKS": "8", "SLURM_STEP_NUM_TASKS": "1"}
+    assert detect_launch(env).world_size == 1
+
+
+def test_no_launcher_is_world_size_one():
+    assert detect_launch({}).world_size == 1
+
+
+@pytest.mark.parametrize("engine", ["none", "ddp", "grouped", "bitvector", "master_worker", "hierarchical", "horovod"])
+def test_world_size_one_engines_are_noops(engine, monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "HOROVOD_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    cfg = DistributedConfig(engine=engine)
+    ctx = init_from_env(cfg)
+    assert (ctx.world_size, ctx.rank, ctx.is_main, ctx.backend) == (1, 0, True, "none")
+    model = fresh_model()
+    eng = build_engine(cfg, model, ctx)
+    assert isinstance(eng, NoopEngine) and eng.module is model
+    x, y = batch(0)
+    torch.nn.functional.mse_loss(eng.module(x), y).backward()
+    before = [p.grad.clone() for p in model.parameters()]
+    assert eng.synchronize() is True
+    assert all(torch.equal(a, p.grad) for a, p in zip(before, model.parameters()))
+    assert eng.stats()["collectives"] == 0
+    ctx.barrier()
+    eng.close()
+
+
+def test_missing_master_addr_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "0")
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(DistributedConfigError, match="MASTER_ADDR.*export MASTER_ADDR"):
+        init_from_env(DistributedConfig(engine="ddp"))
+
+
+def test_missing_horovod_names_the_install_command(monkeypatch):
+    from models.distributed.launch import import_horovod
+
+    monkeypatch.setitem(sys.modules, "horovod.torch", None)  # what Python does for an absent package
+    with pytest.raises(HorovodMissingError, match="make horovod"):
+        import_horovod()
+
+
+def test_tuned_settings_override_the_config(tmp_path):
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps({"best": {"bucket_mb": 2.5, "group_count": 7, "grouping": "chunks"}}))
+    cfg = DistributedConfig(engine="ddp", tuned_settings=str(path)).resolved()
+    assert (cfg.bucket_mb, cfg.group_count, cfg.grouping, cfg.engine) == (2.5, 7, "chunks", "ddp")
+    with pytest.raises(DistributedConfigError, match="tuned_settings"):
+        DistributedConfig(tuned_settings=str(tmp_path / "absent.json")).resolved()
+
+
+def _mismatch(rank: int, what: str) -> str:
+    cfg = DistributedConfig(engine="grouped", timeout_s=30,
+                            bucket_mb=5.0 if (what == "config" and rank == 1) else 25.0)
+    try:
+        ctx = init_from_env(cfg)
+        build_engine(cfg, fresh_model(width=8 if (what == "model" and rank == 1) else 6), ctx)
+    except DistributedConfigError as exc:
+        return str(exc)
+    return "no error"
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("what,message", [("config", "distributed config"), ("model", "model structure")])
+def test_mismatch_across_ranks_is_detected_at_startup(what, message):
+    results = run_local(_mismatch, 2, what, timeout_s=60)
+    for rank in (0, 1):
+        text = results[rank][1]
+        assert message in text and "ranks [1] differ" in text and "\n" not in text
+
+
+def _die_at_step(rank: int, engine: str) -> str:
+    cfg = DistributedConfig(engine=engine, timeout_s=20)
+    ctx = init_from_env(cfg)
+    model = fresh_model()
+    eng = build_engine(cfg, model, ctx)
+    for step in range(5):
+        x, y = batch(step)
+        loss = torch.nn.functional.mse_loss(eng.module(x[:2]), y[:2])
+        if rank == 2 and step == 2:
+            os._exit(3)  # a crashed node: no clean-up, sockets drop
+        loss.backward()
+        eng.synchronize()
+    return "finished"
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("engine", ["bitvector", "grouped"])
+def test_killed_rank_makes_the_others_fail_clearly(engine):
+    results = run_local(_die_at_step, 3, engine, timeout_s=90, allow_failures=True)
+    assert results[2] == ("exit", 3)
+    for rank in (0, 1):
+        status, text = results[rank]
+        assert status == "error" and "PeerFailureError" in text and "--resume" in text, text[-400:]
+
+
+def test_node_size_must_divide_world(monkeypatch):
+    from models.distributed.launch import DistContext, LaunchEnv, _node_layout
+
+    ctx = DistContext(rank=0, world_size=6)
+    with pytest.raises(DistributedConfigError, match="node_size=4"):
+        _node_layout(ctx, LaunchEnv("torchrun", 0, 6), DistributedConfig(node_size=4), ["h"] * 6)
+    _node_layout(ctx, LaunchEnv("torchrun", 0, 6), DistributedConfig(), ["a", "b", "a", "b", "a", "b"])
+    assert (ctx.local_size, ctx.local_rank, ctx.node_rank) == (3, 0, 0)
