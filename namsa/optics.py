@@ -67,16 +67,19 @@ def probe_fourier(gpts: tuple[int, int], sampling: tuple[float, float], energy_k
                   band_limit: float = 2.0 / 3.0) -> np.ndarray:
     """Probe at the origin in Fourier space, (ny, nx) complex128, FFT order, sum |Psi|^2 = ny * nx.
 
-    Soft-edged aperture: the transmission falls linearly from 1 to 0 across one angular pixel
-    centred on the cutoff, so the disc edge does not alias as the grid changes. Band-limited.
+    Soft-edged aperture: the transmission falls linearly from 1 to 0 across one pixel, measured
+    along the radial direction (sqrt((cos(phi) dkx)^2 + (sin(phi) dky)^2) for rectangular k-pixels),
+    centred on the cutoff, so the disc area does not jump by whole pixels as the grid changes.
+    Band-limited.
     """
     wavelength = wavelength_A(energy_kv)
     k2, (ky, kx) = frequency_grid(gpts, sampling)
     alpha = wavelength * np.sqrt(k2)
-    pixel_alpha = wavelength * max(abs(ky[1] - ky[0]) if gpts[0] > 1 else 0.0,
-                                   abs(kx[1] - kx[0]) if gpts[1] > 1 else 0.0)
+    dky, dkx = 1.0 / (gpts[0] * sampling[0]), 1.0 / (gpts[1] * sampling[1])
+    phi = np.arctan2(ky[:, None], kx[None, :])
+    radial_pixel = wavelength * np.hypot(np.cos(phi) * dkx, np.sin(phi) * dky)
     cutoff = semiangle_mrad * 1e-3
-    aperture = np.clip((cutoff - alpha) / pixel_alpha + 0.5, 0.0, 1.0)
+    aperture = np.clip((cutoff - alpha) / radial_pixel + 0.5, 0.0, 1.0)
     aperture *= band_limit_mask(gpts, sampling, band_limit)
     psi = aperture * np.exp(-1j * aberration_phase(alpha, wavelength, C1_A, C3_mm))
     norm = np.sqrt((np.abs(psi) ** 2).sum() / (gpts[0] * gpts[1]))
