@@ -455,14 +455,21 @@ def _choose_cell(orienter: _Orienter, axis: tuple[int, int, int], max_strain: fl
         raise ZoneAxisError(
             f"zone axis {list(axis)} of {material_id}: no lattice vectors within {orienter.search_A:.0f} A are "
             "close to perpendicular to the beam; choose a lower-index axis (see auto_zone_axes)")
+    feasible = _best_feasible(cells, max_strain)
+    if feasible is not None:
+        return feasible
     best = cells[0]
-    if best.strain > max_strain:
-        raise ZoneAxisError(
-            f"zone axis {list(axis)} of {material_id} needs {100 * best.strain:.2f}% strain to make a periodic "
-            f"orthogonal cell (in-plane cell {best.unit_A[0]:.1f} x {best.unit_A[1]:.1f} A, limit max_strain="
-            f"{max_strain:g}); choose another zone axis (auto_zone_axes lists good ones), raise max_strain, "
-            "or raise the lateral size so that larger commensurate cells are searched")
-    return best
+    raise ZoneAxisError(
+        f"zone axis {list(axis)} of {material_id} needs {100 * best.strain:.2f}% strain to make a periodic "
+        f"orthogonal cell (in-plane cell {best.unit_A[0]:.1f} x {best.unit_A[1]:.1f} A, limit max_strain="
+        f"{max_strain:g}); choose another zone axis (auto_zone_axes lists good ones), raise max_strain, "
+        "or raise the lateral size so that larger commensurate cells are searched")
+
+
+def _best_feasible(cells: list[_Cell], max_strain: float) -> _Cell | None:
+    """The best-ranked cell within ``max_strain`` (ranking buckets strain to 1e-4, so a slightly
+    less strained cell may sit below the first), or None."""
+    return next((cell for cell in cells if cell.strain <= max_strain), None)
 
 
 def _lateral_pair(lateral_A: float | Sequence[float]) -> tuple[float, float]:
@@ -530,8 +537,8 @@ def auto_zone_axes(structure: Structure | Any, max_axes: int = 3, max_index: int
     Axes whose orthogonal cell would need more than ``max_strain`` (searching in-plane vectors
     up to ``lateral_A``) are dropped. Sorted by index order (largest |index|), then exact
     (strain-free) cells before strained ones, then beam repeat, then in-plane cell area;
-    deterministic. Every returned axis can be oriented by :func:`orient_supercell` at any
-    lateral size with the same ``max_strain``.
+    deterministic. With the default ``lateral_A``, every returned axis can be oriented by
+    :func:`orient_supercell` at any lateral size with the same ``max_strain``.
     """
     structure = load_structure(structure)
     if int(max_axes) < 1 or int(max_index) < 1:
@@ -540,8 +547,8 @@ def auto_zone_axes(structure: Structure | Any, max_axes: int = 3, max_index: int
     scored = []
     for axis in _distinct_axes(structure, int(max_index)):
         cells = orienter.candidate_cells(axis)
-        if cells and cells[0].strain <= max_strain:
-            best = cells[0]
+        best = _best_feasible(cells, max_strain)
+        if best is not None:
             scored.append((max(abs(i) for i in axis), best.strain > 0, round(best.unit_A[2], 6),
                            round(best.area_A2, 6), axis))
     scored.sort()
