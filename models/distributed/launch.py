@@ -220,11 +220,14 @@ def _init_torch(ctx: DistContext, cfg: DistributedConfig, launch: LaunchEnv) -> 
 
 def _init_horovod(ctx: DistContext, cfg: DistributedConfig) -> None:
     hvd = import_horovod()
-    # Horovod reads its knobs from the environment at init.
-    os.environ.setdefault("HOROVOD_FUSION_THRESHOLD", str(int(cfg.fusion_threshold_mb * 2**20)))
-    os.environ.setdefault("HOROVOD_CYCLE_TIME", str(cfg.cycle_time_ms))
-    os.environ.setdefault("HOROVOD_CACHE_CAPACITY", str(cfg.cache_capacity))
+    # Horovod reads its knobs from the environment at init; the config wins over horovodrun flags.
+    knobs = {"HOROVOD_FUSION_THRESHOLD": str(int(cfg.fusion_threshold_mb * 2**20)),
+             "HOROVOD_CYCLE_TIME": str(cfg.cycle_time_ms), "HOROVOD_CACHE_CAPACITY": str(cfg.cache_capacity)}
+    overridden = [f"{k}={os.environ[k]}" for k, v in knobs.items() if os.environ.get(k, v) != v]
+    os.environ.update(knobs)
     hvd.init()
+    if overridden and hvd.rank() == 0:
+        print(f"[models.distributed] distributed config overrides {', '.join(overridden)}", file=sys.stderr)
     ctx.rank, ctx.world_size, ctx.backend = hvd.rank(), hvd.size(), "horovod"
     ctx.device = _device_for("horovod", hvd.local_rank())
 
