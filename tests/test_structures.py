@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from ase import Atoms
 from ase.build import bulk
+from pymatgen.analysis.structure_matcher import StructureMatcher
 from pymatgen.core import Lattice, Structure
 from pymatgen.io.cif import CifWriter
 from scipy.spatial import cKDTree
@@ -200,6 +201,51 @@ def test_hexagonal_0001_gives_exact_a_by_a_sqrt3_rectangle(structure_id, atoms_p
     assert cell.n_atoms == atoms_per_unit * cell.tiling[0] * cell.tiling[1]
     projected = cell.n_atoms / (cell.cell_A[0] * cell.cell_A[1])
     assert projected == pytest.approx(bulk_number_density(structure_id) * cell.cell_A[2], rel=1e-12)
+
+
+def as_periodic_structure(cell: Supercell) -> Structure:
+    return Structure(Lattice.orthorhombic(*cell.cell_A), cell.numbers, cell.positions_A, coords_are_cartesian=True)
+
+
+def beam_layer_heights(structure: Structure, axis: tuple[int, int, int], repeat: float) -> dict[int, np.ndarray]:
+    """Distinct heights (mod the repeat) of every element's atoms along the zone axis, from a block
+    of bulk cells: an independent picture of the layering the beam should see."""
+    beam = np.asarray(axis, float) @ structure.lattice.matrix
+    beam /= np.linalg.norm(beam)
+    shifts = np.stack(np.meshgrid(*[np.arange(-2, 3)] * 3, indexing="ij"), -1).reshape(-1, 3)
+    heights = {}
+    for z in {site.specie.Z for site in structure}:
+        frac = np.array([site.frac_coords for site in structure if site.specie.Z == z])
+        cart = ((frac[None] + shifts[:, None]).reshape(-1, 3)) @ structure.lattice.matrix
+        heights[z] = np.unique(np.round((cart @ beam) % repeat, 6) % round(repeat, 6))
+    return heights
+
+
+def same_layers_up_to_shift(expected: dict[int, np.ndarray], found: dict[int, np.ndarray], repeat: float) -> bool:
+    anchor_z = min(expected)
+    for shift in found[anchor_z] - expected[anchor_z][0]:
+        if all(len(expected[z]) == len(found[z]) and np.allclose(
+                np.sort((expected[z] + shift) % repeat), np.sort(found[z] % repeat), atol=1e-5) for z in expected):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("structure_id, axis", [
+    ("Si-diamond", (1, 1, 1)), ("GaN-wurtzite", (1, -1, 0)), ("MgAl2O4-spinel", (0, 1, 1)),
+    ("Al2O3-corundum", (1, 0, 0)), ("Bi2Se3-tetradymite", (0, 0, 1)), ("TiO2-rutile", (1, 1, 0)),
+    ("SrTiO3-perovskite", (1, 1, 1)), ("C-graphite", (0, 1, 0)),
+])
+def test_oriented_cell_is_the_crystal_viewed_along_the_axis(structure_id, axis):
+    bulk_structure = library.get(structure_id)
+    cell = orient_supercell(structure_id, axis, lateral_A=1.0, thickness_A=0.1)  # one commensurate cell
+    assert cell.strain == 0.0 and cell.tiling == (1, 1, 1)
+    # a strain-free oriented cell is a true supercell of the crystal (pymatgen's matcher, no scaling) ...
+    matcher = StructureMatcher(ltol=1e-3, stol=1e-3, angle_tol=0.1, primitive_cell=True, scale=False)
+    assert matcher.fit(as_periodic_structure(cell), bulk_structure)
+    # ... and its z axis is the zone axis: the atomic layers along z are the bulk's along [uvw]
+    expected = beam_layer_heights(bulk_structure, axis, cell.repeat_A)
+    found = {int(z): np.unique(np.round(cell.positions_A[cell.numbers == z, 2], 6)) for z in np.unique(cell.numbers)}
+    assert same_layers_up_to_shift(expected, found, cell.repeat_A)
 
 
 def test_centred_lattices_use_their_true_repeat():
