@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, default_collate, get_worker_info
 
 from namsa.errors import UserError
 
@@ -40,9 +40,9 @@ class SampleDataset(Dataset):
     Items: ``{"cbed": float32 (S, P, P), "target": float32 (C, T, T), "index": int}`` where the C
     target channels follow ``targets`` (``potential`` in V*Angstrom, ``density`` in e/Angstrom^2,
     both standardised by ``normalizer``). ``normalizer=None`` returns unnormalised float32.
-    ``raw_cbed=True`` returns cbed as stored (float16, untransformed) so the transform can run on
-    the GPU after an fp16 host-to-device copy (half the PCIe bytes): call ``normalizer.cbed`` on
-    the device tensor. ``skip_corrupt=True`` replaces a corrupt record by the next readable one
+    ``raw_cbed=True`` returns cbed as stored (float16 intensities times ``item["cbed_scale"]``,
+    untransformed) so the transform can run on the GPU after an fp16 host-to-device copy (half
+    the PCIe bytes): `batch_to_device(batch, device, normalizer)` does both. ``skip_corrupt=True`` replaces a corrupt record by the next readable one
     (with a warning naming it) instead of failing the epoch.
     """
 
@@ -66,6 +66,7 @@ class SampleDataset(Dataset):
         if not self.global_indices:
             raise EmptyStoreError(f"no {split} samples in {self.stores.describe()}; simulate more materials "
                                   f"or change data.split_fractions")
+        self.storage_scale = self.stores.storage_scale
         self.stores.close()  # workers open their own handles; the parent keeps none across fork()
 
     def __len__(self) -> int:
@@ -92,35 +93,58 @@ class SampleDataset(Dataset):
                 groups.append(group)
         return groups
 
-    def _read(self, index: int) -> dict[str, np.ndarray]:
+    def _read(self, index: int, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         reader, j = self.stores.locate(self.global_indices[index])
-        dtype = None if self.raw_cbed else np.float32
-        arrays, _ = reader.read_arrays(j, names=("cbed", *self.targets), dtype=dtype)
+        # Normalised or raw items take the stored values (the Normalizer knows their scale);
+        # unnormalised float32 items are physical intensities.
+        physical = self.normalizer is None and not self.raw_cbed
+        arrays, _ = reader.read_arrays(j, names=("cbed", *self.targets), dtype=np.float32, out=out,
+                                       physical=physical)
         return arrays
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        arrays = self._read_or_substitute(index)
-        cbed = arrays["cbed"]
-        if self.raw_cbed:
-            cbed = np.ascontiguousarray(cbed)
-        elif self.normalizer is not None:
-            cbed = self.normalizer.cbed(cbed, inplace=True)
-        target = np.stack([arrays[t].astype(np.float32, copy=False) for t in self.targets])
+        stored = np.dtype(self.stores.manifest["arrays"]["cbed"]["dtype"])
+        cbed = _shared_empty(self.cbed_shape, stored if self.raw_cbed else np.float32)
+        arrays = self._read_or_substitute(index, {"cbed": cbed.numpy()})
+        if not self.raw_cbed and self.normalizer is not None:
+            self.normalizer.cbed(arrays["cbed"], inplace=True, stored_scale=self.storage_scale)
+        target = np.stack([arrays[t] for t in self.targets])
         if self.normalizer is not None:
             target = np.stack([self.normalizer.target(target[c], t) for c, t in enumerate(self.targets)])
-        return {"cbed": torch.from_numpy(cbed), "target": torch.from_numpy(target.astype(np.float32, copy=False)),
-                "index": index}
+        item = {"cbed": cbed, "target": torch.from_numpy(target.astype(np.float32, copy=False)), "index": index}
+        if self.raw_cbed:
+            item["cbed_scale"] = self.storage_scale
+        return item
 
-    def _read_or_substitute(self, index: int) -> dict[str, np.ndarray]:
+    def _read_or_substitute(self, index: int, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         for attempt in range(len(self)):
             k = (index + attempt) % len(self)
             try:
-                return self._read(k)
+                return self._read(k, out)
             except CorruptRecordError as exc:
                 if not self.skip_corrupt:
                     raise
                 warnings.warn(f"skipping corrupt record: {exc}", RuntimeWarning, stacklevel=2)
         raise EmptyStoreError(f"every {self.split} record in {self.stores.describe()} is corrupt; re-stage the data")
+
+
+def _shared_empty(shape: tuple[int, ...], dtype: np.dtype) -> torch.Tensor:
+    """An uninitialised tensor; inside a DataLoader worker it lives in shared memory from the
+    start, so handing it to the main process copies nothing (torch would otherwise copy every
+    item into shared memory when collating)."""
+    torch_dtype = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+    if get_worker_info() is None:
+        return torch.empty(shape, dtype=torch_dtype)
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    storage = torch.UntypedStorage._new_shared(nbytes)  # what default_collate uses for its batches
+    return torch.empty(0, dtype=torch_dtype).set_(storage, 0, shape)
+
+
+def collate_samples(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """default_collate, except that a batch of one is a view (no copy of a 128-512 MiB stack)."""
+    if len(items) == 1:
+        return {k: (v.unsqueeze(0) if torch.is_tensor(v) else torch.tensor([v])) for k, v in items[0].items()}
+    return default_collate(items)
 
 
 class ShardedBatchSampler(Sampler[list[int]]):
@@ -235,7 +259,7 @@ def make_loader(dataset: SampleDataset, data_cfg: DataConfig | None, batch_size:
     sampler = ShardedBatchSampler(dataset, batch_size, rank=rank, world_size=world_size, shuffle=shuffle,
                                   seed=seed, drop_last=drop_last, shard_mode=shard_mode or cfg.shard_mode)
     workers = cfg.num_workers
-    return StageLoader(dataset, batch_sampler=sampler, num_workers=workers,
+    return StageLoader(dataset, batch_sampler=sampler, num_workers=workers, collate_fn=collate_samples,
                        pin_memory=cfg.pin_memory and torch.cuda.is_available(),
                        prefetch_factor=cfg.prefetch_factor if workers > 0 else None,
                        persistent_workers=workers > 0, worker_init_fn=_worker_init if workers > 0 else None)
@@ -244,9 +268,10 @@ def make_loader(dataset: SampleDataset, data_cfg: DataConfig | None, batch_size:
 def batch_to_device(batch: dict[str, Any], device: torch.device | str, normalizer: Normalizer | None = None
                     ) -> dict[str, Any]:
     """Move a batch to ``device`` (non-blocking from pinned memory); with ``normalizer``, a raw
-    fp16 cbed batch (``SampleDataset(raw_cbed=True)``) is transformed on the device."""
+    fp16 cbed batch (``SampleDataset(raw_cbed=True)``, recognised by its ``cbed_scale``) is
+    transformed on the device; already normalised batches are only moved."""
     out = {k: (v.to(device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in batch.items()}
-    if normalizer is not None:
-        out["cbed"] = normalizer.cbed(out["cbed"])
+    if normalizer is not None and "cbed_scale" in batch:
+        out["cbed"] = normalizer.cbed(out["cbed"], stored_scale=float(batch["cbed_scale"][0]))
     return out
 

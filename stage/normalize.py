@@ -1,5 +1,12 @@
 """Input transforms, running statistics, and the `Normalizer` the trained model carries.
 
+Intensity scale: a CBED pattern carries total intensity 1 spread over P x P pixels, so a typical
+pixel holds ~1/P^2 (1.5e-5 at P = 256). That is below float16's smallest normal number (6.1e-5),
+where float16 keeps only a few significant bits, and it makes ``log1p`` a no-op (log1p(x) ~ x).
+Both the float16 store and the transforms therefore work on intensities multiplied by
+``intensity_scale(P) = 2^min(15, round(log2(P^2)) - 4)`` (mean pixel ~1/16): a power of two, so
+scaling is exact, and at most 32768, so a pixel <= 1 never overflows float16 (max 65504).
+
 CBED intensities span several decades (the bright-field disc against weak high-angle scattering),
 so each pattern is shifted to a minimum of 0 and compressed (``log1p`` or ``sqrt``) before being
 standardised. Targets (projected potential in V*Angstrom, projected density in e/Angstrom^2) are
@@ -24,38 +31,36 @@ _STATS_CHUNK_VALUES = 1 << 22
 Moments = list[float]  # [count, mean, M2] with M2 = sum of squared deviations
 
 
-def transform_cbed(x: Any, transform: str, inplace: bool = False) -> Any:
-    """Subtract each pattern's minimum, then apply ``transform``; numpy or torch, (..., P, P).
+def intensity_scale(pattern_px: int) -> float:
+    """Power-of-two factor applied to CBED intensities before float16 storage and transforms."""
+    exponent = min(15, max(0, round(math.log2(pattern_px * pattern_px)) - 4))
+    return float(2 ** exponent)
 
-    Returns float32 (numpy) or float32 tensors (torch) on the input's device. ``inplace`` reuses
-    a float32 numpy input's memory (the loader's own fresh buffer) instead of copying it.
+
+def subtract_pattern_min(x: Any, inplace: bool = False) -> Any:
+    """Shift every pattern (last two axes) to a minimum of 0; numpy or torch, (..., P, P).
+
+    Returns float32 (numpy) or a float32 tensor on the input's device. ``inplace`` reuses a
+    float32 numpy input's memory (the loader's own fresh buffer) instead of copying it.
     """
-    if transform not in TRANSFORMS:
-        raise UserError(f"unknown cbed transform {transform!r}; use one of {TRANSFORMS}")
     if isinstance(x, np.ndarray):
         x = x.astype(np.float32, copy=not inplace)
         x -= x.min(axis=(-2, -1), keepdims=True)
-        if transform == "log1p":
-            np.log1p(x, out=x)
-        elif transform == "sqrt":
-            np.sqrt(x, out=x)
         return x
     x = x.float()
-    x = x - x.amin(dim=(-2, -1), keepdim=True)
-    if transform == "log1p":
-        return x.log1p_()
-    if transform == "sqrt":
-        return x.sqrt_()
-    return x
+    return x - x.amin(dim=(-2, -1), keepdim=True)
 
 
 def moments(values: np.ndarray) -> Moments:
-    """[count, mean, M2] of ``values`` accumulated in float64."""
-    flat = np.asarray(values, dtype=np.float64).ravel()
+    """[count, mean, M2] of ``values``; float32 arithmetic with float64 (pairwise) accumulation,
+    which keeps the relative error near 1e-7 without float64 copies of large stacks."""
+    flat = np.asarray(values).ravel()
     if flat.size == 0:
         return [0.0, 0.0, 0.0]
-    mean = float(flat.mean())
-    return [float(flat.size), mean, float(np.square(flat - mean).sum())]
+    mean = float(np.add.reduce(flat, dtype=np.float64)) / flat.size
+    dev = flat - flat.dtype.type(mean) if flat.dtype.kind == "f" else flat.astype(np.float64) - mean
+    dev *= dev
+    return [float(flat.size), mean, float(np.add.reduce(dev, dtype=np.float64))]
 
 
 def combine(a: Sequence[float], b: Sequence[float]) -> Moments:
@@ -76,18 +81,21 @@ def combine_all(items: Iterable[Sequence[float]]) -> Moments:
     return total
 
 
-def sample_statistics(cbed: np.ndarray, targets: dict[str, np.ndarray]) -> dict[str, Any]:
+def sample_statistics(cbed: np.ndarray, targets: dict[str, np.ndarray], scale: float = 1.0) -> dict[str, Any]:
     """Moments of the transformed cbed (every transform) and of each target, for one sample.
 
-    ``cbed`` should be the array as stored (after the float16 cast), so the statistics describe
-    exactly what readers will see.
+    ``cbed`` should be the array as stored (after the float16 cast) and ``scale`` the factor that
+    takes it to intensity-scaled units (``intensity_scale(P) / storage scale``), so the statistics
+    describe exactly what the Normalizer will see.
     """
     per_transform = {t: [0.0, 0.0, 0.0] for t in TRANSFORMS}
     step = max(1, _STATS_CHUNK_VALUES // max(1, int(np.prod(cbed.shape[1:]))))
     for start in range(0, cbed.shape[0], step):
-        chunk = cbed[start: start + step]
-        for name in TRANSFORMS:
-            per_transform[name] = combine(per_transform[name], moments(transform_cbed(chunk, name)))
+        shifted = subtract_pattern_min(cbed[start: start + step])  # shared by all three transforms
+        if scale != 1.0:
+            shifted *= np.float32(scale)
+        for name, values in (("none", shifted), ("sqrt", np.sqrt(shifted)), ("log1p", np.log1p(shifted))):
+            per_transform[name] = combine(per_transform[name], moments(values))
     stats: dict[str, Any] = {"cbed": per_transform}
     for name, array in targets.items():
         stats[name] = moments(array)
@@ -116,25 +124,29 @@ def _mean_std(m: Sequence[float]) -> tuple[float, float]:
 class Normalizer:
     """Input transform + standardisation of cbed, standardisation of targets, and its inverse.
 
-    ``cbed(x)``: x is (S, P, P) or (B, S, P, P), numpy or torch (any device); returns float32.
+    ``cbed(x)``: x is (S, P, P) or (B, S, P, P) intensities (total 1 per pattern), numpy or torch
+    (any device); returns float32: ((f(scale * x - min over the pattern)) - mean) / std with f the
+    transform and scale = ``intensity_scale`` (see the module doc). ``cbed(x, stored_scale=s)``
+    takes x already multiplied by s (the raw float16 values of a store).
     ``target(y, name)`` / ``target_inverse(y, name)``: y in physical units (potential: V*Angstrom,
     density: electrons/Angstrom^2) <-> standardised units.
     """
 
     def __init__(self, transform: str, cbed_mean: float, cbed_std: float,
-                 targets: dict[str, tuple[float, float]]):
+                 targets: dict[str, tuple[float, float]], intensity_scale: float = 1.0):
         if transform not in TRANSFORMS:
             raise UserError(f"unknown cbed transform {transform!r}; use one of {TRANSFORMS}")
         self.transform = transform
         self.cbed_mean = float(cbed_mean)
         self.cbed_std = float(cbed_std)
+        self.intensity_scale = float(intensity_scale)
         self.targets = {k: (float(v[0]), float(v[1])) for k, v in targets.items()}
 
     @classmethod
-    def from_statistics(cls, stats: dict[str, Any], transform: str) -> "Normalizer":
+    def from_statistics(cls, stats: dict[str, Any], transform: str, intensity_scale: float) -> "Normalizer":
         cbed_mean, cbed_std = _mean_std(stats["cbed"][transform])
         targets = {k: _mean_std(v) for k, v in stats.items() if k != "cbed"}
-        return cls(transform, cbed_mean, cbed_std, targets)
+        return cls(transform, cbed_mean, cbed_std, targets, intensity_scale)
 
     @classmethod
     def fit(cls, paths: Any, transform: str = "log1p", split: str = "train") -> "Normalizer":
@@ -146,10 +158,20 @@ class Normalizer:
             if stats["cbed"][transform][0] == 0:
                 raise UserError(f"no {split} samples in {stores.describe()}; a Normalizer is fitted on the "
                                 f"{split} split: simulate more materials or change data.split_fractions")
-        return cls.from_statistics(stats, transform)
+            scale = stores.intensity_scale
+        return cls.from_statistics(stats, transform, scale)
 
-    def cbed(self, x: Any, inplace: bool = False) -> Any:
-        out = transform_cbed(x, self.transform, inplace=inplace)
+    def cbed(self, x: Any, inplace: bool = False, stored_scale: float = 1.0) -> Any:
+        if self.transform not in TRANSFORMS:
+            raise UserError(f"unknown cbed transform {self.transform!r}; use one of {TRANSFORMS}")
+        out = subtract_pattern_min(x, inplace=inplace)
+        factor = self.intensity_scale / stored_scale
+        if factor != 1.0:
+            out *= factor
+        if self.transform == "log1p":
+            out = np.log1p(out, out=out) if isinstance(out, np.ndarray) else out.log1p_()
+        elif self.transform == "sqrt":
+            out = np.sqrt(out, out=out) if isinstance(out, np.ndarray) else out.sqrt_()
         out -= self.cbed_mean
         out /= self.cbed_std
         return out
@@ -169,13 +191,13 @@ class Normalizer:
 
     def to_dict(self) -> dict[str, Any]:
         return {"transform": self.transform, "cbed_mean": self.cbed_mean, "cbed_std": self.cbed_std,
-                "targets": {k: list(v) for k, v in self.targets.items()}}
+                "intensity_scale": self.intensity_scale, "targets": {k: list(v) for k, v in self.targets.items()}}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Normalizer":
         try:
             return cls(data["transform"], data["cbed_mean"], data["cbed_std"],
-                       {k: tuple(v) for k, v in data["targets"].items()})
+                       {k: tuple(v) for k, v in data["targets"].items()}, data["intensity_scale"])
         except (KeyError, TypeError, ValueError) as exc:
             raise UserError(f"normalizer dict is malformed ({exc}); it must come from Normalizer.to_dict()") from exc
 
@@ -183,5 +205,5 @@ class Normalizer:
         return isinstance(other, Normalizer) and self.to_dict() == other.to_dict()
 
     def __repr__(self) -> str:
-        return (f"Normalizer(transform={self.transform!r}, cbed_mean={self.cbed_mean:.6g}, "
-                f"cbed_std={self.cbed_std:.6g}, targets={self.targets})")
+        return (f"Normalizer(transform={self.transform!r}, intensity_scale={self.intensity_scale:g}, "
+                f"cbed_mean={self.cbed_mean:.6g}, cbed_std={self.cbed_std:.6g}, targets={self.targets})")

@@ -24,6 +24,7 @@ from typing import Any
 
 from namsa.errors import UserError
 
+from .codec import array_layout, decode_record
 from .config import DataConfig
 from .errors import CorruptRecordError, SchemaError
 from .store import StoreReader, StoreWriter, expand_store_paths, is_store
@@ -160,11 +161,8 @@ def _drain_one(pending: deque, writer: StoreWriter, report: StageReport, bar: An
 
 
 def _record_arrays(record: bytes | bytearray) -> dict[str, dict[str, Any]]:
-    """Array names/dtypes/shapes of a sealed record, from its header."""
-    from .codec import decode_record
-
-    header = decode_record(record, verify=False, names=()).header
-    return {e["name"]: {"dtype": e["dtype"], "shape": e["shape"]} for e in header["arrays"]}
+    """Array names/dtypes/shapes/scales of a sealed record, from its header."""
+    return array_layout(decode_record(record, verify=False, names=()).header)
 
 
 def _verify_copied(target: Path, ids: list[str]) -> list[str]:

@@ -39,7 +39,7 @@ from . import codec
 from .config import DataConfig
 from .errors import (CorruptRecordError, EmptyStoreError, NotAStoreError, SchemaError, StoreError,
                      StoreFullError, StoreLockedError, StoreNotFoundError)
-from .normalize import merge_statistics, sample_statistics
+from .normalize import intensity_scale, merge_statistics, sample_statistics
 from .splits import SPLITS, split_of
 
 SCHEMA_VERSION = 1
@@ -148,6 +148,8 @@ def build_manifest(path: Path, info: dict[str, Any], index: dict[str, dict[str, 
         "samples": [{"id": sid, "split": index[sid]["split"], "material_id": index[sid]["material_id"]}
                     for sid in ids],
         "statistics": {s: merge_statistics(per_split[s]) for s in SPLITS},
+        "intensity_scale": (intensity_scale(info["arrays"]["cbed"]["shape"][-1])
+                            if info.get("arrays") else None),
         "created": info.get("created"),
         "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -380,17 +382,20 @@ class StoreWriter:
         if sample.meta.get("config_hash") != self.config_hash:
             raise UserError(f"sample {sid} has config_hash {sample.meta.get('config_hash')!r} but store "
                             f"{self.path} holds config {self.config_hash!r}; write it to its own store")
-        arrays = self._stored_arrays(sample)
-        shapes = {name: {"dtype": a.dtype.str, "shape": list(a.shape)} for name, a in arrays.items()}
+        arrays, scales = self._stored_arrays(sample)
+        shapes = {name: {"dtype": a.dtype.str, "shape": list(a.shape), "scale": scales.get(name, 1.0)}
+                  for name, a in arrays.items()}
         if self.info["arrays"] and self.info["arrays"] != shapes:
             # checked before the (costly) encoding; put_record checks again for raw records
             raise SchemaError(f"sample {sid} has arrays {shapes} but store {self.path} holds "
                               f"{self.info['arrays']}; all samples of a store share shapes and dtypes")
         codecs = {"cbed": "zstd-shuffle"} if self.cfg.compression == "zstd" else {}
-        record = codec.encode_record(arrays, sample.meta, codecs, self.cfg.compression_level)
+        record = codec.encode_record(arrays, sample.meta, codecs, self.cfg.compression_level, scales)
         split = split_of(str(sample.meta["material_id"]), self.cfg.split_fractions, self.cfg.split_seed)
+        stats_scale = intensity_scale(arrays["cbed"].shape[-1]) / scales["cbed"]
         entry = {"split": split, "material_id": str(sample.meta["material_id"]), "nbytes": len(record),
-                 "stats": sample_statistics(arrays["cbed"], {k: arrays[k] for k in ("potential", "density")})}
+                 "stats": sample_statistics(arrays["cbed"], {k: arrays[k] for k in ("potential", "density")},
+                                            scale=stats_scale)}
         return self.put_record(sid, record, entry, shapes)
 
     def put_record(self, sample_id: str, record: bytes | bytearray, entry: dict[str, Any],
@@ -418,17 +423,24 @@ class StoreWriter:
             self.write_manifest()
         return True
 
-    def _stored_arrays(self, sample: Sample) -> dict[str, np.ndarray]:
-        dtype = np.dtype(self.cfg.cbed_dtype)
-        if dtype == np.float16:
+    def _stored_arrays(self, sample: Sample) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+        """The arrays as stored and the factor each was multiplied by (float16 cbed only)."""
+        cbed = np.ascontiguousarray(sample.cbed, dtype=np.float32)
+        scale = 1.0
+        if self.cfg.cbed_dtype == "float16":
+            # intensities ~1/P^2 are float16 subnormals; scale them by a power of two (exact)
+            scale = intensity_scale(cbed.shape[-1])
             try:
-                codec.check_float16_safe("cbed", sample.cbed)
+                codec.check_float16_safe("cbed", cbed * np.float32(scale))
             except ValueError as exc:
-                raise UserError(f"sample {sample.id}: {exc}; float16 cannot store it: fix the simulation "
-                                f"or set data.cbed_dtype=float32") from exc
-        return {"cbed": np.ascontiguousarray(sample.cbed, dtype=dtype),
-                "potential": np.ascontiguousarray(sample.potential, dtype=np.float32),
-                "density": np.ascontiguousarray(sample.density, dtype=np.float32)}
+                raise UserError(f"sample {sample.id}: {exc} after scaling by {scale:g}; float16 cannot store "
+                                f"it: fix the simulation (patterns must carry total intensity 1) or set "
+                                f"data.cbed_dtype=float32") from exc
+            cbed = (cbed * np.float32(scale)).astype(np.float16)
+        arrays = {"cbed": cbed,
+                  "potential": np.ascontiguousarray(sample.potential, dtype=np.float32),
+                  "density": np.ascontiguousarray(sample.density, dtype=np.float32)}
+        return arrays, {"cbed": scale}
 
     def _commit(self, writes: list[tuple[bytes, bytes, bytes]]) -> None:
         """Write all ``(db, key, value)`` triples in one transaction, growing the map when it is full."""
@@ -548,6 +560,19 @@ def _load_manifest(path: Path) -> dict[str, Any]:
     return manifest
 
 
+def _copy_out(view: np.ndarray, dtype: Any, out: np.ndarray | None, scale: float) -> np.ndarray:
+    """Copy ``view`` out of the LMDB map, cast to ``dtype``; ``scale != 1`` divides by the storage
+    scale (a power of two, so exact) and yields float32 physical intensities."""
+    if scale != 1.0:
+        out = out if out is not None else np.empty(view.shape, np.float32)
+        np.multiply(view, np.float32(1.0 / scale), out=out, casting="unsafe")
+        return out
+    if out is not None:
+        np.copyto(out, view, casting="unsafe")
+        return out
+    return view.astype(dtype) if dtype is not None else view.copy()
+
+
 class StoreReader:
     """Read-only, lock-free view of one store; safe to pickle into DataLoader workers.
 
@@ -644,7 +669,7 @@ class StoreReader:
             self._check_header(self._ids[0], header)
 
     def _check_header(self, sid: str, header: dict[str, Any]) -> None:
-        found = {e["name"]: {"dtype": e["dtype"], "shape": e["shape"]} for e in header["arrays"]}
+        found = codec.array_layout(header)
         if found != self.manifest["arrays"]:
             raise SchemaError(f"store {self.path}: record {sid!r} holds arrays {found} but the manifest "
                               f"says {self.manifest['arrays']}; the store is inconsistent: re-stage it")
@@ -663,8 +688,15 @@ class StoreReader:
         return self._splits[i]
 
     def read_arrays(self, i: int, names: Sequence[str] = ARRAY_NAMES, dtype: Any = None,
-                    verify: bool | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """Arrays ``names`` of sample ``i`` (copied out of the map, cast to ``dtype`` if given) + meta."""
+                    verify: bool | None = None, out: dict[str, np.ndarray] | None = None,
+                    physical: bool = True) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Arrays ``names`` of sample ``i`` (copied out of the map, cast to ``dtype`` if given) + meta.
+
+        ``physical``: undo the storage scale of float16 cbed (float32 intensities, total 1 per
+        pattern); False returns the values as stored (see `stage.normalize.intensity_scale`).
+        ``out`` maps names to preallocated arrays of the right shape to copy (and cast) into, so
+        the loader moves each byte from the page cache once, straight into shared memory.
+        """
         sid = self._ids[i]
         verify = self.verify if verify is None else verify
         for attempt in range(2):
@@ -679,7 +711,8 @@ class StoreReader:
                         raise CorruptRecordError(str(self.path), sid, str(exc)) from exc
                     self._check_header(sid, rec.header)
                     # Copy (or cast) inside the transaction: the views die with it.
-                    arrays = {n: (a.astype(dtype) if dtype is not None else a.copy()) for n, a in rec.arrays.items()}
+                    scales = {e["name"]: e.get("scale", 1.0) if physical else 1.0 for e in rec.header["arrays"]}
+                    arrays = {n: _copy_out(a, dtype, (out or {}).get(n), scales[n]) for n, a in rec.arrays.items()}
                 return arrays, rec.meta
             except lmdb.MapResizedError:
                 self.env.set_mapsize(0)  # a writer grew the file: adopt the new size and retry
@@ -775,6 +808,16 @@ class StoreSet:
     @property
     def skipped(self) -> list[str]:
         return [k for r in self.readers for k in r.skipped]
+
+    @property
+    def intensity_scale(self) -> float:
+        """The CBED intensity scale of these stores (`stage.normalize.intensity_scale` of P)."""
+        return intensity_scale(self.readers[0].manifest["arrays"]["cbed"]["shape"][-1])
+
+    @property
+    def storage_scale(self) -> float:
+        """The factor stored cbed values carry (1 for float32 stores; all stores agree, see __init__)."""
+        return float(self.readers[0].manifest["arrays"]["cbed"].get("scale", 1.0))
 
     @property
     def manifests(self) -> list[dict[str, Any]]:

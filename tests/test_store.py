@@ -17,6 +17,7 @@ import pytest
 import stage
 from namsa.errors import UserError
 from stage import codec
+from stage.normalize import intensity_scale
 from stage_helpers import CONFIG_HASH, flip_byte_inside, make_sample, make_samples
 
 HERE = Path(__file__).parent
@@ -53,18 +54,38 @@ def test_round_trip_float32_is_bit_exact(tmp_path, cfg):
     assert reader.manifest["compression"] == cfg.compression
 
 
-def test_round_trip_float16_equals_the_float16_cast(tmp_path):
+def test_round_trip_float16_equals_the_scaled_float16_cast(tmp_path):
     samples = make_samples(2, variants=2)
     write_store(tmp_path / "s", samples, stage.DataConfig(compression="zstd"))
     reader = stage.open_store(tmp_path / "s")
+    scale = np.float32(intensity_scale(8))
+    assert reader.manifest["arrays"]["cbed"] == {"dtype": "<f2", "shape": [4, 8, 8], "scale": float(scale)}
     for s in samples:
         got = reader.get(s.id)
-        assert got.cbed.dtype == np.float16
-        assert got.cbed.tobytes() == s.cbed.astype(np.float16).tobytes()
+        assert got.cbed.dtype == np.float32  # physical intensities again
+        stored = (s.cbed * scale).astype(np.float16)
+        assert got.cbed.tobytes() == (stored.astype(np.float32) / scale).tobytes()
+        raw, _ = reader.read_arrays(reader.ids().index(s.id), names=("cbed",), physical=False)
+        assert raw["cbed"].dtype == np.float16 and raw["cbed"].tobytes() == stored.tobytes()
         assert got.potential.tobytes() == s.potential.tobytes()
         assert got.density.tobytes() == s.density.tobytes()
         assert got.meta == s.meta
-    assert reader.manifest["arrays"]["cbed"] == {"dtype": "<f2", "shape": [4, 8, 8]}
+
+
+def test_float16_scaling_keeps_paper_sized_intensities_precise():
+    """At P = 256 a mean pixel holds 1/65536 of the intensity: a float16 subnormal. Scaled by
+    intensity_scale(256) = 4096 it is a normal float16 with 11 significant bits."""
+    rng = np.random.default_rng(0)
+    pattern = rng.gamma(0.5, size=(256, 256)).astype(np.float32)
+    pattern /= pattern.sum()
+    scale = np.float32(intensity_scale(256))
+    assert scale == 4096.0
+    scaled = (pattern * scale).astype(np.float16).astype(np.float32) / scale
+    plain = pattern.astype(np.float16).astype(np.float32)
+    big = pattern > 1e-6
+    rel = lambda x: float(np.abs(x[big] / pattern[big] - 1).max())  # noqa: E731
+    assert rel(scaled) < 1e-3 and rel(plain) > 0.02  # 2% error at 1e-6 without the scale
+    assert intensity_scale(16 * 1024) * 1.0 <= 65504  # a pixel <= 1 never overflows float16
 
 
 def test_zstd_shuffle_compresses_smooth_float16(tmp_path):

@@ -1,0 +1,214 @@
+"""I/O benchmark of the stage store: write rate vs the simulator, torch read pipeline vs a raw read.
+
+For each pattern size P (paper shapes: 1024 x P x P float16 per sample) it
+1. writes a store of synthetic CBED-like samples, without and with zstd compression, and reports
+   samples/s and GB/s of the write path (validation, statistics, checksums, commit) against the
+   namsa simulator's marginal rate for the same pattern size measured in the same run;
+2. reads the uncompressed store's data.mdb sequentially with a Python buffered read (the raw
+   reference) and through the torch pipeline (SampleDataset + make_loader, 1..N workers), each
+   "cold" (after fdatasync + posix_fadvise(DONTNEED) drops the file's clean pages; fincore
+   reports how much stayed cached) and "warm" (the file in the page cache), and prints
+   pipeline/raw as the ratio (goal >= 0.8);
+3. reads the compressed store through the pipeline (warm) to show what decompression costs.
+
+The pipeline is measured delivering fp16 stacks (``raw_cbed=True``: the transform runs on the
+GPU after an fp16 copy, the recommended GPU path) and, for reference, float32 stacks normalised
+in the workers (log1p + standardisation on the CPU).
+
+Usage:  python benchmarks/bench_io.py [--px 256 512] [--samples 6 3] [--workers 1 2] [--dir /tmp]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import stage
+from namsa.sample import Sample, sample_id
+
+GB = 1e9
+CONFIG_HASH = "bench" + "0" * 59
+
+
+def synthetic_cbed(n_patterns: int, px: int, seed: int) -> np.ndarray:
+    """CBED-like stacks: a bright-field disc, a lattice of weaker Bragg discs whose intensities
+    change with the probe position, and a diffuse background; each pattern sums to 1."""
+    rng = np.random.default_rng(seed)
+    yy, xx = (np.mgrid[:px, :px] - px // 2).astype(np.float32)
+    radius = px / 10
+    spacing = px / 4.5
+    base = []
+    for k in range(16):
+        disc = 1.0 / (1.0 + np.exp((np.hypot(yy, xx) - radius) / 0.8))
+        bragg = np.zeros((px, px), np.float32)
+        for i in range(-2, 3):
+            for j in range(-2, 3):
+                if i or j:
+                    r = np.hypot(yy - i * spacing, xx - j * spacing)
+                    bragg += rng.uniform(0.02, 0.3) / (1.0 + np.exp((r - radius) / 0.8))
+        diffuse = 1e-3 * np.exp(-np.hypot(yy, xx) / (px / 6))
+        pattern = disc * rng.uniform(0.6, 1.0) + bragg + diffuse
+        base.append(pattern / pattern.sum())
+    base = np.stack(base).astype(np.float32)
+    scale = rng.uniform(0.97, 1.03, (n_patterns, 1, 1)).astype(np.float32)
+    return base[np.arange(n_patterns) % 16] * scale
+
+
+def make_sample(k: int, px: int, scan: int = 32) -> Sample:
+    s = scan * scan
+    material = f"bench-{k}"
+    meta = {"sample_id": sample_id(material, (0, 0, 1), 0, CONFIG_HASH), "material_id": material,
+            "formula": "Si", "elements": ["Si"], "zone_axis": [0, 0, 1], "variant": 0, "thickness_A": 200.0,
+            "energy_kv": 200.0, "semiangle_mrad": 20.0, "aberrations": {"C1_A": 0.0, "C3_mm": 0.0},
+            "sampling_A": [0.1, 0.1], "scan_shape": [scan, scan],
+            "scan_positions_A": [[0.3 * y, 0.3 * x] for y in range(scan) for x in range(scan)],
+            "fov_A": [0.0, 0.0, 0.3 * scan, 0.3 * scan], "seed": k, "code_version": "bench",
+            "config_hash": CONFIG_HASH}
+    rng = np.random.default_rng(k)
+    return Sample(cbed=synthetic_cbed(s, px, k), potential=rng.normal(size=(px, px)).astype(np.float32),
+                  density=rng.gamma(2.0, size=(px, px)).astype(np.float32), meta=meta)
+
+
+def drop_cache(path: Path) -> str:
+    """Evict the file's pages from the page cache without root; returns fincore's cached size."""
+    with open(path, "rb") as fh:
+        os.fdatasync(fh.fileno())
+        os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    return cached(path)
+
+
+def cached(path: Path) -> str:
+    if not shutil.which("fincore"):
+        return "?"
+    out = subprocess.run(["fincore", "-b", "-n", "-o", "RES", str(path)], capture_output=True, text=True)
+    return f"{int(out.stdout.split()[0]) / 2**20:.0f} MiB" if out.returncode == 0 and out.stdout.strip() else "?"
+
+
+def raw_read(path: Path) -> float:
+    """Seconds to read the whole file sequentially with a buffered Python read (8 MiB chunks)."""
+    buf = bytearray(8 << 20)
+    view = memoryview(buf)
+    t = time.perf_counter()
+    with open(path, "rb", buffering=0) as fh:
+        while fh.readinto(view):
+            pass
+    return time.perf_counter() - t
+
+
+def pipeline_read(store: Path, workers: int, raw_cbed: bool, normalizer: stage.Normalizer | None) -> float:
+    ds = stage.SampleDataset(store, None, normalizer, raw_cbed=raw_cbed)
+    cfg = stage.DataConfig(num_workers=workers, prefetch_factor=2, pin_memory=False)
+    loader = stage.make_loader(ds, cfg, batch_size=1, shuffle=False, drop_last=False)
+    t = time.perf_counter()
+    n = 0
+    for batch in loader:
+        n += batch["cbed"].shape[0]
+    elapsed = time.perf_counter() - t
+    assert n == len(ds)
+    del loader  # shut the workers down before the next measurement
+    return elapsed
+
+
+def write_store(path: Path, samples: list[Sample], compression: str) -> tuple[float, int]:
+    cfg = stage.DataConfig(compression=compression, map_size_mb=1024)
+    t = time.perf_counter()
+    with stage.StoreWriter(path, config_hash=CONFIG_HASH, data_cfg=cfg) as w:
+        for s in samples:
+            w.put(s)
+    elapsed = time.perf_counter() - t
+    return elapsed, stage.open_store(path).manifest["bytes"]
+
+
+def simulator_seconds_per_sample(px: int) -> float | None:
+    """Marginal seconds per 1024-pattern sample of namsa.simulate_sample at P x P (same run)."""
+    try:
+        import namsa
+    except ImportError:
+        return None
+    times = {}
+    for scan in (2, 4):
+        cfg = namsa.SimulationConfig(scan_shape=(scan, scan), pattern_px=px, target_px=px,
+                                     cell_lateral_A=px * 0.1, thickness_A=20.0, sampling_A=0.1,
+                                     materials=["Si-diamond"], zone_axes=[[1, 1, 0]])
+        t = time.perf_counter()
+        namsa.simulate_sample("Si-diamond", (1, 1, 0), cfg)
+        times[scan] = time.perf_counter() - t
+    per_pattern = (times[4] - times[2]) / (16 - 4)
+    return per_pattern * 1024 if per_pattern > 0 else None
+
+
+def bench_size(px: int, n_samples: int, workers: list[int], root: Path) -> None:
+    raw_bytes = 1024 * px * px * 2
+    print(f"\n=== 1024 x {px} x {px} float16 = {raw_bytes / 2**20:.0f} MiB per sample, {n_samples} samples ===")
+    samples = [make_sample(k, px) for k in range(n_samples)]
+    stores, write_per_sample = {}, {}
+    for compression in ("none", "zstd"):
+        path = root / f"px{px}-{compression}"
+        seconds, stored = write_store(path, samples, compression)
+        stores[compression] = path
+        print(f"write  compression={compression:<4}: {n_samples / seconds:6.2f} samples/s, "
+              f"{n_samples * raw_bytes / seconds / GB:5.2f} GB/s of fp16 input, stored/raw = "
+              f"{stored / (n_samples * raw_bytes):.3f}")
+        write_per_sample[compression] = seconds / n_samples
+    del samples
+    sim = simulator_seconds_per_sample(px)
+    if sim:
+        print(f"simulator (namsa, marginal, same run): {sim:.1f} s per 1024-pattern sample; store write / "
+              f"simulation time = {write_per_sample['none'] / sim:.3f} (none), "
+              f"{write_per_sample['zstd'] / sim:.3f} (zstd)")
+    data_file = stores["none"] / "data.mdb"
+    file_bytes = data_file.stat().st_size
+    norm = stage.Normalizer.fit(stores["none"], "log1p", split="train") if \
+        stage.open_store(stores["none"]).manifest["counts"]["train"] else None
+    for state in ("cold", "warm"):
+        left = drop_cache(data_file) if state == "cold" else cached(data_file)
+        raw = file_bytes / raw_read(data_file) / GB
+        print(f"raw sequential read, {state} (cached before: {left}): {raw:5.2f} GB/s")
+        for w in workers:
+            left = drop_cache(data_file) if state == "cold" else cached(data_file)
+            seconds = pipeline_read(stores["none"], w, True, None)
+            rate = file_bytes / seconds / GB
+            print(f"  pipeline fp16, {w} worker(s), {state} (cached before: {left}): {rate:5.2f} GB/s, "
+                  f"{n_samples / seconds:6.2f} samples/s, pipeline/raw = {rate / raw:.2f}")
+    if norm is not None:
+        for w in workers:
+            seconds = pipeline_read(stores["none"], w, False, norm)
+            print(f"  pipeline float32 log1p-normalised in workers, {w} worker(s), warm: "
+                  f"{n_samples * raw_bytes / seconds / GB:5.2f} GB/s of fp16 data, {n_samples / seconds:6.2f} samples/s")
+    raw_warm = file_bytes / raw_read(data_file) / GB
+    zfile = stores["zstd"] / "data.mdb"
+    raw_read(zfile)  # warm it
+    for w in workers:
+        seconds = pipeline_read(stores["zstd"], w, True, None)
+        print(f"  pipeline fp16 from the zstd store, {w} worker(s), warm: {n_samples * raw_bytes / seconds / GB:5.2f} "
+              f"GB/s of decoded fp16 ({n_samples / seconds:6.2f} samples/s) vs {raw_warm:5.2f} GB/s raw warm read "
+              f"of the uncompressed file: {n_samples * raw_bytes / seconds / GB / raw_warm:.2f}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--px", type=int, nargs="+", default=[256, 512])
+    parser.add_argument("--samples", type=int, nargs="+", default=[6, 3], help="samples per --px entry")
+    parser.add_argument("--workers", type=int, nargs="+", default=list(range(1, (os.cpu_count() or 2) + 1)))
+    parser.add_argument("--dir", default=os.environ.get("TMPDIR", tempfile.gettempdir()),
+                        help="where the temporary stores go (node-local disk)")
+    args = parser.parse_args(argv)
+    counts = args.samples + [args.samples[-1]] * (len(args.px) - len(args.samples))
+    print(f"bench_io: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, stores under {args.dir}")
+    root = Path(tempfile.mkdtemp(prefix="bench_io-", dir=args.dir))
+    try:
+        for px, n in zip(args.px, counts):
+            bench_size(px, n, args.workers, root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
