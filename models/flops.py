@@ -55,6 +55,31 @@ def forward_conv_ops(model: nn.Module, input_shape: tuple[int, ...]) -> int:
     return total // shape[0]
 
 
+def fcdensenet_conv_ops(model: nn.Module, input_shape: tuple[int, ...]) -> int:
+    """Eq. 1 summed over an `FCDenseNet` analytically from its structure (no forward pass, so no
+    meta-device machinery to import); `forward_conv_ops` gives the same number by hooks."""
+    s = model.arch.tu_stride
+    h, w = input_shape[-2:]
+    levels = model.arch.levels
+
+    def ops(conv: nn.Module, hh: int, ww: int) -> int:
+        r, q = conv.kernel_size
+        return 2 * hh * ww * conv.in_channels * conv.out_channels * r * q // conv.groups
+
+    def convs(module: nn.Module) -> list[nn.Module]:
+        return [m for m in module.modules() if isinstance(m, nn.Conv2d)]
+
+    total = ops(model.stem, h, w) + ops(model.head, h, w)
+    for i, (block, td) in enumerate(zip(model.down_blocks, model.transitions_down)):
+        total += sum(ops(c, h // s ** i, w // s ** i) for c in convs(block) + convs(td))
+    total += sum(ops(c, h // s ** levels, w // s ** levels) for c in convs(model.bottleneck))
+    for i, (tu, block) in enumerate(zip(model.transitions_up, model.up_blocks)):
+        lvl = levels - i  # the transposed conv is counted at its input size
+        total += ops(tu, h // s ** lvl, w // s ** lvl)
+        total += sum(ops(c, h // s ** (lvl - 1), w // s ** (lvl - 1)) for c in convs(block))
+    return total
+
+
 def _meta_copy(model: nn.Module) -> nn.Module:
     """A structurally identical model on the meta device (no data copied)."""
     arch = getattr(model, "arch", None)

@@ -92,3 +92,18 @@ def test_wrong_input_shape_names_the_fix():
         model(torch.randn(1, 32, 16, 16))
     with pytest.raises(ModelConfigError, match="multiple of 4"):
         model(torch.randn(1, 64, 18, 18))
+
+
+@pytest.mark.parametrize("preset, shape", [("paper", (1024, 256, 256)), ("small", (1024, 64, 64)), ("tiny", (64, 16, 16))])
+def test_analytic_flops_match_hooked_forward(preset, shape):
+    from models.flops import fcdensenet_conv_ops
+
+    model = _meta_model(preset=preset)
+    assert fcdensenet_conv_ops(model, shape) == forward_conv_ops(model, shape)
+
+
+def test_analytic_flops_of_a_variant():
+    from models.flops import fcdensenet_conv_ops
+
+    model = _meta_model(preset="tiny", tu_kernel=3, td_channels=[8, 12], head_input="new", skip=False)
+    assert fcdensenet_conv_ops(model, (64, 32, 32)) == forward_conv_ops(model, (64, 32, 32))

@@ -1,0 +1,291 @@
+"""Training checkpoints: safetensors + JSON, written atomically, verified, never unpickled.
+
+Layout of ``<out>/checkpoints/step-00000100/``:
+
+    model.safetensors       model state dict (parameters and batch-norm buffers), float32
+    optimizer.safetensors   optimiser tensors, keys ``state.<param index>.<name>``
+    state.json              everything else (written last): format version, model/train config,
+                            step, epoch, data position, schedule positions, RNG states (base64 /
+                            lists), loss scale, normaliser, data manifest hash, optimiser scalars and
+                            param groups, metrics, and an xxh3-128 digest + size of each file.
+
+A checkpoint is written into ``.tmp-step-*`` beside the final name, every file fsynced, then
+renamed into place, so a kill at any point leaves either the old set or the new one. Loading
+verifies sizes and digests; a corrupt or truncated checkpoint is reported and the previous one
+used. A file that holds a pickle (or torch.save's zip) is refused outright: loading a checkpoint
+never runs ``pickle``.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import random
+import shutil
+import struct
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import xxhash
+from safetensors.torch import load_file, save_file
+
+from namsa.errors import UserError
+
+FORMAT_VERSION = 1
+MODEL_FILE, OPTIM_FILE, STATE_FILE = "model.safetensors", "optimizer.safetensors", "state.json"
+EXPECTED_FILES = (MODEL_FILE, OPTIM_FILE, STATE_FILE)
+PICKLE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".bin", ".npy", ".npz")
+_TMP_PREFIX = ".tmp-"
+
+
+class CheckpointError(UserError):
+    """A checkpoint that cannot be used."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """Missing, truncated or altered files (the trainer falls back to the previous checkpoint)."""
+
+
+class PickledCheckpointError(CheckpointError):
+    """A checkpoint carrying a pickled payload; refused, never loaded."""
+
+
+# ----------------------------------------------------------------------------- file helpers
+
+def file_digest(path: Path) -> str:
+    """xxh3-128 of a file (fast enough for GB-sized weights)."""
+    h = xxhash.xxh3_128()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb+") as fh:
+        os.fsync(fh.fileno())
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    """Write JSON to ``path`` via a temporary file + rename (readers never see half a file)."""
+    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{os.getpid()}")
+    with open(tmp, "w") as fh:
+        json.dump(payload, fh, indent=1, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def looks_pickled(path: Path) -> bool:
+    """True when a file starts like a pickle (protocol 2-5 marker) or torch.save's zip archive."""
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    return (len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5) or head == b"PK\x03\x04"
+
+
+def refuse_pickles(directory: Path) -> None:
+    """Raise PickledCheckpointError if any file in ``directory`` is (or is named like) a pickle."""
+    for path in sorted(directory.iterdir()):
+        if path.is_file() and (path.suffix in PICKLE_SUFFIXES or looks_pickled(path)):
+            raise PickledCheckpointError(
+                f"checkpoint {directory} contains a pickled payload ({path.name}); pickles can run arbitrary "
+                f"code and are never loaded: use a checkpoint written by namsa (safetensors + JSON)")
+
+
+def check_safetensors_header(path: Path) -> None:
+    """Cheap structural check before parsing: 8-byte header length, then a JSON object."""
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        raw = fh.read(9)
+    if len(raw) < 9:
+        raise CorruptCheckpointError(f"{path} is truncated ({size} bytes); it is not a safetensors file")
+    (n,) = struct.unpack("<Q", raw[:8])
+    if raw[8:9] != b"{" or 8 + n > size:
+        raise CorruptCheckpointError(f"{path} has a malformed safetensors header; the file is damaged")
+
+
+# ----------------------------------------------------------------------------- RNG state
+
+def _b64(t: torch.Tensor) -> str:
+    return base64.b64encode(t.cpu().numpy().tobytes()).decode("ascii")
+
+
+def _unb64(text: str) -> torch.Tensor:
+    return torch.from_numpy(np.frombuffer(base64.b64decode(text), dtype=np.uint8).copy())
+
+
+def rng_state() -> dict[str, Any]:
+    """torch (CPU and CUDA), numpy and python RNG states as JSON-safe values."""
+    np_state = np.random.get_state()
+    py_state = random.getstate()
+    state = {"torch": _b64(torch.get_rng_state()),
+             "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])],
+             "python": [py_state[0], list(py_state[1]), py_state[2]]}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = [_b64(s) for s in torch.cuda.get_rng_state_all()]
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(_unb64(state["torch"]))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([_unb64(s) for s in state["cuda"]])
+
+
+# ----------------------------------------------------------------------------- optimiser state
+
+def split_optimizer_state(state_dict: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """torch optimiser state dict -> (tensors for safetensors, JSON-safe rest)."""
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, dict[str, Any]] = {}
+    for idx, entry in state_dict["state"].items():
+        for key, value in entry.items():
+            if torch.is_tensor(value):
+                tensors[f"state.{idx}.{key}"] = value.detach().contiguous().cpu()
+            else:
+                scalars.setdefault(str(idx), {})[key] = value
+    groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()} for g in state_dict["param_groups"]]
+    return tensors, {"scalars": scalars, "param_groups": groups}
+
+
+def join_optimizer_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict[str, Any]:
+    """Inverse of `split_optimizer_state`."""
+    state: dict[int, dict[str, Any]] = {}
+    for name, value in tensors.items():
+        _, idx, key = name.split(".", 2)
+        state.setdefault(int(idx), {})[key] = value
+    for idx, entry in meta["scalars"].items():
+        state.setdefault(int(idx), {}).update(entry)
+    groups = [{k: (tuple(v) if k == "betas" else v) for k, v in g.items()} for g in meta["param_groups"]]
+    return {"state": state, "param_groups": groups}
+
+
+# ----------------------------------------------------------------------------- save / load
+
+def step_dir_name(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+def save_checkpoint(root: Path, step: int, model_state: dict[str, torch.Tensor],
+                    optimizer_state: dict[str, Any], state: dict[str, Any]) -> Path:
+    """Write one checkpoint atomically under ``root``; return its directory."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / step_dir_name(step)
+    tmp = root / f"{_TMP_PREFIX}{final.name}.{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    save_file({k: v.detach().contiguous().cpu() for k, v in model_state.items()}, str(tmp / MODEL_FILE))
+    opt_tensors, opt_meta = split_optimizer_state(optimizer_state)
+    save_file(opt_tensors, str(tmp / OPTIM_FILE))
+    files = {}
+    for name in (MODEL_FILE, OPTIM_FILE):
+        _fsync_file(tmp / name)
+        files[name] = {"bytes": (tmp / name).stat().st_size, "xxh3_128": file_digest(tmp / name)}
+    payload = {**state, "format_version": FORMAT_VERSION, "step": step, "optimizer": opt_meta, "files": files}
+    write_json_atomic(tmp / STATE_FILE, payload)
+    _fsync_dir(tmp)
+    if final.exists():  # the same step written again after a resume: replace it whole
+        trash = root / f"{_TMP_PREFIX}old-{final.name}.{os.getpid()}"
+        os.replace(final, trash)
+        os.replace(tmp, final)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+    _fsync_dir(root)
+    return final
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    """The JSON state of checkpoint ``path`` (no verification of the tensor files)."""
+    try:
+        return json.loads((Path(path) / STATE_FILE).read_text())
+    except FileNotFoundError:
+        raise CorruptCheckpointError(f"checkpoint {path} has no {STATE_FILE}; it is incomplete") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CorruptCheckpointError(f"checkpoint {path}: {STATE_FILE} is not valid JSON ({exc})") from None
+
+
+def verify_checkpoint(path: Path) -> dict[str, Any]:
+    """Refuse pickles, check every file's size and digest; return the JSON state."""
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint {path} does not exist; point at a step-* directory or a model dir")
+    refuse_pickles(path)
+    state = read_state(path)
+    if state.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(f"checkpoint {path} has format {state.get('format_version')}, this code reads "
+                              f"{FORMAT_VERSION}; retrain or use the matching namsa version")
+    for name, info in state.get("files", {}).items():
+        file = path / name
+        if not file.is_file():
+            raise CorruptCheckpointError(f"checkpoint {path} is missing {name}")
+        if file.stat().st_size != info["bytes"]:
+            raise CorruptCheckpointError(f"checkpoint {path}: {name} has {file.stat().st_size} bytes, "
+                                         f"expected {info['bytes']} (truncated)")
+        check_safetensors_header(file)
+        if file_digest(file) != info["xxh3_128"]:
+            raise CorruptCheckpointError(f"checkpoint {path}: {name} does not match its recorded digest")
+    return state
+
+
+def load_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]:
+    """(model state dict, optimiser state dict, JSON state) of a verified checkpoint, on the CPU."""
+    path = Path(path)
+    state = verify_checkpoint(path)
+    try:
+        model_state = load_file(str(path / MODEL_FILE))
+        opt_state = join_optimizer_state(load_file(str(path / OPTIM_FILE)), state["optimizer"])
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise CorruptCheckpointError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc})") from None
+    return model_state, opt_state, state
+
+
+def list_checkpoints(root: Path) -> list[Path]:
+    """Complete checkpoint directories under ``root``, oldest first (temporaries ignored)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-"))
+
+
+def load_latest(root: Path, warn: Callable[[str], None] | None = None
+                ) -> tuple[Path, dict[str, torch.Tensor], dict[str, Any], dict[str, Any]] | None:
+    """Newest loadable checkpoint under ``root``; a corrupt one is reported and skipped."""
+    warn = warn or (lambda msg: warnings.warn(msg, RuntimeWarning, stacklevel=3))
+    candidates = list_checkpoints(root)
+    for i, path in enumerate(reversed(candidates)):
+        try:
+            return (path, *load_checkpoint(path))
+        except CorruptCheckpointError as exc:
+            older = candidates[-2 - i].name if i + 1 < len(candidates) else "a fresh start"
+            warn(f"{exc}; falling back to {older}")
+    return None
+
+
+def prune_checkpoints(root: Path, keep_last: int, keep: set[str] = frozenset()) -> list[Path]:
+    """Delete all but the newest ``keep_last`` checkpoints (and those named in ``keep``) and stale
+    temporaries; return what was deleted."""
+    root = Path(root)
+    ckpts = list_checkpoints(root)
+    doomed = [p for p in ckpts[:-keep_last] if p.name not in keep] if keep_last > 0 else []
+    doomed += [p for p in root.iterdir() if p.name.startswith(_TMP_PREFIX)] if root.is_dir() else []
+    for path in doomed:
+        shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+    return doomed

@@ -1,0 +1,114 @@
+"""`load_reconstructor`: a trained model for notebooks and evaluation.
+
+    rec = models.load_reconstructor("runs/quickstart")      # run dir, model dir or checkpoint dir
+    maps = rec.predict(cbed)     # (S, P, P) -> (C, T, T); (B, S, P, P) -> (B, C, T, T), numpy float32
+
+``predict`` takes raw diffraction stacks exactly as `namsa.simulate_sample` returns them (numpy or
+torch, any float dtype, axes [scan index, row = ky, col = kx]), applies the training
+normalisation, runs the network on CUDA when available (else CPU) and returns each target in
+physical units: potential in V*Angstrom, density in electrons/Angstrom^2, axes [target, row = y,
+col = x], in the order of ``rec.targets``. Loading reads safetensors + JSON only (never pickle).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import checkpoint as ckpt
+from .config import Architecture
+from .fcdensenet import FCDenseNet
+
+CARD_FILE = "model_card.json"
+
+
+class Reconstructor:
+    """A trained FC-DenseNet with its normaliser; see the module docstring."""
+
+    def __init__(self, model: FCDenseNet, card: dict[str, Any], device: torch.device, batch_size: int = 8):
+        from stage import Normalizer
+
+        self.model = model.eval()
+        self.card = card
+        self.device = device
+        self.batch_size = batch_size
+        self.normalizer = Normalizer.from_dict(card["normalizer"])
+        self.targets: list[str] = list(card["targets"])
+
+    @property
+    def in_channels(self) -> int:
+        return self.model.arch.in_channels
+
+    @torch.no_grad()
+    def predict(self, cbed: Any) -> np.ndarray:
+        """Targets in physical units, numpy float32: (C, T, T) for one stack, (B, C, T, T) for a batch."""
+        x = torch.as_tensor(np.asarray(cbed) if not torch.is_tensor(cbed) else cbed)
+        single = x.ndim == 3
+        if single:
+            x = x.unsqueeze(0)
+        if x.ndim != 4 or x.shape[1] != self.in_channels:
+            raise ReconstructorInputError(
+                f"cbed must be (S, P, P) or (B, S, P, P) with S = {self.in_channels} patterns, got {tuple(x.shape)}; "
+                f"pass the full scan of one sample (or a batch of them)")
+        outs = [self._predict_batch(x[i: i + self.batch_size]) for i in range(0, x.shape[0], self.batch_size)]
+        out = np.concatenate(outs)
+        return out[0] if single else out
+
+    def _predict_batch(self, x: torch.Tensor) -> np.ndarray:
+        x = self.normalizer.cbed(x.to(self.device, dtype=torch.float32))
+        y = self.model(x).float()
+        maps = [self.normalizer.target_inverse(y[:, c], name) for c, name in enumerate(self.targets)]
+        return torch.stack(maps, dim=1).cpu().numpy().astype(np.float32, copy=False)
+
+
+class ReconstructorInputError(ckpt.CheckpointError):
+    """Bad input to `load_reconstructor` or `Reconstructor.predict`."""
+
+
+def _resolve(path: Path) -> tuple[Path, dict[str, Any]]:
+    """(directory holding model.safetensors, card) for a model dir, run dir or checkpoint dir."""
+    if (path / "model" / CARD_FILE).is_file():
+        path = path / "model"
+    if (path / CARD_FILE).is_file():
+        ckpt.refuse_pickles(path)
+        card = json.loads((path / CARD_FILE).read_text())
+        info = card.get("files", {}).get(ckpt.MODEL_FILE)
+        weights = path / ckpt.MODEL_FILE
+        if info is None or not weights.is_file() or weights.stat().st_size != info["bytes"] \
+                or ckpt.file_digest(weights) != info["xxh3_128"]:
+            raise ckpt.CorruptCheckpointError(f"model {path}: {ckpt.MODEL_FILE} is missing or does not match "
+                                              f"{CARD_FILE}; re-export it from a checkpoint")
+        return path, card
+    if (path / ckpt.STATE_FILE).is_file():
+        state = ckpt.verify_checkpoint(path)
+        card = {k: state[k] for k in ("model_config", "architecture", "targets", "normalizer",
+                                      "data_manifest_hash", "code_version", "train_config")}
+        card.update(source="checkpoint", step=state["step"], metrics={"position": state["position"]})
+        return path, card
+    raise ReconstructorInputError(f"{path} is neither a model dir ({CARD_FILE}), a run dir (model/) nor a checkpoint "
+                                  f"dir ({ckpt.STATE_FILE}); pass the --out of `namsa train` or one of its folders")
+
+
+def load_reconstructor(path: str | Path, device: str | torch.device | None = None,
+                       batch_size: int = 8) -> Reconstructor:
+    """Load the reconstructor in ``path`` (a model dir, a training run dir, or a checkpoint dir).
+
+    ``device``: None picks cuda when available, else cpu. ``batch_size``: stacks per forward pass.
+    """
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not path.exists():
+        raise ReconstructorInputError(f"model path {path} does not exist; pass the --out of `namsa train`")
+    folder, card = _resolve(path)
+    arch_dict = dict(card["architecture"])
+    arch_dict["layers_per_block"] = tuple(arch_dict["layers_per_block"])
+    if arch_dict.get("td_channels") is not None:
+        arch_dict["td_channels"] = tuple(arch_dict["td_channels"])
+    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = FCDenseNet(Architecture(**arch_dict))
+    model.load_state_dict(load_file(str(folder / ckpt.MODEL_FILE)))
+    return Reconstructor(model.to(dev), card, dev, batch_size)
