@@ -1,0 +1,277 @@
+"""Performance model of data-parallel training: alpha-beta collectives, You et al.'s linear
+step-time predictor, scaling predictions for the paper's model, and coordination cost at scale.
+
+Units: seconds, bytes, bytes/second; P = number of ranks (GPUs or processes).
+
+* Alpha-beta (Hockney) model, as used by You et al. ("ImageNet Training in Minutes", 2018) and
+  Thakur et al. (2005): sending n bytes costs alpha + n * beta. Ring allreduce:
+  2(P-1) alpha + 2 (P-1)/P n beta; binomial-tree allreduce (reduce + broadcast):
+  2 ceil(log2 P) (alpha + n beta). alpha/beta are fitted to measured allreduce times by
+  non-negative least squares.
+* You et al.'s linear predictor: t = theta0 + theta1 x1 + theta2 x2 with x1 the compute time of one
+  worker's batch on this machine (scaled by core oversubscription) and x2 the alpha-beta time of
+  the gradient allreduce; theta fitted on measured runs, judged on runs held out of the fit.
+* Coordination per cycle: Horovod's original master-worker (rank 0 receives one request message
+  from each of the P-1 workers in turn, then broadcasts the response down a binomial tree) vs the
+  paper's bitvector (one tree allreduce of ceil(G/64) int64 words): the former grows linearly in
+  P, the latter logarithmically.
+
+Run ``python -m models.distributed.perfmodel --help``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import nnls
+
+# The paper's model and machine (FACTS.md; Laanait et al. 2019).
+PAPER_PARAMS = 220_399_104
+PAPER_OPS_PER_SAMPLE = 5.1510e13        # one training step per 1024 x 512 x 512 sample, 3x forward
+PAPER_SUSTAINED_FLOPS = 59.67e12        # per V100, as measured in the paper
+PAPER_GPUS_PER_NODE = 6
+PAPER_NODES = (1, 8, 64, 512, 4600)
+# Summit interconnect (OLCF Summit user guide): dual-rail EDR InfiniBand, 23 GB/s injection per
+# node, ~1-2 us MPI latency; NVLink 2.0 at 50 GB/s between GPUs of a socket. Assumptions, not
+# measurements: override them on the command line for another machine.
+SUMMIT_INTER = {"alpha_s": 2.0e-6, "bandwidth_Bps": 23e9}
+SUMMIT_INTRA = {"alpha_s": 5.0e-6, "bandwidth_Bps": 50e9}
+
+
+@dataclass(frozen=True)
+class AlphaBeta:
+    """Latency ``alpha_s`` (s) and inverse bandwidth ``beta_s_per_B`` (s/byte)."""
+
+    alpha_s: float
+    beta_s_per_B: float
+
+    @classmethod
+    def from_bandwidth(cls, alpha_s: float, bandwidth_Bps: float) -> "AlphaBeta":
+        return cls(alpha_s, 1.0 / bandwidth_Bps)
+
+    def ring_allreduce(self, nbytes: float, ranks: int) -> float:
+        if ranks <= 1:
+            return 0.0
+        return 2 * (ranks - 1) * self.alpha_s + 2 * (ranks - 1) / ranks * nbytes * self.beta_s_per_B
+
+    def tree_allreduce(self, nbytes: float, ranks: int) -> float:
+        if ranks <= 1:
+            return 0.0
+        return 2 * math.ceil(math.log2(ranks)) * (self.alpha_s + nbytes * self.beta_s_per_B)
+
+    def allreduce(self, nbytes: float, ranks: int) -> float:
+        """The faster of ring and tree (what NCCL/MPI pick by message size)."""
+        return min(self.ring_allreduce(nbytes, ranks), self.tree_allreduce(nbytes, ranks))
+
+
+def ring_features(ranks: int, nbytes: float) -> tuple[float, float]:
+    return 2.0 * (ranks - 1), 2.0 * (ranks - 1) / ranks * nbytes
+
+
+def fit_alpha_beta(samples: list[tuple[int, float, float]]) -> tuple[AlphaBeta, float]:
+    """Fit the ring model to ``(ranks, nbytes, seconds)`` samples by non-negative least squares,
+    weighting each sample by 1/seconds (relative error). Returns the fit and its mean relative error."""
+    rows = [s for s in samples if s[0] > 1]
+    if len(rows) < 2:
+        raise ValueError("need at least two allreduce timings with more than one rank")
+    features = np.array([ring_features(p, n) for p, n, _ in rows])
+    times = np.array([t for *_, t in rows])
+    (alpha, beta), _ = nnls(features / times[:, None], np.ones(len(times)))
+    fit = AlphaBeta(float(alpha), float(beta))
+    predicted = np.array([fit.ring_allreduce(n, p) for p, n, _ in rows])
+    return fit, float(np.mean(np.abs(predicted - times) / times))
+
+
+@dataclass
+class LinearStepModel:
+    """You et al.: t = theta0 + theta1 * x1 + theta2 * x2 (x1 compute, x2 communication, seconds)."""
+
+    theta: tuple[float, float, float]
+
+    @classmethod
+    def fit(cls, x1: np.ndarray, x2: np.ndarray, t: np.ndarray) -> "LinearStepModel":
+        design = np.column_stack([np.ones_like(x1), x1, x2])
+        theta, *_ = np.linalg.lstsq(design, t, rcond=None)
+        return cls(tuple(float(v) for v in theta))
+
+    def predict(self, x1, x2):
+        return self.theta[0] + self.theta[1] * np.asarray(x1) + self.theta[2] * np.asarray(x2)
+
+
+def step_features(compute_1_s: float, ranks: int, grad_bytes: float, link: AlphaBeta, cores: int) -> tuple[float, float]:
+    """(x1, x2) of one run: per-worker compute time, slowed when ranks oversubscribe the cores,
+    and the alpha-beta time of one gradient allreduce."""
+    return compute_1_s * max(1.0, ranks / cores), link.ring_allreduce(grad_bytes, ranks)
+
+
+def hierarchical_allreduce(nbytes: float, nodes: int, per_node: int, intra: AlphaBeta, inter: AlphaBeta) -> float:
+    """Kurth et al.: reduce-scatter + all-gather inside the node (ring over ``per_node`` GPUs) and a
+    ring allreduce of each 1/per_node slice across nodes, the node's links shared by its GPUs."""
+    inside = intra.ring_allreduce(nbytes, per_node)
+    # per_node concurrent slices of nbytes/per_node share one node's injection bandwidth.
+    shared = AlphaBeta(inter.alpha_s, inter.beta_s_per_B * per_node)
+    return inside + shared.allreduce(nbytes / per_node, nodes)
+
+
+def coordination_cycle(ranks: int, groups: int, link: AlphaBeta, request_bytes_per_group: int = 64) -> dict:
+    """Seconds and messages of one readiness-coordination cycle with ``groups`` gradient groups.
+
+    Master-worker: P-1 requests (one name per ready group, ~64 bytes) arrive at rank 0 one after
+    another, then a binomial-tree broadcast of the response. Bitvector: one tree allreduce of
+    ceil(groups/64) int64 words, every rank doing 2 ceil(log2 P) messages.
+    """
+    request = groups * request_bytes_per_group
+    depth = math.ceil(math.log2(ranks)) if ranks > 1 else 0
+    master = (ranks - 1) * (link.alpha_s + request * link.beta_s_per_B) + depth * (
+        link.alpha_s + request * link.beta_s_per_B)
+    words = 8 * math.ceil(groups / 64)
+    bitvector = 2 * depth * (link.alpha_s + words * link.beta_s_per_B)
+    return {"ranks": ranks, "master_worker_s": master, "bitvector_s": bitvector,
+            "master_messages_at_root": 2 * (ranks - 1), "bitvector_messages_per_rank": 2 * depth}
+
+
+def paper_scaling(nodes: tuple[int, ...] = PAPER_NODES, gpus_per_node: int = PAPER_GPUS_PER_NODE,
+                  params: int = PAPER_PARAMS, bytes_per_grad: int = 2, ops_per_sample: float = PAPER_OPS_PER_SAMPLE,
+                  flops_per_gpu: float = PAPER_SUSTAINED_FLOPS, batch_per_gpu: int = 1, overlap: float = 0.0,
+                  groups: int = 7, cycles_per_step: int = 7, intra: AlphaBeta | None = None,
+                  inter: AlphaBeta | None = None) -> list[dict]:
+    """Predicted weak-scaling efficiency t(1 GPU) / t(P) for the paper's model.
+
+    t(P) = compute + max(0, allreduce + coordination - overlap * backward), backward = 2/3 of
+    compute (the paper counts a step as 3 forwards: 1 forward + 2 in backward). Gradients are fp16
+    (``bytes_per_grad``=2, mixed precision as in the paper), reduced hierarchically.
+    ``overlap``=0 exposes all communication (a pessimistic bound); 1 hides it behind backward.
+    Coordination: ``cycles_per_step`` cycles (one per group in the worst case) with the bitvector or
+    the master-worker protocol; the efficiency is given for both.
+    """
+    intra = intra or AlphaBeta.from_bandwidth(**SUMMIT_INTRA)
+    inter = inter or AlphaBeta.from_bandwidth(**SUMMIT_INTER)
+    compute = batch_per_gpu * ops_per_sample / flops_per_gpu
+    nbytes = params * bytes_per_grad
+    rows = []
+    for n in nodes:
+        ranks = n * gpus_per_node
+        comm = hierarchical_allreduce(nbytes, n, gpus_per_node, intra, inter)
+        cycle = coordination_cycle(ranks, groups, inter)
+        row = {"nodes": n, "gpus": ranks, "compute_s": compute, "allreduce_s": comm}
+        for name in ("bitvector", "master_worker"):
+            coord = cycles_per_step * cycle[f"{name}_s"]
+            exposed = max(0.0, comm + coord - overlap * compute * 2 / 3)
+            row[f"{name}_coord_s"] = coord
+            row[f"efficiency_{name}"] = compute / (compute + exposed)
+        rows.append(row)
+    return rows
+
+
+SCALING_COLUMNS = ["nodes", "gpus", "compute_s", "allreduce_s", "bitvector_coord_s", "master_worker_coord_s",
+                   "efficiency_bitvector", "efficiency_master_worker"]
+SCALING_FORMATS = {"compute_s": ".3f", "allreduce_s": ".4f", "bitvector_coord_s": ".2e",
+                   "master_worker_coord_s": ".2e", "efficiency_bitvector": ".3f", "efficiency_master_worker": ".3f"}
+COORDINATION_COLUMNS = ["ranks", "master_worker_s", "bitvector_s", "master_messages_at_root", "bitvector_messages_per_rank"]
+COORDINATION_FORMATS = {"master_worker_s": ".2e", "bitvector_s": ".2e"}
+
+
+def coordination_table(max_ranks: int = 27_600, groups: int = 7, link: AlphaBeta | None = None) -> list[dict]:
+    link = link or AlphaBeta.from_bandwidth(**SUMMIT_INTER)
+    ranks = sorted({1, 2, 6, 48, 384, 3072, 24_576, max_ranks} | {2 ** k for k in range(1, int(math.log2(max_ranks)) + 1)})
+    return [coordination_cycle(p, groups, link) for p in ranks if p <= max_ranks]
+
+
+def breakdown_rank(rows: list[dict], budget_s: float) -> int | None:
+    """Smallest rank count at which master-worker coordination exceeds ``budget_s`` per cycle."""
+    return next((r["ranks"] for r in rows if r["master_worker_s"] > budget_s), None)
+
+
+def plot_coordination(rows: list[dict], path: Path, budget_s: float) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ranks = [r["ranks"] for r in rows[1:]]
+    ax.loglog(ranks, [r["master_worker_s"] * 1e3 for r in rows[1:]], "o-", label="master-worker (rank 0)")
+    ax.loglog(ranks, [r["bitvector_s"] * 1e3 for r in rows[1:]], "s-", label="bitvector allreduce")
+    ax.axhline(budget_s * 1e3, color="grey", ls="--", label=f"cycle time {budget_s * 1e3:g} ms")
+    ax.set_xlabel("ranks (GPUs)")
+    ax.set_ylabel("coordination per cycle (ms)")
+    ax.set_title("Readiness coordination on the alpha-beta model")
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def markdown_table(rows: list[dict], columns: list[str], formats: dict[str, str] | None = None) -> str:
+    formats = formats or {}
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for r in rows:
+        lines.append("| " + " | ".join(format(r[c], formats.get(c, "")) for c in columns) + " |")
+    return "\n".join(lines)
+
+
+def _link_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--alpha", type=float, default=SUMMIT_INTER["alpha_s"], help="inter-node latency (s)")
+    p.add_argument("--bandwidth", type=float, default=SUMMIT_INTER["bandwidth_Bps"], help="node injection bandwidth (B/s)")
+    p.add_argument("--fit", type=Path, help="JSON with alpha_s/beta_s_per_B (from `measure`) to use instead")
+
+
+def _link(args) -> AlphaBeta:
+    if args.fit:
+        data = json.loads(args.fit.read_text())
+        return AlphaBeta(data["alpha_s"], data["beta_s_per_B"])
+    return AlphaBeta.from_bandwidth(args.alpha, args.bandwidth)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m models.distributed.perfmodel", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    m = sub.add_parser("measure", help="time gloo allreduce vs size and rank count here; fit alpha/beta")
+    m.add_argument("--ranks", type=int, nargs="+", default=[2, 3, 4])
+    m.add_argument("--sizes", type=float, nargs="+", default=[4e3, 64e3, 1e6, 4e6], help="bytes")
+    m.add_argument("--repeats", type=int, default=5)
+    m.add_argument("--out", type=Path)
+    s = sub.add_parser("scaling", help="predicted scaling efficiency of the paper's model")
+    s.add_argument("--nodes", type=int, nargs="+", default=list(PAPER_NODES))
+    s.add_argument("--overlap", type=float, default=0.0)
+    s.add_argument("--batch-per-gpu", type=int, default=1)
+    _link_args(s)
+    c = sub.add_parser("coordination", help="master-worker vs bitvector coordination from 1 to N ranks")
+    c.add_argument("--max-ranks", type=int, default=27_600)
+    c.add_argument("--groups", type=int, default=7)
+    c.add_argument("--cycle-ms", type=float, default=5.0, help="budget per cycle (Horovod's default cycle time)")
+    c.add_argument("--plot", type=Path)
+    _link_args(c)
+    args = parser.parse_args(argv)
+    if args.command == "measure":
+        from models.distributed.measure import measure_allreduce
+
+        samples = measure_allreduce(args.sizes, args.ranks, args.repeats)
+        fit, err = fit_alpha_beta(samples)
+        result = {**asdict(fit), "mean_relative_error": err, "samples": samples}
+        print(f"alpha = {fit.alpha_s * 1e6:.1f} us, beta = {fit.beta_s_per_B * 1e9:.3f} ns/B "
+              f"({1 / fit.beta_s_per_B / 1e9 if fit.beta_s_per_B else float('inf'):.2f} GB/s), fit error {err:.1%}")
+        if args.out:
+            args.out.write_text(json.dumps(result, indent=1))
+    elif args.command == "scaling":
+        inter = _link(args)
+        rows = paper_scaling(tuple(args.nodes), overlap=args.overlap, batch_per_gpu=args.batch_per_gpu, inter=inter)
+        print(markdown_table(rows, SCALING_COLUMNS, SCALING_FORMATS))
+    else:
+        rows = coordination_table(args.max_ranks, args.groups, _link(args))
+        print(markdown_table(rows, COORDINATION_COLUMNS, COORDINATION_FORMATS))
+        budget = args.cycle_ms / 1e3
+        print(f"master-worker exceeds the {args.cycle_ms:g} ms cycle at {breakdown_rank(rows, budget)} ranks")
+        if args.plot:
+            print(f"figure: {plot_coordination(rows, args.plot, budget)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,94 @@
+"""Performance model (alpha-beta fit, You et al. predictor, coordination cost, paper scaling)
+and the tuning grid search."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from models.distributed import DistributedConfig
+from models.distributed import perfmodel as pm
+
+
+def test_fit_recovers_alpha_beta_from_ring_timings():
+    truth = pm.AlphaBeta(alpha_s=30e-6, beta_s_per_B=1 / 2e9)
+    samples = [(p, n, truth.ring_allreduce(n, p)) for p in (2, 3, 4, 8) for n in (1e3, 1e5, 1e7)]
+    fit, err = pm.fit_alpha_beta(samples)
+    assert fit.alpha_s == pytest.approx(truth.alpha_s, rel=1e-6)
+    assert fit.beta_s_per_B == pytest.approx(truth.beta_s_per_B, rel=1e-6)
+    assert err < 1e-9
+
+
+def test_collective_costs_follow_the_textbook_formulas():
+    link = pm.AlphaBeta(1e-6, 1e-9)
+    assert link.ring_allreduce(1e6, 4) == pytest.approx(6e-6 + 1.5e6 * 1e-9)
+    assert link.tree_allreduce(1e6, 4) == pytest.approx(4 * (1e-6 + 1e-3))
+    assert link.allreduce(8, 1024) == link.tree_allreduce(8, 1024)  # tiny messages: latency-bound tree
+    assert link.ring_allreduce(1e6, 1) == 0
+
+
+def test_linear_step_model_recovers_theta():
+    rng = np.random.default_rng(0)
+    x1, x2 = rng.uniform(0.01, 0.1, 12), rng.uniform(0.001, 0.05, 12)
+    model = pm.LinearStepModel.fit(x1, x2, 0.002 + 1.1 * x1 + 0.7 * x2)
+    np.testing.assert_allclose(model.theta, (0.002, 1.1, 0.7), atol=1e-9)
+
+
+def test_master_worker_breaks_down_before_27600_ranks_and_bitvector_does_not():
+    rows = pm.coordination_table(27_600)
+    assert rows[-1]["ranks"] == 27_600
+    budget = 5e-3
+    broken = pm.breakdown_rank(rows, budget)
+    assert broken is not None and broken < 27_600
+    assert all(r["bitvector_s"] < budget for r in rows)
+    # Linear vs logarithmic growth from 1,024 to 16,384 ranks (16x).
+    by = {r["ranks"]: r for r in rows}
+    assert by[16384]["master_worker_s"] / by[1024]["master_worker_s"] > 12
+    assert by[16384]["bitvector_s"] / by[1024]["bitvector_s"] < 1.5
+
+
+def test_paper_scaling_prediction():
+    rows = pm.paper_scaling()
+    assert [r["gpus"] for r in rows] == [6, 48, 384, 3072, 27_600]
+    assert rows[0]["compute_s"] == pytest.approx(5.1510e13 / 59.67e12)
+    eff = [r["efficiency_bitvector"] for r in rows]
+    assert all(0 < e <= 1 for e in eff) and eff == sorted(eff, reverse=True)
+    assert rows[-1]["efficiency_master_worker"] < rows[-1]["efficiency_bitvector"]
+    # Full overlap of communication with backward hides it completely at this compute/comm ratio.
+    assert all(math.isclose(r["efficiency_bitvector"], 1.0) for r in pm.paper_scaling(overlap=1.0))
+
+
+def test_cli_coordination_writes_figure(tmp_path, capsys):
+    assert pm.main(["coordination", "--plot", str(tmp_path / "coord.png")]) == 0
+    assert (tmp_path / "coord.png").stat().st_size > 1000
+    assert "master-worker exceeds the 5 ms cycle at" in capsys.readouterr().out
+
+
+@pytest.mark.distributed
+def test_measured_allreduce_fit_on_gloo():
+    from models.distributed.measure import measure_allreduce
+
+    samples = measure_allreduce([4e3, 4e5], [2, 3], repeats=3)
+    assert len(samples) == 4 and all(t > 0 for *_, t in samples)
+    fit, _ = pm.fit_alpha_beta(samples)
+    assert fit.alpha_s > 0 or fit.beta_s_per_B > 0
+
+
+@pytest.mark.distributed
+def test_grid_search_writes_settings_the_config_applies(tmp_path):
+    from models.distributed.measure import BenchProblem
+    from models.distributed.tuning import grid_search
+
+    grid = {"ddp": [{"bucket_mb": 0.01}, {"bucket_mb": 4.0}],
+            "grouped": [{"grouping": "chunks", "group_count": 1}, {"grouping": "chunks", "group_count": 3}]}
+    result = grid_search(BenchProblem(width=8, depth=2, px=8), ranks=2, grid=grid, steps=2, warmup=1, log=lambda _: None)
+    assert len(result["trials"]) == 4
+    fastest_ddp = min((t for t in result["trials"] if t["engine"] == "ddp"), key=lambda t: t["step_s"])
+    fastest_grp = min((t for t in result["trials"] if t["engine"] == "grouped"), key=lambda t: t["step_s"])
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps(result))
+    cfg = DistributedConfig(engine="grouped", tuned_settings=str(path)).resolved()
+    assert cfg.bucket_mb == fastest_ddp["bucket_mb"] and cfg.group_count == fastest_grp["group_count"]
+    assert cfg.grouping == "chunks"
