@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from models.distributed.spawn import run_local
-from test_distributed_helpers import key, reference, relative_error, run_configs
+import json
+
+from test_distributed_helpers import DenseNetProblem, key, reference, relative_error, run_configs
 
 pytestmark = pytest.mark.distributed
 
@@ -37,8 +39,13 @@ LAGGED = [{"engine": "grouped", "gradient_lag": True}, {"engine": "bitvector", "
 
 
 @pytest.fixture(scope="module")
-def two_rank_results():
-    cfgs = EXACT + [{"engine": e, "compression": c} for e, c in COMPRESSED] + LAGGED
+def timeline_cfg(tmp_path_factory):
+    return {"engine": "bitvector", "timeline": str(tmp_path_factory.mktemp("trace") / "timeline.json")}
+
+
+@pytest.fixture(scope="module")
+def two_rank_results(timeline_cfg):
+    cfgs = EXACT + [{"engine": e, "compression": c} for e, c in COMPRESSED] + LAGGED + [timeline_cfg]
     results = run_local(run_configs, 2, cfgs, timeout_s=240)
     return {rank: value for rank, (_, value) in results.items()}
 
@@ -97,3 +104,25 @@ def test_gloo_lacks_premul_sum_falls_back_and_says_so(two_rank_results):
     # once, and divide before a SUM all_reduce; the exact-match tests above show the result is right.
     notices = two_rank_results[0]["_ctx"]["notices"]
     assert sum("lacks ReduceOp.PREMUL_SUM" in n for n in notices) == 1, notices
+
+
+def test_timeline_is_chrome_trace_per_rank(two_rank_results, timeline_cfg):
+    base = timeline_cfg["timeline"]
+    for rank in (0, 1):
+        trace = json.loads(open(base.replace(".json", f".rank{rank}.json")).read())
+        kinds = {e["cat"] for e in trace["traceEvents"]}
+        assert {"compute", "communication", "coordination", "wait"} <= kinds
+        assert all(e["ph"] == "X" and e["pid"] == rank and e["dur"] >= 0 for e in trace["traceEvents"])
+
+
+def test_engines_on_the_fc_densenet():
+    """The project's reconstructor (tiny FC-DenseNet, 11 blocks from model.blocks())."""
+    problem = DenseNetProblem()
+    cfgs = [{"engine": "ddp"}, {"engine": "grouped"}, {"engine": "bitvector"}, {"engine": "master_worker"},
+            {"engine": "hierarchical"}]
+    results = run_local(run_configs, 2, cfgs, {"timeout_s": 60}, False, problem, timeout_s=180)
+    _, ref = reference(problem=problem)
+    for raw in cfgs:
+        for rank in (0, 1):
+            got = results[rank][1][key(raw)]["params"]
+            np.testing.assert_allclose(got, ref, rtol=1e-4, atol=2e-5, err_msg=str(raw))

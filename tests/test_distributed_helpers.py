@@ -38,9 +38,9 @@ class TinyNet(nn.Module):
                 (("stem", self.stem), ("body", self.body), ("mix", self.mix), ("head", self.head))]
 
 
-def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+def batch(step: int, channels: int = 2, px: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(1000 + step)
-    return torch.randn(BATCH, 2, 8, 8, generator=g), torch.randn(BATCH, 1, 8, 8, generator=g)
+    return torch.randn(BATCH, channels, px, px, generator=g), torch.randn(BATCH, 1, px, px, generator=g)
 
 
 def fresh_model(seed: int = 0, width: int = 6) -> TinyNet:
@@ -48,19 +48,46 @@ def fresh_model(seed: int = 0, width: int = 6) -> TinyNet:
     return TinyNet(width)
 
 
+class Problem:
+    """A model factory and combined batches (picklable, for spawned ranks)."""
+
+    def model(self) -> nn.Module:
+        return fresh_model()
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return batch(step)
+
+
+class DenseNetProblem(Problem):
+    """The project's FC-DenseNet (tiny preset, 4 input patterns of 16 px), without batch norm or
+    dropout so split-batch training equals combined-batch training exactly."""
+
+    def model(self) -> nn.Module:
+        from models import ModelConfig, build_model
+
+        torch.manual_seed(0)
+        return build_model(ModelConfig(preset="tiny", in_channels=4, td_bn=False, dropout=0.0))
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return batch(step, channels=4, px=16)
+
+
+TINY = Problem()
+
+
 def flat_params(model: nn.Module) -> np.ndarray:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy().copy()
 
 
-def reference(steps: int = STEPS, lag: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def reference(steps: int = STEPS, lag: bool = False, problem: Problem = TINY) -> tuple[np.ndarray, np.ndarray]:
     """Single-process SGD on the combined batch; with ``lag`` step t applies step t-1's gradient
     (step 0 applies nothing). Returns (initial params, final params)."""
-    model = fresh_model()
+    model = problem.model()
     start = flat_params(model)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     previous = None
     for step in range(steps):
-        x, y = batch(step)
+        x, y = problem.batch(step)
         opt.zero_grad()
         nn.functional.mse_loss(model(x), y).backward()
         grads = [p.grad.clone() for p in model.parameters()]
@@ -75,16 +102,16 @@ def reference(steps: int = STEPS, lag: bool = False) -> tuple[np.ndarray, np.nda
 
 
 def train_one(cfg: DistributedConfig, ctx, rank: int, world: int, steps: int = STEPS,
-              shuffled_backward: bool = False, engine_factory=None) -> dict:
-    """Train a fresh TinyNet for ``steps`` on this rank's share of each combined batch."""
-    model = fresh_model()
+              shuffled_backward: bool = False, engine_factory=None, problem: Problem = TINY) -> dict:
+    """Train a fresh model for ``steps`` on this rank's share of each combined batch."""
+    model = problem.model()
     engine = engine_factory(cfg, model, ctx) if engine_factory else build_engine(cfg, model, ctx)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     rng = random.Random(rank * 7919 + 1)
     per = BATCH // world
     stats = []
     for step in range(steps):
-        x, y = batch(step)
+        x, y = problem.batch(step)
         x, y = x[rank * per:(rank + 1) * per], y[rank * per:(rank + 1) * per]
         opt.zero_grad()
         loss = nn.functional.mse_loss(engine.module(x), y)
@@ -105,13 +132,15 @@ def train_one(cfg: DistributedConfig, ctx, rank: int, world: int, steps: int = S
     return {"params": flat_params(model), "stats": stats}
 
 
-def run_configs(rank: int, cfgs: list[dict], base: dict | None = None, shuffled: bool = False) -> dict:
+def run_configs(rank: int, cfgs: list[dict], base: dict | None = None, shuffled: bool = False,
+                problem: Problem = TINY) -> dict:
     """Spawned-rank entry: join the job, train once per config, return params, stats and notices."""
     ctx = init_from_env(DistributedConfig(**(base or {"timeout_s": 60})))
     out = {}
     for raw in cfgs:
         cfg = DistributedConfig(**{**(base or {"timeout_s": 60}), **raw})
-        out[repr(sorted(raw.items()))] = train_one(cfg, ctx, rank, ctx.world_size, shuffled_backward=shuffled)
+        out[repr(sorted(raw.items()))] = train_one(cfg, ctx, rank, ctx.world_size, shuffled_backward=shuffled,
+                                                   problem=problem)
     out["_ctx"] = {"world": ctx.world_size, "local_size": ctx.local_size, "node_rank": ctx.node_rank,
                    "local_rank": ctx.local_rank, "notices": list(ctx.notices), "backend": ctx.backend}
     ctx.close()
