@@ -28,53 +28,17 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import parsl
-from parsl import bash_app, python_app
 
 from namsa.errors import UserError
 
 from . import runners
+from .apps import evaluate_app, simulate_app, train_app
 from .config import PipelineConfig, save_resolved
 from .errors import NotEnoughSamples, StageFailed
-from .profiles import TRAIN, WORKERS, build_parsl_config, train_command, worker_slots
+from .profiles import build_parsl_config, train_command, worker_slots
 
 #: lines of the training log quoted when training fails
 LOG_TAIL_LINES = 25
-
-
-# --------------------------------------------------------------------------------------------
-# Parsl apps (module level so HTEX workers can import them; arguments are plain JSON-able values
-# because Parsl's memo key rejects Path/File objects)
-
-
-@python_app(executors=[WORKERS], cache=True)
-def simulate_app(cfg_dict: dict, store_dir: str, spec_keys: list, sources: dict, progress_path: str,
-                 output_state: str) -> dict:
-    """One simulation chunk -> one store. ``output_state`` only feeds the memo key."""
-    from workflow import runners
-    from workflow.config import PipelineConfig
-
-    cfg = PipelineConfig.model_validate(cfg_dict)
-    specs = [runners.spec_from_key(k) for k in spec_keys]
-    return runners.simulate_specs(cfg, store_dir, specs, sources, progress=False,
-                                  progress_path=progress_path).to_dict()
-
-
-@bash_app(executors=[TRAIN], cache=True)
-def train_app(command: str, output_state: str, stdout: str | None = None, stderr: str | None = None,
-              parsl_resource_specification: dict | None = None) -> str:
-    """The training job: `namsa train` under the profile's launcher (see profiles.train_command)."""
-    return command
-
-
-@python_app(executors=[WORKERS], cache=True)
-def evaluate_app(cfg_dict: dict, data_dirs: list, model_dir: str, out_dir: str, metrics_csv: str | None,
-                 output_state: str, inputs: Sequence[Any] = ()) -> dict:
-    """Evaluation of the trained model; ``inputs`` carries the training future it waits for."""
-    from workflow import runners
-    from workflow.config import PipelineConfig
-
-    cfg = PipelineConfig.model_validate(cfg_dict)
-    return runners.evaluate(cfg, data_dirs, model_dir, out_dir, train_metrics_csv=metrics_csv)
 
 
 def output_state(path: str | Path) -> str:
@@ -360,7 +324,8 @@ class Pipeline:
             progress_path = self.paths.logs / f"{store.name}.progress.json"
             progress_path.unlink(missing_ok=True)
             timing = TaskTiming("simulate", submitted=time.time())
-            future = simulate_app(self.cfg_dict, str(store), [runners.spec_key(s) for s in chunk],
+            future = simulate_app(self.cfg_dict["simulation"], self.cfg_dict["data"], str(store),
+                                  [runners.spec_key(s) for s in chunk],
                                   {s.material_id: sources[s.material_id] for s in chunk}, str(progress_path),
                                   output_state(store))
             future.add_done_callback(lambda _f, t=timing: setattr(t, "resolved", time.time()))
@@ -411,7 +376,7 @@ class Pipeline:
             exc = future.exception()
             if exc is None:
                 result = runners.SimulateSummary.from_dict(future.result())
-                timing.started, timing.ended = result.started_at, result.finished_at
+                timing.started, timing.ended = future.result()["entered_at"], result.finished_at
                 self.summary.written += result.written
                 new_failures += result.failed
                 self.log("simulate: " + result.line())
@@ -532,7 +497,7 @@ class Pipeline:
         # Remember which model this evaluation belongs to, so a retrained model is re-evaluated.
         result["model_finished_at"] = model_stamp
         runners.write_json_atomic(self.paths.eval / runners.EVAL_SUMMARY, result)
-        timing.started, timing.ended = result["started_at"], result["finished_at"]
+        timing.started, timing.ended = result["entered_at"], result["finished_at"]
         self.summary.tasks.append(timing)
         self._add_time("evaluate", time.time() - started)
         return result

@@ -30,10 +30,8 @@ from parsl.launchers.base import Launcher
 from parsl.providers import LocalProvider, PBSProProvider, SlurmProvider
 from parsl.providers.base import ExecutionProvider
 
+from .apps import TRAIN, WORKERS
 from .config import PROFILE_NAMES, ClusterSite, ExecutionConfig
-
-WORKERS = "workers"
-TRAIN = "train"
 #: rendezvous port of multi-node training (torch.distributed MASTER_PORT).
 MASTER_PORT = 29500
 

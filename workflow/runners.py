@@ -12,13 +12,17 @@ import os
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from namsa.errors import UserError
 
-from .config import PipelineConfig
+if TYPE_CHECKING:  # the config pulls in torch (models); simulation workers must not pay for it
+    from namsa import SimulationConfig
+    from stage import DataConfig
+
+    from .config import PipelineConfig
 
 #: Set on Ctrl-C by the DAG: simulation loops finish the sample in hand, close their store
 #: (manifest written) and return, so everything written so far stays usable.
@@ -86,9 +90,10 @@ class SimulateSummary:
 
     @classmethod
     def from_dict(cls, payload: dict[str, Any]) -> "SimulateSummary":
-        payload = dict(payload)
-        payload["failed"] = [tuple(f) for f in payload.get("failed", [])]
-        return cls(**payload)
+        known = {f.name for f in fields(cls)}
+        kept = {k: v for k, v in payload.items() if k in known}
+        kept["failed"] = [tuple(f) for f in kept.get("failed", [])]
+        return cls(**kept)
 
     def line(self) -> str:
         rate = self.written / self.seconds if self.seconds > 0 else 0.0
@@ -110,7 +115,7 @@ def spec_from_key(key: Sequence[Any]) -> Any:
     return namsa.SampleSpec(material_id, tuple(int(i) for i in axis), int(variant))
 
 
-def plan(cfg: PipelineConfig):
+def plan(cfg: "PipelineConfig"):
     """`namsa.plan_samples` over the config's simulation section."""
     import namsa
 
@@ -131,7 +136,7 @@ def stored_ids(data_dir: str | Path) -> set[str]:
     return ids
 
 
-def simulate_specs(cfg: PipelineConfig, store_dir: str | Path, specs: Sequence[Any],
+def simulate_specs(sim_cfg: "SimulationConfig", data_cfg: "DataConfig", store_dir: str | Path, specs: Sequence[Any],
                    sources: Mapping[str, str], *, progress: bool = True, progress_path: str | Path | None = None,
                    stop: threading.Event = STOP) -> SimulateSummary:
     """Simulate ``specs`` (namsa SampleSpecs) into the single store ``store_dir`` (one writer = one
@@ -151,20 +156,20 @@ def simulate_specs(cfg: PipelineConfig, store_dir: str | Path, specs: Sequence[A
     if not specs:  # nothing to do: do not create an empty store
         summary.finished_at = time.time()
         return summary
-    physics_hash = cfg.simulation.physics_hash()
-    with stage.StoreWriter(store_dir, config_hash=physics_hash, data_cfg=cfg.data) as writer, \
+    physics_hash = sim_cfg.physics_hash()
+    with stage.StoreWriter(store_dir, config_hash=physics_hash, data_cfg=data_cfg) as writer, \
             progress_bar(len(specs), Path(store_dir).name, "sample", progress) as bar:
         for spec in specs:
             if stop.is_set():
                 summary.stopped = True
                 break
-            sid = spec.sample_id(cfg.simulation)
+            sid = spec.sample_id(sim_cfg)
             if writer.has(sid):
                 summary.skipped += 1
             else:
                 try:
                     sample = namsa.simulate_sample(sources[spec.material_id], tuple(spec.zone_axis),
-                                                   cfg.simulation, variant=spec.variant)
+                                                   sim_cfg, variant=spec.variant)
                     writer.put(sample)
                     summary.written += 1
                 except stage.StoreError:
@@ -182,7 +187,7 @@ def simulate_specs(cfg: PipelineConfig, store_dir: str | Path, specs: Sequence[A
     return summary
 
 
-def simulate(cfg: PipelineConfig, out_dir: str | Path, *, worker: int = 0, num_workers: int = 1,
+def simulate(cfg: "PipelineConfig", out_dir: str | Path, *, worker: int = 0, num_workers: int = 1,
              progress: bool = True) -> SimulateSummary:
     """`namsa simulate`: plan the dataset, take every ``num_workers``-th sample starting at
     ``worker``, and write them into ``<out_dir>/store-<worker>``.
@@ -198,7 +203,8 @@ def simulate(cfg: PipelineConfig, out_dir: str | Path, *, worker: int = 0, num_w
     done = stored_ids(out_dir)
     mine = planned.specs[worker::num_workers]
     todo = [s for s in mine if s.sample_id(cfg.simulation) not in done]
-    summary = simulate_specs(cfg, out_dir / f"store-{worker:03d}", todo, planned.sources, progress=progress)
+    summary = simulate_specs(cfg.simulation, cfg.data, out_dir / f"store-{worker:03d}", todo, planned.sources,
+                             progress=progress)
     summary.skipped += len(mine) - len(todo)
     summary.planned = len(mine)
     if worker == 0:
@@ -241,7 +247,7 @@ def data_fingerprint(data_dirs: Iterable[str | Path]) -> str:
     return hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()
 
 
-def section_hash(cfg: PipelineConfig, *sections: str) -> str:
+def section_hash(cfg: "PipelineConfig", *sections: str) -> str:
     """sha256 over the named config sections (what decides whether earlier results still hold)."""
     payload = {name: getattr(cfg, name).model_dump(mode="json") for name in sections}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
@@ -251,7 +257,7 @@ TRAIN_SECTIONS = ("simulation", "data", "model", "training", "distributed")
 EVAL_SECTIONS = TRAIN_SECTIONS + ("evaluation",)
 
 
-def train(cfg: PipelineConfig, data_dirs: Sequence[str | Path], out_dir: str | Path, *,
+def train(cfg: "PipelineConfig", data_dirs: Sequence[str | Path], out_dir: str | Path, *,
           resume: bool = False) -> dict[str, Any]:
     """`namsa train`: `models.train` on the stores below ``data_dirs``; writes ``train-summary.json``.
 
@@ -283,7 +289,7 @@ def _is_main_rank() -> bool:
     return True
 
 
-def evaluate(cfg: PipelineConfig, data_dirs: Sequence[str | Path], model_dir: str | Path,
+def evaluate(cfg: "PipelineConfig", data_dirs: Sequence[str | Path], model_dir: str | Path,
              out_dir: str | Path, *, train_metrics_csv: str | Path | None = None) -> dict[str, Any]:
     """`namsa evaluate`: `models.evaluation.evaluate`; writes ``eval-summary.json`` beside metrics.json."""
     from models.evaluation import evaluate as run_evaluation
@@ -302,7 +308,7 @@ def evaluate(cfg: PipelineConfig, data_dirs: Sequence[str | Path], model_dir: st
     return summary
 
 
-def scaling(cfg: PipelineConfig, data_dirs: Sequence[str | Path], out_dir: str | Path,
+def scaling(cfg: "PipelineConfig", data_dirs: Sequence[str | Path], out_dir: str | Path,
             fractions: Sequence[float] = (0.125, 0.25, 0.5, 1.0), metric: str = "rel_l2") -> dict[str, Any]:
     """`namsa scaling`: train on growing subsets and plot the error against the training-set size."""
     from models.evaluation import scaling_study

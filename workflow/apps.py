@@ -1,0 +1,55 @@
+"""The Parsl apps of the DAG, in a module of their own.
+
+A worker unpickles an app by importing the module that defines it, so this module imports only
+Parsl: the simulation app then runs without importing torch (workflow.config pulls in the models
+room). Arguments are plain JSON-able values because Parsl's memo key rejects Path/File objects;
+``output_state`` (see workflow.dag.output_state) only feeds the memo key. Each app records
+``entered_at`` as its first statement, so the driver can measure Parsl's own latency.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+from parsl import bash_app, python_app
+
+#: executor labels every profile defines (workflow.profiles): simulation/evaluation workers, training
+WORKERS = "workers"
+TRAIN = "train"
+
+
+
+
+@python_app(executors=[WORKERS], cache=True)
+def simulate_app(simulation: dict, data: dict, store_dir: str, spec_keys: list, sources: dict,
+                 progress_path: str, output_state: str) -> dict:
+    """One simulation chunk -> one store; only the simulation and data sections travel."""
+    entered_at = time.time()
+    from namsa import SimulationConfig
+    from stage import DataConfig
+    from workflow import runners
+
+    specs = [runners.spec_from_key(k) for k in spec_keys]
+    summary = runners.simulate_specs(SimulationConfig.model_validate(simulation), DataConfig.model_validate(data),
+                                     store_dir, specs, sources, progress=False, progress_path=progress_path)
+    return {**summary.to_dict(), "entered_at": entered_at}
+
+
+@bash_app(executors=[TRAIN], cache=True)
+def train_app(command: str, output_state: str, stdout: str | None = None, stderr: str | None = None,
+              parsl_resource_specification: dict | None = None) -> str:
+    """The training job: `namsa train` under the profile's launcher (see profiles.train_command)."""
+    return command
+
+
+@python_app(executors=[WORKERS], cache=True)
+def evaluate_app(cfg_dict: dict, data_dirs: list, model_dir: str, out_dir: str, metrics_csv: str | None,
+                 output_state: str, inputs: Sequence[Any] = ()) -> dict:
+    """Evaluation of the trained model; ``inputs`` carries the training future it waits for."""
+    entered_at = time.time()
+    from workflow import runners
+    from workflow.config import PipelineConfig
+
+    cfg = PipelineConfig.model_validate(cfg_dict)
+    summary = runners.evaluate(cfg, data_dirs, model_dir, out_dir, train_metrics_csv=metrics_csv)
+    return {**summary, "entered_at": entered_at}
