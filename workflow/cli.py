@@ -89,7 +89,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from . import runners
 
     cfg = _load(args)
-    summary = runners.train(cfg, args.data, args.out, resume=args.resume)
+    summary = runners.train(cfg, args.data, args.out, resume=args.resume, progress=args.progress)
     print(f"trained {summary['steps']} steps; model: {summary['model_dir']}; "
           f"best checkpoint: {summary['best_checkpoint']}; final dev loss: {summary['final_dev_loss']}")
     return 0

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from models import ModelConfig, TrainConfig
 from models.distributed import DistributedConfig
 from models.evaluation import EvaluationConfig
 from namsa.config import SimulationConfig
@@ -147,6 +148,8 @@ class PipelineConfig(_Section):
     name: str = "quickstart"
     simulation: SimulationConfig = SimulationConfig()
     data: DataConfig = DataConfig()
+    model: ModelConfig = ModelConfig()
+    training: TrainConfig = TrainConfig()
     distributed: DistributedConfig = DistributedConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
     execution: ExecutionConfig = ExecutionConfig()
@@ -157,6 +160,22 @@ class PipelineConfig(_Section):
         if not value or "/" in value or value in (".", ".."):
             raise ValueError(f"name {value!r} must be a plain directory name (it names runs/<name>/)")
         return value
+
+
+    @model_validator(mode="after")
+    def _sections_agree(self) -> "PipelineConfig":
+        """The network must fit the simulated data: caught here, not an hour into a run."""
+        arch = self.model.architecture()
+        scan_y, scan_x = self.simulation.scan_shape
+        if arch.in_channels != scan_y * scan_x:
+            raise ValueError(f"model.in_channels is {arch.in_channels} (preset {self.model.preset}) but "
+                             f"simulation.scan_shape {scan_y}x{scan_x} gives {scan_y * scan_x} patterns per "
+                             f"sample; set model.in_channels={scan_y * scan_x}")
+        if self.simulation.pattern_px % arch.size_multiple:
+            raise ValueError(f"simulation.pattern_px={self.simulation.pattern_px} must be a multiple of "
+                             f"{arch.size_multiple} for a model with {arch.levels} pooling levels; change "
+                             f"simulation.pattern_px or model.levels")
+        return self
 
 
 # --------------------------------------------------------------------------------------------
@@ -259,14 +278,15 @@ def format_validation_error(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
         loc = [str(p) for p in err["loc"]]
-        dotted = ".".join(loc) or "(top level)"
+        dotted = ".".join(loc)
         if err["type"] == "extra_forbidden":
             allowed = _allowed_keys(loc[:-1])
             hint = f"; allowed keys here: {', '.join(allowed)}" if allowed else ""
             parts.append(f"{dotted}: unknown key{hint}")
         else:
             msg = err["msg"].removeprefix("Value error, ")
-            parts.append(f"{dotted}: {msg}")
+            # Cross-section checks carry no location; their message names the keys itself.
+            parts.append(f"{dotted}: {msg}" if dotted else msg)
     return "; ".join(parts)
 
 

@@ -4,7 +4,8 @@ Run directory (default ``runs/<name>/``)::
 
     config.resolved.yaml   every key, defaults included
     data/                  one store per simulation task (or a link to execution.data_dir)
-    checkpoints/           training output (train-summary.json marks a finished training)
+    checkpoints/, model/   training output of models.train (with train_run.json, metrics.csv);
+                           train-summary.json marks a finished training
     eval/                  metrics.json, figures, report.html (eval-summary.json marks it done)
     logs/                  progress files, simulate-failures.json, train.log, run.log
     runinfo/               Parsl's run_dir (its logs and memoisation checkpoints)
@@ -39,6 +40,9 @@ from .profiles import build_parsl_config, train_command, worker_slots
 
 #: lines of the training log quoted when training fails
 LOG_TAIL_LINES = 25
+#: what models.train writes into its output directory (the run directory), plus our summary
+TRAIN_RUN_FILE = "train_run.json"
+TRAINING_OUTPUTS = (TRAIN_RUN_FILE, "checkpoints", "model", "metrics.csv", runners.TRAIN_SUMMARY)
 
 
 def output_state(path: str | Path) -> str:
@@ -89,7 +93,7 @@ class RunPaths:
         return self.root / "config.resolved.yaml"
 
     def create(self) -> None:
-        for path in (self.root, self.data, self.checkpoints, self.eval, self.logs):
+        for path in (self.root, self.data, self.eval, self.logs):
             path.mkdir(parents=True, exist_ok=True)
         link = self.root / "data"
         if self.data != link and not link.exists():
@@ -419,7 +423,7 @@ class Pipeline:
 
     def train(self) -> concurrent.futures.Future | None:
         self.fingerprint = runners.data_fingerprint([self.paths.data])
-        summary_path = self.paths.checkpoints / runners.TRAIN_SUMMARY
+        summary_path = self.paths.root / runners.TRAIN_SUMMARY
         done = self._done(summary_path, runners.TRAIN_SECTIONS)
         if done is not None:
             self.train_summary = done
@@ -427,15 +431,19 @@ class Pipeline:
             return None
         started = time.time()
         self.summary.stages_run.append("train")
-        # An interrupted training resumes from its last checkpoint; a finished one that no longer
-        # matches the data/config starts again.
-        resume = not summary_path.exists() and any(self.paths.checkpoints.iterdir())
+        if summary_path.exists():
+            # A finished training of other data or another config: keep it, start afresh.
+            self._archive_training()
+        # An interrupted training (its run file but no summary) resumes from its last checkpoint.
+        resume = (self.paths.root / TRAIN_RUN_FILE).exists()
         cli_args = [str(self.paths.resolved_config), "--data", str(self.paths.data),
-                    "--out", str(self.paths.checkpoints), "--no-progress"] + (["--resume"] if resume else [])
+                    "--out", str(self.paths.root), "--no-progress"] + (["--resume"] if resume else [])
         command, resource_spec = train_command(self.cfg.execution, cli_args)
-        started_file = self.paths.logs / "train.started"
+        started_file, ended_file = self.paths.logs / "train.started", self.paths.logs / "train.ended"
         log_path = self.paths.logs / "train.log"
-        command = f"date +%s.%N > {shlex.quote(str(started_file))}; {command}"
+        # Time stamps around the job itself, so Parsl's own latency can be told apart from it.
+        command = (f"date +%s.%N > {shlex.quote(str(started_file))}; {command}; rc=$?; "
+                   f"date +%s.%N > {shlex.quote(str(ended_file))}; exit $rc")
         self.dfk()
         timing = TaskTiming("train", submitted=time.time())
         future = train_app(command, output_state(self.paths.checkpoints), stdout=(str(log_path), "a"),
@@ -443,7 +451,7 @@ class Pipeline:
         future.add_done_callback(lambda _f: setattr(timing, "resolved", time.time()))
         self.log(f"train: {command}")
         self.view.start(_total_steps(self.cfg), "train", "step")
-        metrics_csv = self.paths.checkpoints / "metrics.csv"
+        metrics_csv = self.paths.root / "metrics.csv"
         try:
             _wait([future], lambda: self.view.update(_last_step(metrics_csv)))
         except KeyboardInterrupt:
@@ -456,12 +464,20 @@ class Pipeline:
             raise StageFailed(f"training failed ({runners.one_line(future.exception())}); "
                               f"log: {log_path}", tail)
         self.train_summary = _read_json(summary_path)
-        timing.started = float(started_file.read_text()) if started_file.exists() else None
-        timing.ended = self.train_summary.get("finished_at")
+        timing.started, timing.ended = _read_stamp(started_file), _read_stamp(ended_file)
         self.summary.tasks.append(timing)
         self._record_model(self.train_summary)
         self._add_time("train", time.time() - started)
         return future
+
+    def _archive_training(self) -> None:
+        """Move a previous training's outputs to previous/<time>/ (nothing is deleted)."""
+        archive = self.paths.root / "previous" / time.strftime("%Y%m%dT%H%M%S")
+        archive.mkdir(parents=True, exist_ok=True)
+        for name in TRAINING_OUTPUTS:
+            if (self.paths.root / name).exists():
+                (self.paths.root / name).rename(archive / name)
+        self.log(f"train: previous training (other data or config) moved to {archive}")
 
     def _record_model(self, train_summary: dict[str, Any]) -> None:
         self.summary.model_dir = train_summary.get("model_dir")
@@ -510,6 +526,13 @@ def _read_json(path: Path) -> dict[str, Any]:
         return {}
 
 
+def _read_stamp(path: Path) -> float | None:
+    try:
+        return float(Path(path).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
 def _tail(path: Path, n: int) -> str:
     try:
         return "\n".join(Path(path).read_text(errors="replace").splitlines()[-n:])
@@ -518,7 +541,8 @@ def _tail(path: Path, n: int) -> str:
 
 
 def _total_steps(cfg: PipelineConfig) -> int:
-    return int(getattr(getattr(cfg, "training", None), "steps", 0) or 0)
+    """Training steps when fixed by training.max_steps; 0 (unknown) when set by epochs."""
+    return int(cfg.training.max_steps or 0)
 
 
 def _last_step(metrics_csv: Path) -> int:

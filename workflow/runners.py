@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # the config pulls in torch (models); simulation workers must
 #: (manifest written) and return, so everything written so far stays usable.
 STOP = threading.Event()
 
-#: summary of a finished training run, written beside the checkpoints (the DAG's "done" marker).
+#: summary of a finished training run, written in its output directory (the DAG's "done" marker).
 TRAIN_SUMMARY = "train-summary.json"
 #: summary of a finished evaluation, written beside metrics.json.
 EVAL_SUMMARY = "eval-summary.json"
@@ -258,8 +258,9 @@ EVAL_SECTIONS = TRAIN_SECTIONS + ("evaluation",)
 
 
 def train(cfg: "PipelineConfig", data_dirs: Sequence[str | Path], out_dir: str | Path, *,
-          resume: bool = False) -> dict[str, Any]:
-    """`namsa train`: `models.train` on the stores below ``data_dirs``; writes ``train-summary.json``.
+          resume: bool = False, progress: bool = True) -> dict[str, Any]:
+    """`namsa train`: `models.train` on the stores below ``data_dirs`` into ``out_dir`` (a run
+    directory: checkpoints/, model/, metrics.csv); writes ``out_dir/train-summary.json``.
 
     The summary records the data fingerprint and config hash the model was trained on, which is
     how the DAG knows a finished training need not run again.
@@ -267,10 +268,12 @@ def train(cfg: "PipelineConfig", data_dirs: Sequence[str | Path], out_dir: str |
     import models
 
     started = time.time()
-    result = models.train(cfg.model, cfg.training, cfg.distributed, cfg.data, list(data_dirs), out_dir,
+    training = cfg.training if progress else cfg.training.model_copy(update={"progress": False})
+    result = models.train(cfg.model, training, cfg.distributed, cfg.data, list(data_dirs), out_dir,
                           resume=resume)
     summary = {
-        "model_dir": str(result.model_dir), "best_checkpoint": str(result.best_checkpoint),
+        "model_dir": str(result.model_dir),
+        "best_checkpoint": None if result.best_checkpoint is None else str(result.best_checkpoint),
         "metrics_csv": str(result.metrics_csv), "steps": int(result.steps),
         "final_dev_loss": None if result.final_dev_loss is None else float(result.final_dev_loss),
         "data_fingerprint": data_fingerprint(data_dirs), "config_hash": section_hash(cfg, *TRAIN_SECTIONS),
