@@ -1,14 +1,18 @@
-"""Array backend selection: numpy + scipy.fft (or pyFFTW when installed) on CPU, cupy on CUDA.
+"""Array backend selection: numpy + pyFFTW (or scipy.fft) on CPU, cupy on CUDA.
 
-``get_backend("cpu" | "cuda" | "cuda:<i>")`` returns a :class:`Backend` whose ``xp`` is the array
-module and whose ``fft2`` / ``ifft2`` transform the last two axes in place where the library allows.
-FFT normalisation is numpy's "backward": ``ifft2(fft2(a)) == a``. cupy is imported lazily so that
-CPU machines never need it.
+``get_backend("cpu" | "cuda" | "cuda:<i>")`` returns a :class:`Backend`: ``xp`` is the array
+module, and ``workspace(shape)`` gives a per-thread :class:`FFTWorkspace` holding a complex64
+batch buffer with planned, in-place, *unnormalised* 2-D FFTs over its last two axes
+(``backward(forward(a)) == ny * nx * a``; callers fold the 1/N into their multipliers so no
+extra pass over the data is spent on normalisation). On CPU, pyFFTW plans are made once per
+shape (FFTW_MEASURE) and reused for every batch and slice; without pyFFTW, scipy.fft is used.
+cupy is imported lazily so that CPU machines never need it; its FFT plans are cached by cupy.
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+import threading
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -22,16 +26,26 @@ class DeviceError(UserError):
 
 
 @dataclass
+class FFTWorkspace:
+    """A (batch, ny, nx) complex64 buffer and unnormalised forward/backward transforms of it.
+
+    ``forward(a)`` / ``backward(a)`` transform ``a`` (which must be the array last returned, starting
+    with ``buffer``) and return the result: the buffer itself with pyFFTW, a new array otherwise.
+    """
+
+    buffer: Any
+    forward: Callable[[Any], Any]
+    backward: Callable[[Any], Any]
+
+
+@dataclass
 class Backend:
-    """Array module plus in-place-where-possible 2-D FFTs over the last two axes."""
+    """Array module, host/device transfers and FFT workspaces for one device."""
 
     name: str
     xp: Any
-    fft2: Callable[[Any], Any]
-    ifft2: Callable[[Any], Any]
+    workspace: Callable[..., FFTWorkspace]   # (shape, measure=True) -> FFTWorkspace
     device_index: int | None = None
-    threads: int = 1
-    _extra: dict = field(default_factory=dict)
 
     def asnumpy(self, a: Any) -> np.ndarray:
         if self.xp is np:
@@ -46,6 +60,18 @@ class Backend:
             self.xp.cuda.get_current_device().synchronize()
 
 
+def single_threaded_blas():
+    """Context manager pinning BLAS (OpenBLAS/MKL) to one thread.
+
+    namsa parallelises over probes and beams itself; a multi-threaded BLAS underneath spins
+    against those threads (and against other processes on a busy node): measured here, small
+    complex GEMMs ran 15-60x slower with 2 OpenBLAS threads on 2 loaded cores than with 1.
+    """
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
+
+
 def cpu_threads() -> int:
     """CPU cores this process may use (respects affinity masks, e.g. Slurm / taskset)."""
     try:
@@ -54,16 +80,50 @@ def cpu_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _cpu_backend(fft_threads: int) -> Backend:
-    # Each multislice worker thread runs its own FFTs on its own sub-batch, so one FFT thread per
-    # call by default: threading over the batch also parallelises the elementwise multiplies.
-    def fft2(a):
-        return scipy.fft.fft2(a, axes=(-2, -1), overwrite_x=True, workers=fft_threads)
+_PLAN_LOCK = threading.Lock()   # FFTW's planner is not thread-safe
 
-    def ifft2(a):
-        return scipy.fft.ifft2(a, axes=(-2, -1), overwrite_x=True, workers=fft_threads)
 
-    return Backend(name="cpu", xp=np, fft2=fft2, ifft2=ifft2, threads=fft_threads)
+def _pyfftw_workspace(shape: tuple[int, int, int], measure: bool = True) -> FFTWorkspace:
+    import pyfftw
+
+    buffer = pyfftw.empty_aligned(shape, dtype=np.complex64)
+    # FFTW_MEASURE times candidate algorithms (seconds, once per shape per process: wisdom is
+    # shared by later plans); worth it only when the plan is executed many times.
+    flags = ("FFTW_MEASURE" if measure else "FFTW_ESTIMATE", "FFTW_DESTROY_INPUT")
+    with _PLAN_LOCK:
+        fwd = pyfftw.FFTW(buffer, buffer, axes=(-2, -1), direction="FFTW_FORWARD", flags=flags, threads=1)
+        bwd = pyfftw.FFTW(buffer, buffer, axes=(-2, -1), direction="FFTW_BACKWARD", flags=flags, threads=1)
+    buffer[...] = 0
+
+    def forward(a):
+        fwd.execute()   # in place on the buffer; releases the GIL, so worker threads run in parallel
+        return a
+
+    def backward(a):
+        bwd.execute()
+        return a
+
+    return FFTWorkspace(buffer=buffer, forward=forward, backward=backward)
+
+
+def _scipy_workspace(shape: tuple[int, int, int], measure: bool = True) -> FFTWorkspace:
+    buffer = np.zeros(shape, dtype=np.complex64)
+    return FFTWorkspace(
+        buffer=buffer,
+        forward=lambda a: scipy.fft.fft2(a, axes=(-2, -1), overwrite_x=True, norm="backward", workers=1),
+        backward=lambda a: scipy.fft.ifft2(a, axes=(-2, -1), overwrite_x=True, norm="forward", workers=1))
+
+
+def _cpu_backend(fft: str) -> Backend:
+    if fft == "auto":
+        try:
+            import pyfftw  # noqa: F401
+
+            fft = "fftw"
+        except ImportError:
+            fft = "scipy"
+    maker = _pyfftw_workspace if fft == "fftw" else _scipy_workspace
+    return Backend(name=f"cpu ({'pyFFTW' if fft == 'fftw' else 'scipy.fft'})", xp=np, workspace=maker)
 
 
 def _cuda_backend(index: int) -> Backend:
@@ -80,19 +140,20 @@ def _cuda_backend(index: int) -> Backend:
         raise DeviceError(f"device='cuda:{index}' does not exist ({count} CUDA devices); pick 0..{count - 1}")
     cupy.cuda.Device(index).use()
 
-    def fft2(a):
-        return cupy.fft.fft2(a, axes=(-2, -1), overwrite_x=True)
+    def workspace(shape: tuple[int, int, int], measure: bool = True) -> FFTWorkspace:
+        return FFTWorkspace(
+            buffer=cupy.zeros(shape, dtype=cupy.complex64),
+            forward=lambda a: cupy.fft.fft2(a, axes=(-2, -1), overwrite_x=True, norm="backward"),
+            backward=lambda a: cupy.fft.ifft2(a, axes=(-2, -1), overwrite_x=True, norm="forward"))
 
-    def ifft2(a):
-        return cupy.fft.ifft2(a, axes=(-2, -1), overwrite_x=True)
-
-    return Backend(name=f"cuda:{index}", xp=cupy, fft2=fft2, ifft2=ifft2, device_index=index)
+    return Backend(name=f"cuda:{index}", xp=cupy, workspace=workspace, device_index=index)
 
 
-def get_backend(device: str = "cpu", fft_threads: int = 1) -> Backend:
-    """Backend for ``device`` ("cpu", "cuda" or "cuda:<index>"); UserError when unavailable."""
+def get_backend(device: str = "cpu", fft: str = "auto") -> Backend:
+    """Backend for ``device`` ("cpu", "cuda" or "cuda:<index>"); ``fft`` = "auto" | "fftw" | "scipy"
+    picks the CPU FFT library. UserError when the device is unavailable."""
     if device == "cpu":
-        return _cpu_backend(fft_threads)
+        return _cpu_backend(fft)
     if device == "cuda":
         return _cuda_backend(0)
     if device.startswith("cuda:") and device[5:].isdigit():

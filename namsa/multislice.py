@@ -10,6 +10,7 @@ the elementwise work is parallel too; the transmission functions are shared read
 from __future__ import annotations
 
 import math
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -62,6 +63,13 @@ def plan_batch(n_positions: int, gpts: tuple[int, int], n_slices: int, budget_by
     return int(max(1, min(n_positions, max_batch, free // per)))
 
 
+def balanced_batch(n_positions: int, max_batch: int, threads: int) -> int:
+    """Batch size <= max_batch giving a number of batches that splits evenly over the threads."""
+    n_batches = math.ceil(n_positions / max_batch)
+    n_batches = math.ceil(n_batches / threads) * threads if n_positions >= threads else n_batches
+    return max(1, math.ceil(n_positions / n_batches))
+
+
 def run_multislice(probe_k: np.ndarray, positions_A: np.ndarray, sampling: tuple[float, float],
                    transmissions: Any, propagators: list[Any], final_mask: Any, backend: Backend,
                    batch_size: int, reducer: Callable[[np.ndarray], np.ndarray],
@@ -76,29 +84,46 @@ def run_multislice(probe_k: np.ndarray, positions_A: np.ndarray, sampling: tuple
     """
     gpts = probe_k.shape
     xp = backend.xp
-    probe_dev = backend.asarray(probe_k.astype(np.complex64))
+    n_pixels = gpts[0] * gpts[1]
+    # unnormalised FFTs: backward(forward(a)) = N a, so 1/N rides on the probe and the propagators
+    probe_dev = backend.asarray((probe_k / n_pixels).astype(np.complex64))
+    scaled: dict[int, Any] = {}
+    for p in propagators:
+        scaled.setdefault(id(p), p * np.float32(1.0 / n_pixels))
+    props = [scaled[id(p)] for p in propagators]
     n_slices = transmissions.shape[0]
-    inv_n = np.float32(1.0 / (gpts[0] * gpts[1]))
+    inv_n = np.float32(1.0 / n_pixels)
+    measure = len(positions_A) * n_slices >= 4000   # FFTW planning pays off only for long runs
+    local = threading.local()
 
     def one_batch(start: int) -> np.ndarray:
         pos = positions_A[start:start + batch_size]
+        used = len(pos)
+        if used < batch_size:   # pad the last batch: the planned transforms have a fixed shape
+            pos = np.concatenate([pos, np.repeat(pos[-1:], batch_size - used, axis=0)])
+        if not hasattr(local, "ws"):
+            local.ws = backend.workspace((batch_size, *gpts), measure)
+        ws = local.ws
         phase_y, phase_x = shift_phases(pos, gpts, sampling)
-        psi_k = probe_dev[None] * backend.asarray(phase_y)[:, :, None] * backend.asarray(phase_x)[:, None, :]
-        psi = backend.ifft2(psi_k)
+        psi = ws.buffer
+        xp.multiply(probe_dev[None], backend.asarray(phase_y)[:, :, None], out=psi)
+        xp.multiply(psi, backend.asarray(phase_x)[:, None, :], out=psi)
+        psi = ws.backward(psi)
         for s in range(n_slices):
             xp.multiply(psi, transmissions[s], out=psi)
-            psi_k = backend.fft2(psi)
+            psi = ws.forward(psi)
             if s == n_slices - 1:
-                xp.multiply(psi_k, final_mask, out=psi_k)
                 break
-            xp.multiply(psi_k, propagators[s], out=psi_k)
-            psi = backend.ifft2(psi_k)
-        intensity = xp.abs(psi_k) ** 2
+            xp.multiply(psi, props[s], out=psi)
+            psi = ws.backward(psi)
+        exit_k = psi[:used] * final_mask
+        intensity = exit_k.real ** 2
+        intensity += exit_k.imag ** 2
         intensity *= inv_n
-        return reducer(backend.asnumpy(intensity.astype(np.float32, copy=False)))
+        return reducer(backend.asnumpy(intensity))
 
     starts = range(0, len(positions_A), batch_size)
-    if threads <= 1 or backend.xp is not np:
+    if threads <= 1 or backend.xp is not np or len(starts) == 1:
         return [one_batch(s) for s in starts]
     with ThreadPoolExecutor(max_workers=threads) as pool:
         return list(pool.map(one_batch, starts))

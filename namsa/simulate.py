@@ -20,12 +20,13 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import __version__
-from .backend import Backend, cpu_threads, get_backend
+from .backend import Backend, cpu_threads, get_backend, single_threaded_blas
 from .config import SimulationConfig
 from .constants import interaction_constant, wavelength_A
 from .errors import UserError
-from .multislice import fresnel_propagator, plan_batch, run_multislice
+from .multislice import balanced_batch, fresnel_propagator, plan_batch, run_multislice
 from .optics import band_limit_frequency, band_limit_mask, check_sampling, probe_fourier, scan_positions
+from .periodic import PeriodicSimulation, build_periodic, estimated_cost, tile_atoms, tile_grid_for
 from .potential import CellError, Grid, SlicedPotential, build_potential, make_grid, transmission_functions
 from .sample import Sample, sample_id
 from .targets import projected_density_map, projected_potential_map
@@ -70,40 +71,88 @@ def _as_atoms(structure: Any) -> _Atoms:
 
 @dataclass
 class Simulation:
-    """Everything that is shared by all probe positions of one specimen."""
+    """Everything shared by all probe positions of one specimen.
+
+    ``method`` is "multislice" (probe by probe through the supercell's transmission functions) or
+    "periodic" (exact plane-wave S-matrix on one tile of a perfect crystal, :mod:`namsa.periodic`).
+    ``potential`` (the supercell's sliced potential, used for the targets) is built on first use
+    when the periodic path did not need it.
+    """
 
     grid: Grid
-    potential: SlicedPotential
+    atoms: _Atoms
+    slice_thickness_A: float
     energy_kv: float
     semiangle_mrad: float
     band_limit: float
     backend: Backend
     threads: int
     batch_size: int
-    transmissions: Any
-    propagators: list[Any]
-    final_mask: Any
     probe_k: np.ndarray
+    method: str
     transmission_loss: float
+    transmissions: Any = None
+    propagators: list[Any] | None = None
+    final_mask: Any = None
+    periodic: PeriodicSimulation | None = None
     info: dict = field(default_factory=dict)
+    _potential: SlicedPotential | None = None
+
+    @property
+    def potential(self) -> SlicedPotential:
+        if self._potential is None:
+            self._potential = build_potential(self.atoms.positions_A, self.atoms.numbers, self.atoms.cell_A,
+                                              self.grid, self.slice_thickness_A)
+        return self._potential
 
     def run(self, positions_A: np.ndarray, reducer: Callable[[np.ndarray], np.ndarray]) -> list[np.ndarray]:
-        """Multislice for every position [y, x] (Angstrom); ``reducer`` maps each FFT-order batch."""
+        """Patterns for every position [y, x] (Angstrom); ``reducer`` maps each FFT-order batch."""
         positions_A = np.asarray(positions_A, float).reshape(-1, 2)
-        return run_multislice(self.probe_k, positions_A, self.grid.sampling, self.transmissions,
-                              self.propagators, self.final_mask, self.backend, self.batch_size, reducer,
-                              self.threads)
+        with single_threaded_blas():
+            if self.periodic is not None:
+                return self.periodic.run(positions_A, reducer, self.threads)
+            return run_multislice(self.probe_k, positions_A, self.grid.sampling, self.transmissions,
+                                  self.propagators, self.final_mask, self.backend, self.batch_size, reducer,
+                                  self.threads)
 
 
-def prepare_simulation(structure: Any, *, energy_kv: float, semiangle_mrad: float,
+def _choose_periodic(atoms: _Atoms, structure: Any, grid: Grid, probe: np.ndarray, cutoff: float,
+                     n_positions: int, method: str):
+    """(tile atoms, tile grid) when the periodic path applies and pays off (or is forced), else None."""
+    if method == "multislice":
+        return None
+    tile = tile_atoms(atoms.positions_A, atoms.numbers, atoms.cell_A, getattr(structure, "tiling", None))
+    if tile is None:
+        if method == "periodic":
+            raise UserError("method='periodic' needs a perfect crystal supercell with its tiling (namsa "
+                            "orient_supercell output, no frozen-phonon displacement); use method='auto'")
+        return None
+    tile_grid = tile_grid_for(atoms.cell_A, structure.tiling, cutoff, grid.gpts)
+    direct, periodic = estimated_cost(n_positions, grid, tile_grid, int((np.abs(probe) > 0).sum()))
+    if method == "auto" and periodic >= direct:
+        return None
+    return tile, tile_grid
+
+
+def prepare_simulation(structure: Any, **kwargs) -> Simulation:
+    """Build what all probe positions share (see :func:`_prepare`); BLAS pinned to one thread."""
+    with single_threaded_blas():
+        return _prepare(structure, **kwargs)
+
+
+def _prepare(structure: Any, *, energy_kv: float, semiangle_mrad: float,
                        sampling_A: float | None = None, gpts: int | tuple[int, int] | None = None,
                        slice_thickness_A: float = 2.0, aberrations: dict[str, float] | None = None,
                        band_limit: float = 2.0 / 3.0, tilt_mrad: tuple[float, float] = (0.0, 0.0),
                        device: str = "cpu", memory_budget_gb: float = 2.0, workers: int | None = None,
-                       n_positions: int = 1, max_batch: int = 64) -> Simulation:
-    """Build the sliced potential, transmission functions, propagators and probe once."""
+                       n_positions: int = 1, max_batch: int = 64, method: str = "auto") -> Simulation:
+    """Build what all probe positions share: probe, and transmission functions + propagators
+    (multislice) or the exit waves of every aperture beam (periodic). ``method``: "auto" picks the
+    cheaper exact path, "multislice" or "periodic" force one."""
+    if method not in ("auto", "multislice", "periodic"):
+        raise UserError(f"method must be 'auto', 'multislice' or 'periodic', got {method!r}")
     atoms = _as_atoms(structure)
-    grid = make_grid(atoms.cell_A, sampling_A, gpts)
+    grid = make_grid(atoms.cell_A, sampling_A, gpts, getattr(structure, "tiling", None))
     check_sampling(grid.sampling, energy_kv, semiangle_mrad, band_limit)
     ab = {"C1_A": 0.0, "C3_mm": 0.0, **(aberrations or {})}
     unknown = set(ab) - {"C1_A", "C3_mm"}
@@ -117,11 +166,29 @@ def prepare_simulation(structure: Any, *, energy_kv: float, semiangle_mrad: floa
     batch = plan_batch(n_positions, grid.gpts, edges_n, budget / threads if threads > 1 else budget,
                        fixed_bytes=potential_bytes / threads, max_batch=max_batch)
     backend = get_backend(device)
+    batch = balanced_batch(n_positions, batch, threads)
+    probe = probe_fourier(grid.gpts, grid.sampling, energy_kv, semiangle_mrad, ab["C1_A"], ab["C3_mm"], band_limit)
+    sigma, lam = interaction_constant(energy_kv), wavelength_A(energy_kv)
+    cutoff = band_limit_frequency(grid.sampling, band_limit)
+    common = dict(grid=grid, atoms=atoms, slice_thickness_A=slice_thickness_A, energy_kv=energy_kv,
+                  semiangle_mrad=semiangle_mrad, band_limit=band_limit, backend=backend, threads=threads,
+                  batch_size=batch, probe_k=probe)
+    info = {"gpts": list(grid.gpts), "sampling_A": list(grid.sampling), "n_slices": edges_n,
+            "slice_thickness_A": float(atoms.cell_A[2] / edges_n), "batch_size": batch, "threads": threads,
+            "device": backend.name}
+    chosen = _choose_periodic(atoms, structure, grid, probe, cutoff, n_positions, method)
+    if chosen is not None:
+        (tile_pos, tile_num), tile_grid = chosen
+        periodic = build_periodic(tile_pos, tile_num, atoms.cell_A, structure.tiling, grid,
+                                  np.linspace(0.0, atoms.cell_A[2], edges_n + 1), probe, sigma, lam, cutoff,
+                                  tilt_mrad, backend, threads, tile_grid)
+        info.update(method="periodic", tile_gpts=list(tile_grid.gpts), n_beams=periodic.n_beams,
+                    transmission_bandlimit_loss=periodic.transmission_loss)
+        return Simulation(**common, method="periodic", transmission_loss=periodic.transmission_loss,
+                          periodic=periodic, info=info)
     potential = build_potential(atoms.positions_A, atoms.numbers, atoms.cell_A, grid, slice_thickness_A)
-    sigma = interaction_constant(energy_kv)
     t, loss = transmission_functions(potential, sigma, band_limit)
     mask = band_limit_mask(grid.gpts, grid.sampling, band_limit)
-    lam = wavelength_A(energy_kv)
     cache: dict[float, Any] = {}
     propagators = []
     for dz in potential.slice_thickness_A:
@@ -129,14 +196,9 @@ def prepare_simulation(structure: Any, *, energy_kv: float, semiangle_mrad: floa
         if key not in cache:
             cache[key] = backend.asarray(fresnel_propagator(grid.gpts, grid.sampling, float(dz), lam, mask, tilt_mrad))
         propagators.append(cache[key])
-    probe = probe_fourier(grid.gpts, grid.sampling, energy_kv, semiangle_mrad, ab["C1_A"], ab["C3_mm"], band_limit)
-    info = {"gpts": list(grid.gpts), "sampling_A": list(grid.sampling), "n_slices": potential.n_slices,
-            "slice_thickness_A": float(potential.slice_thickness_A.mean()), "batch_size": batch,
-            "threads": threads, "device": backend.name, "transmission_bandlimit_loss": loss}
-    return Simulation(grid=grid, potential=potential, energy_kv=energy_kv, semiangle_mrad=semiangle_mrad,
-                      band_limit=band_limit, backend=backend, threads=threads, batch_size=batch,
-                      transmissions=backend.asarray(t), propagators=propagators,
-                      final_mask=backend.asarray(mask), probe_k=probe, transmission_loss=loss, info=info)
+    info.update(method="multislice", transmission_bandlimit_loss=loss)
+    return Simulation(**common, method="multislice", transmission_loss=loss, transmissions=backend.asarray(t),
+                      propagators=propagators, final_mask=backend.asarray(mask), info=info, _potential=potential)
 
 
 def _check_positions(positions_A: np.ndarray, grid: Grid) -> np.ndarray:
@@ -155,14 +217,17 @@ def simulate_cbed(structure: Any, positions_A: np.ndarray, *, energy_kv: float, 
                   slice_thickness_A: float = 2.0, aberrations: dict[str, float] | None = None,
                   device: str = "cpu", band_limit: float = 2.0 / 3.0,
                   tilt_mrad: tuple[float, float] = (0.0, 0.0), memory_budget_gb: float = 2.0,
-                  workers: int | None = None, max_batch: int = 64, return_info: bool = False):
+                  workers: int | None = None, max_batch: int = 64, method: str = "auto",
+                  return_info: bool = False):
     """CBED intensities for every probe position, on the full simulation grid.
 
     structure: namsa Supercell (or orthorhombic ase.Atoms), z along the beam, periodic in x and y.
     positions_A: (n, 2) probe positions [y, x] in Angstrom. energy_kv (kV), semiangle_mrad (mrad),
     sampling_A (Angstrom/pixel) or gpts, slice_thickness_A (Angstrom), aberrations
     {"C1_A": Angstrom, "C3_mm": mm}, tilt_mrad (ty, tx). Probes run in batches of at most
-    ``max_batch`` per worker thread, fewer when ``memory_budget_gb`` requires.
+    ``max_batch`` per worker thread, fewer when ``memory_budget_gb`` requires. ``method``: "auto"
+    (default) uses the exact periodic S-matrix path for perfect tiled crystals when it is cheaper,
+    "multislice" / "periodic" force one (see namsa.periodic).
 
     Returns (n, ny, nx) float32 intensities with k = 0 at (ny // 2, nx // 2), each pattern's sum
     being the fraction of the incident probe (total 1) that stays inside the band limit. With
@@ -172,7 +237,8 @@ def simulate_cbed(structure: Any, positions_A: np.ndarray, *, energy_kv: float, 
                              gpts=gpts, slice_thickness_A=slice_thickness_A, aberrations=aberrations,
                              band_limit=band_limit, tilt_mrad=tilt_mrad, device=device,
                              memory_budget_gb=memory_budget_gb, workers=workers,
-                             n_positions=len(np.asarray(positions_A).reshape(-1, 2)), max_batch=max_batch)
+                             n_positions=len(np.asarray(positions_A).reshape(-1, 2)), max_batch=max_batch,
+                             method=method)
     pos = _check_positions(positions_A, sim.grid)
     parts = sim.run(pos, lambda a: np.fft.fftshift(a, axes=(-2, -1)))
     out = np.concatenate(parts, axis=0)
@@ -354,6 +420,7 @@ def simulate_sample(structure_or_id: Any, zone_axis: Sequence[int], cfg: Simulat
         "target_sampling_A": [float(fov[2]) / cfg.target_px, float(fov[3]) / cfg.target_px],
         "intensity_kept_min": float(np.concatenate(kept).min()),
         "transmission_bandlimit_loss": float(sim.transmission_loss),
+        "method": sim.method,
         "strain": float(getattr(supercell, "strain", 0.0)),
     }
     return Sample(cbed=cbed, potential=potential, density=density, meta=meta).validate()

@@ -67,14 +67,14 @@ def test_integrated_potential_is_the_k0_scattering_factor():
 
 def test_subpixel_positions_and_periodic_wrap():
     """A shift by a fraction of a pixel moves the potential continuously; x and x + Lx are the same atom."""
-    _, a = _single_atom(8, sampling=0.1, xy=(6.0, 6.0))
+    grid, a = _single_atom(8, sampling=0.1, xy=(6.0, 6.0))
     _, b = _single_atom(8, sampling=0.1, xy=(6.03, 6.0))
     _, c = _single_atom(8, sampling=0.1, xy=(6.03 + 12.0, 6.0 - 12.0))
     va, vb, vc = a.projected_real(), b.projected_real(), c.projected_real()
     assert 0 < np.abs(vb - va).max() < 0.2 * va.max()
     np.testing.assert_allclose(vc, vb, atol=1e-9 * vb.max())
     # centre of mass moves by exactly the shift
-    xs = np.arange(va.shape[1]) * 0.1
+    xs = np.arange(va.shape[1]) * grid.sampling[1]
     com = lambda v: (v.sum(0) * xs).sum() / v.sum()  # noqa: E731
     assert com(vb) - com(va) == pytest.approx(0.03, abs=1e-4)
 

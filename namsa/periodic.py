@@ -1,0 +1,223 @@
+"""Exact fast path for perfect crystals: plane-wave (S-matrix) multislice on one tile.
+
+A supercell that tiles an orthogonal unit cell (ax, by) tx x ty times has transmission functions
+with the tile's periodicity. Multislice is linear in the incident wave, and the probe is a sum of
+the grid's plane waves k_b inside the aperture, so
+
+    Psi_p(k) = sum_b Psi0(k_b) exp(-2 pi i k_b . r_p) S_b(k),
+
+where S_b is the exit wave for a unit plane wave k_b. A plane wave k_b = k0 + G_b (k0 one of the
+tx * ty "Bloch classes" of the supercell grid, G_b a reciprocal-tile vector) stays in its class:
+it is exp(2 pi i k0 . r) times a tile-periodic function, so it propagates on the small tile grid
+with the class's propagator P(k0 + G). Each beam therefore costs a multislice on a grid tx * ty
+times smaller, and every probe position is then a small matrix product per class. For the
+benchmark case (Si [110], 6 x 4 tiles, ~1000 beams) this does ~25x less FFT work than running the
+probes one by one, with the same grid frequencies, band limit, slices and probe; the only
+difference is that exp(i sigma V) is sampled on the tile grid (its aliasing beyond the band limit
+differs at the 1e-4 level, checked in tests/test_multislice.py).
+
+Used automatically when the supercell carries ``tiling``/``unit_A`` and its atoms really are an
+exact tiling (not after frozen-phonon displacements), and when it is cheaper than probe-by-probe
+multislice. Units: Angstrom, 1/Angstrom; arrays [row = y, col = x]; FFT order.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.fft
+
+from .backend import Backend
+from .potential import Grid, SlicedPotential, build_potential, fast_fft_length, fourier_series_to_real
+
+
+def tile_atoms(positions_A: np.ndarray, numbers: np.ndarray, cell_A, tiling) -> tuple[np.ndarray, np.ndarray] | None:
+    """Atoms of one (ax, by) tile if the supercell is an exact tx x ty tiling of it, else None."""
+    if tiling is None:
+        return None
+    tx, ty = int(tiling[0]), int(tiling[1])
+    if tx * ty <= 1 or len(numbers) % (tx * ty):
+        return None
+    ax, by = cell_A[0] / tx, cell_A[1] / ty
+    reduced = np.column_stack([np.mod(positions_A[:, 0], ax), np.mod(positions_A[:, 1], by), positions_A[:, 2]])
+    # an atom on a tile edge may come out at ~0 or ~ax from round-off: fold both to 0
+    for axis, length in ((0, ax), (1, by)):
+        near_edge = reduced[:, axis] > length - 1e-6
+        reduced[near_edge, axis] -= length
+    key = np.column_stack([np.round(reduced, 5), numbers])
+    unique, counts = np.unique(key, axis=0, return_counts=True)
+    if len(unique) * tx * ty != len(numbers) or (counts != tx * ty).any():
+        return None
+    first = {tuple(row): i for i, row in reversed(list(enumerate(map(tuple, key))))}
+    index = np.array([first[tuple(row)] for row in unique])
+    return reduced[index], numbers[index]
+
+
+def _signed(n: int) -> np.ndarray:
+    """Signed integer frequencies of an n-point FFT (FFT order)."""
+    return np.fft.fftfreq(n, 1.0 / n).round().astype(int)
+
+
+@dataclass
+class _BlochClass:
+    beam_k: np.ndarray        # (B, 2) [ky, kx] of the class's beams (1/Angstrom)
+    beam_amp: np.ndarray      # (B,) probe amplitude Psi0(k_b)
+    exit: Any                 # (B, n_in) complex64 exit waves S_b at the in-band frequencies (/ M)
+    target: np.ndarray        # (n_in,) flat supercell-grid index of each in-band frequency
+
+
+@dataclass
+class PeriodicSimulation:
+    """Exit waves of every aperture beam, computed once; patterns for any probe position."""
+
+    gpts: tuple[int, int]
+    classes: list[_BlochClass]
+    backend: Backend
+    tile_gpts: tuple[int, int]
+    n_beams: int
+    transmission_loss: float
+
+    def run(self, positions_A: np.ndarray, reducer, threads: int = 1, batch: int = 128) -> list:
+        """Reducer outputs for batches of probe positions [y, x] (Angstrom), in order."""
+        starts = range(0, len(positions_A), batch)
+
+        def one(start: int):
+            return reducer(self.intensities(positions_A[start:start + batch]))
+
+        if threads > 1 and self.backend.xp is np and len(starts) > 1:
+            with ThreadPoolExecutor(max_workers=threads) as pool:
+                return list(pool.map(one, starts))
+        return [one(s) for s in starts]
+
+    def intensities(self, positions_A: np.ndarray) -> np.ndarray:
+        """(b, ny, nx) float32 intensities in FFT order for probe positions [y, x] (Angstrom)."""
+        xp = self.backend.xp
+        pos = np.asarray(positions_A, float).reshape(-1, 2)
+        n_pixels = self.gpts[0] * self.gpts[1]
+        out = xp.zeros((len(pos), n_pixels), dtype=np.float32)
+        for cls in self.classes:
+            phase = np.exp(-2j * np.pi * (pos @ cls.beam_k.T)) * cls.beam_amp[None, :]
+            waves = self.backend.asarray(phase.astype(np.complex64)) @ cls.exit
+            out[:, cls.target] = (waves.real ** 2 + waves.imag ** 2) * np.float32(1.0 / n_pixels)
+        return self.backend.asnumpy(out).reshape(len(pos), *self.gpts)
+
+
+def tile_grid_for(cell_A, tiling, cutoff: float, gpts: tuple[int, int] | None = None) -> Grid:
+    """Grid for one tile.
+
+    When the supercell grid ``gpts`` divides into the tiling, the tile grid is exactly that grid
+    cut into tiles: same pixels, same wrap-around, so the periodic path reproduces probe-by-probe
+    multislice to float32 round-off. Otherwise the tile grid's Nyquist frequency is made >= 1.5 x
+    the band limit (plus one class offset), so products of band-limited waves and transmission
+    functions cannot alias into the band.
+    """
+    tx, ty = int(tiling[0]), int(tiling[1])
+    ax, by = cell_A[0] / tx, cell_A[1] / ty
+    if gpts is not None and gpts[0] % ty == 0 and gpts[1] % tx == 0:
+        my, mx = gpts[0] // ty, gpts[1] // tx
+        return Grid(gpts=(my, mx), sampling=(by / my, ax / mx))
+    need = 1.5 * cutoff + 1.0 / min(cell_A[0], cell_A[1])
+    my = fast_fft_length(int(math.ceil(2 * by * need)) + 1)
+    mx = fast_fft_length(int(math.ceil(2 * ax * need)) + 1)
+    return Grid(gpts=(my, mx), sampling=(by / my, ax / mx))
+
+
+def estimated_cost(n_positions: int, grid: Grid, tile: Grid, n_beams: int) -> tuple[float, float]:
+    """Rough FFT work (pixel * log pixel units) of probe-by-probe vs beam-by-beam multislice,
+    plus the per-probe matrix product of the periodic path."""
+    n, m = grid.gpts[0] * grid.gpts[1], tile.gpts[0] * tile.gpts[1]
+    direct = n_positions * n * math.log2(n)
+    periodic = n_beams * m * math.log2(m) + n_positions * n * 0.35 * n_beams / max(1, n / m) / 8
+    return direct, periodic
+
+
+def build_periodic(tile_positions: np.ndarray, tile_numbers: np.ndarray, cell_A, tiling, grid: Grid,
+                   edges_A: np.ndarray, probe_k: np.ndarray, sigma: float, wavelength: float, cutoff: float,
+                   tilt_mrad: tuple[float, float], backend: Backend, threads: int, tile: Grid) -> PeriodicSimulation:
+    """Propagate every aperture beam through the tile's slices (see module docstring)."""
+    tx, ty = int(tiling[0]), int(tiling[1])
+    slice_dz = float(edges_A[1] - edges_A[0]) if len(edges_A) > 1 else float(edges_A[-1])
+    tile_pot = build_potential(tile_positions, tile_numbers, (tile.extent[1], tile.extent[0], cell_A[2]),
+                               tile, slice_dz)
+    xp = backend.xp
+    t_host, loss = _tile_transmissions(tile_pot, sigma, cutoff)
+    t_tile = backend.asarray(t_host)
+    ny, nx = grid.gpts
+    my_int, mx_int = _signed(ny), _signed(nx)
+    ly, lx = grid.extent
+    beams = np.argwhere(np.abs(probe_k) > 0)
+    classes: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for iy, ix in beams:
+        classes.setdefault((my_int[iy] % ty, mx_int[ix] % tx), []).append((iy, ix))
+    gy_tile, gx_tile = _signed(tile.gpts[0]), _signed(tile.gpts[1])
+    ty_, tx_ = (math.tan(t * 1e-3) for t in tilt_mrad)
+    dz = np.diff(tile_pot.edges_A)
+    local = threading.local()
+    max_beams = max(len(v) for v in classes.values())
+
+    def run_class(item) -> _BlochClass:
+        (cy, cx), members = item
+        # absolute frequencies of this class on the tile grid: k = (c + t g) / L
+        ky = (cy + ty * gy_tile) / ly
+        kx = (cx + tx * gx_tile) / lx
+        k2 = ky[:, None] ** 2 + kx[None, :] ** 2
+        inside = k2 < cutoff ** 2
+        mask = backend.asarray(inside.astype(np.float32))
+        m_pixels = tile.gpts[0] * tile.gpts[1]
+        props = {}
+        for d in np.unique(np.round(dz, 9)):
+            phase = np.exp(-1j * np.pi * wavelength * d * k2 + 2j * np.pi * d * (ky[:, None] * ty_ + kx[None, :] * tx_))
+            props[d] = backend.asarray((phase * inside / m_pixels).astype(np.complex64))
+        if not hasattr(local, "ws"):
+            local.ws = backend.workspace((max_beams, *tile.gpts), True)
+        ws = local.ws
+        psi = ws.buffer
+        psi[...] = 0
+        sy = np.array([(my_int[iy] - cy) // ty for iy, _ in members]) % tile.gpts[0]
+        sx = np.array([(mx_int[ix] - cx) // tx for _, ix in members]) % tile.gpts[1]
+        psi[np.arange(len(members)), sy, sx] = 1.0          # unit plane waves, Fourier space
+        psi = ws.backward(psi)
+        for s in range(len(dz)):
+            xp.multiply(psi, t_tile[s], out=psi)
+            psi = ws.forward(psi)
+            if s == len(dz) - 1:
+                break
+            xp.multiply(psi, props[np.round(dz[s], 9)], out=psi)
+            psi = ws.backward(psi)
+        flat_in = np.flatnonzero(inside)
+        exit_waves = psi[: len(members)].reshape(len(members), -1)[:, backend.asarray(flat_in)] / np.float32(m_pixels)
+        gy_in, gx_in = np.unravel_index(flat_in, tile.gpts)
+        target = ((cy + ty * gy_tile[gy_in]) % ny) * nx + (cx + tx * gx_tile[gx_in]) % nx
+        beam_k = np.array([[my_int[iy] / ly, mx_int[ix] / lx] for iy, ix in members])
+        amp = np.array([probe_k[iy, ix] for iy, ix in members])
+        return _BlochClass(beam_k=beam_k, beam_amp=amp, target=target,
+                           exit=xp.ascontiguousarray(exit_waves.astype(np.complex64)))
+
+    items = sorted(classes.items())
+    if threads > 1 and xp is np:
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            done = list(pool.map(run_class, items))
+    else:
+        done = [run_class(item) for item in items]
+    return PeriodicSimulation(gpts=grid.gpts, classes=done, backend=backend, tile_gpts=tile.gpts,
+                              n_beams=len(beams), transmission_loss=loss)
+
+
+def _tile_transmissions(potential: SlicedPotential, sigma: float, cutoff: float) -> tuple[np.ndarray, float]:
+    """exp(i sigma V_s) on the tile grid, band-limited at the absolute frequency ``cutoff``, and the
+    largest fraction of |t|^2 the band limit removed from any slice."""
+    ky, kx = (np.fft.fftfreq(n, d) for n, d in zip(potential.grid.gpts, potential.grid.sampling))
+    mask = (ky[:, None] ** 2 + kx[None, :] ** 2) < cutoff ** 2
+    out = np.empty((potential.n_slices, *potential.grid.gpts), dtype=np.complex64)
+    worst = 0.0
+    for s in range(potential.n_slices):
+        t_k = scipy.fft.fft2(np.exp(1j * sigma * fourier_series_to_real(potential.slices_k[s])))
+        total = float((np.abs(t_k) ** 2).sum())
+        t_k *= mask
+        worst = max(worst, 1.0 - float((np.abs(t_k) ** 2).sum()) / total)
+        out[s] = scipy.fft.ifft2(t_k)
+    return out, worst
