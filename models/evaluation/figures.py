@@ -23,41 +23,47 @@ STEP_COLUMNS = ("step", "global_step", "iteration", "epoch")
 
 def _save(fig: Figure, path: Path) -> Path:
     FigureCanvasAgg(fig)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.savefig(path, dpi=100)
     return path
 
 
 def _show_map(ax: Any, img: np.ndarray, title: str, cmap: str = "viridis", vmin: float | None = None,
-              vmax: float | None = None) -> None:
+              vmax: float | None = None, colorbar: bool = True) -> Any:
     im = ax.imshow(img, cmap=cmap, origin="upper", vmin=vmin, vmax=vmax, interpolation="nearest")
     ax.set_title(title, fontsize=8)
-    ax.set_xticks([])
-    ax.set_yticks([])
-    ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
+    ax.set_axis_off()
+    if colorbar:
+        ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
+    return im
 
 
 def sample_panel(path: Path, kept: dict[str, Any], target: str, record: dict[str, Any] | None = None) -> Path:
-    """One row: a few CBED patterns (log scale), truth, network, baselines, network - truth."""
+    """One row: a few CBED patterns (log scale, one colour scale), truth, network, baselines (one
+    colour scale, the truth's range), network - truth."""
     maps = kept["maps"][target]
     methods = [m for m in ("network", "icom", "mean") if m in maps]
     cbeds = list(kept["cbed"].items())
     n = len(cbeds) + 1 + len(methods) + 1
-    fig = Figure(figsize=(2.3 * n, 2.6))
+    fig = Figure(figsize=(2.2 * n, 2.6), layout="constrained")
     axes = fig.subplots(1, n, squeeze=False)[0]
-    for ax, (i, pattern) in zip(axes, cbeds):
-        logp = np.log10(np.maximum(pattern, float(pattern.max()) * 1e-5 + 1e-30))
-        _show_map(ax, logp, f"CBED #{i} (log10)", cmap="magma")
+    if cbeds:
+        top = max(float(p.max()) for _, p in cbeds)
+        floor = top * 1e-5 + 1e-30
+        for k, (ax, (i, pattern)) in enumerate(zip(axes, cbeds)):
+            _show_map(ax, np.log10(np.maximum(pattern, floor)), f"CBED #{i} (log10)", cmap="magma",
+                      vmin=np.log10(floor), vmax=np.log10(top), colorbar=k == len(cbeds) - 1)
     truth = maps["truth"]
     lo, hi = float(truth.min()), float(truth.max())
     unit = UNIT_LABELS.get(target, "")
     col = len(cbeds)
-    _show_map(axes[col], truth, f"truth ({unit})", vmin=lo, vmax=hi)
+    _show_map(axes[col], truth, f"truth ({unit})", vmin=lo, vmax=hi, colorbar=False)
     for k, m in enumerate(methods):
         score = ""
         if record is not None and m in record["metrics"][target]:
             r = record["metrics"][target][m]["physical"]["rel_l2"]
             score = f"\nrel L2 {r:.3f}" if r is not None else ""
-        _show_map(axes[col + 1 + k], maps[m], METHOD_LABELS[m] + score, vmin=lo, vmax=hi)
+        _show_map(axes[col + 1 + k], maps[m], METHOD_LABELS[m] + score, vmin=lo, vmax=hi,
+                  colorbar=k == len(methods) - 1)
     diff = maps["network"] - truth
     lim = float(np.abs(diff).max()) or 1.0
     _show_map(axes[-1], diff, f"network − truth ({unit})", cmap="RdBu_r", vmin=-lim, vmax=lim)
@@ -69,7 +75,7 @@ def sample_panel(path: Path, kept: dict[str, Any], target: str, record: dict[str
 
 def error_histograms(path: Path, records: list[dict], target: str, metric: str = "rel_l2") -> Path:
     """Histogram of one metric over samples, one colour per method."""
-    fig = Figure(figsize=(5, 3.4))
+    fig = Figure(figsize=(5, 3.4), layout="constrained")
     ax = fig.subplots()
     series = {m: [r["metrics"][target][m]["physical"][metric] for r in records if m in r["metrics"][target]]
               for m in METHOD_LABELS}
@@ -90,7 +96,7 @@ def error_vs_thickness(path: Path, records: list[dict], target: str) -> Path:
     """Relative L2 against specimen thickness: colour = method, marker = element class."""
     from matplotlib.lines import Line2D
 
-    fig = Figure(figsize=(5.5, 3.6))
+    fig = Figure(figsize=(5.5, 3.6), layout="constrained")
     ax = fig.subplots()
     classes = sorted({r["z_class"] for r in records})
     markers = {zc: "osd^v"[i % 5] for i, zc in enumerate(classes)}
@@ -131,7 +137,7 @@ def learning_curves(path: Path, metrics_csv: Path) -> Path:
     x = cols[x_name] if x_name else np.arange(n_rows)
     losses = [c for c in cols if "loss" in c.lower()]
     lrs = [c for c in cols if c.lower() in ("lr", "learning_rate") or c.lower().startswith("lr")]
-    fig = Figure(figsize=(9 if lrs else 5, 3.4))
+    fig = Figure(figsize=(9 if lrs else 5, 3.4), layout="constrained")
     axes = fig.subplots(1, 2 if lrs else 1, squeeze=False)[0]
     for c in losses:
         ok = np.isfinite(cols[c])
@@ -155,7 +161,7 @@ def scaling_curve(path: Path, n_train: Sequence[int], value: Sequence[float | No
                   low: Sequence[float | None], high: Sequence[float | None], metric: str, target: str,
                   references: dict[str, float | None] | None = None) -> Path:
     """Test error against the number of training samples (log x), with CI bars and baselines."""
-    fig = Figure(figsize=(5, 3.4))
+    fig = Figure(figsize=(5, 3.4), layout="constrained")
     ax = fig.subplots()
     pts = [(n, v, lo, hi) for n, v, lo, hi in zip(n_train, value, low, high) if v is not None]
     if pts:
