@@ -164,3 +164,40 @@ def test_cpu_and_gpu_agree_to_float32_precision(si110):
     gpu = simulate_cbed(si110, POSITIONS, sampling_A=0.06, slice_thickness_A=1.92, device="cuda", **OPTICS)
     assert rel_l2(gpu, cpu) < 1e-5
     np.testing.assert_allclose(gpu.sum(axis=(1, 2)), cpu.sum(axis=(1, 2)), rtol=1e-5)
+
+
+def test_periodic_path_reproduces_probe_by_probe_multislice():
+    """The plane-wave S-matrix on one tile (namsa.periodic) equals probe-by-probe multislice: to float32
+    round-off when the grid divides into tiles, and to ~1e-3 otherwise (the transmission function is then
+    sampled on a different grid), with defocus, Cs and tilt."""
+    cell = orient_supercell(get("SrTiO3-perovskite"), (0, 0, 1), 8.0, 12.0)
+    pos = np.random.default_rng(2).uniform(0, 10, size=(9, 2))
+    optics = dict(OPTICS, slice_thickness_A=2.0, aberrations={"C1_A": -40.0, "C3_mm": 1.2}, tilt_mrad=(1.0, -2.0))
+    for gpts, tol in (((3 * 48, 3 * 48), 2e-5), ((130, 130), 3e-3)):
+        direct = simulate_cbed(cell, pos, gpts=gpts, method="multislice", **optics)
+        fast, info = simulate_cbed(cell, pos, gpts=gpts, method="periodic", return_info=True, **optics)
+        assert info["method"] == "periodic" and info["n_beams"] > 100
+        assert rel_l2(fast, direct) < tol, gpts
+
+
+def test_auto_picks_the_periodic_path_for_many_probes(si110):
+    many = np.random.default_rng(3).uniform(0, 10, size=(400, 2))
+    _, info = simulate_cbed(si110, many, gpts=64, slice_thickness_A=2.0, return_info=True, **OPTICS)
+    assert info["method"] == "periodic"
+    _, info = simulate_cbed(si110, many[:3], gpts=64, slice_thickness_A=2.0, return_info=True, **OPTICS)
+    assert info["method"] == "multislice"
+
+
+def test_periodic_path_only_for_exact_tilings():
+    from namsa.periodic import tile_atoms
+    from namsa.structures import thermal_displace
+
+    cell = orient_supercell(get("Si-diamond"), (1, 1, 0), 8.0, 8.0)
+    tile = tile_atoms(cell.positions_A, cell.numbers, cell.cell_A, cell.tiling)
+    assert tile is not None and len(tile[1]) * cell.tiling[0] * cell.tiling[1] == len(cell.numbers)
+    shaken = thermal_displace(cell, np.random.default_rng(0))
+    assert tile_atoms(shaken.positions_A, shaken.numbers, shaken.cell_A, shaken.tiling) is None
+    _, info = simulate_cbed(shaken, POSITIONS, gpts=64, slice_thickness_A=2.0, return_info=True, **OPTICS)
+    assert info["method"] == "multislice"
+    with pytest.raises(UserError, match="method='periodic' needs a perfect crystal"):
+        simulate_cbed(shaken, POSITIONS, gpts=64, slice_thickness_A=2.0, method="periodic", **OPTICS)

@@ -36,6 +36,7 @@ def test_sample_has_the_contract_shapes_and_meta(si_sample):
     sums = s.cbed.sum(axis=(1, 2))
     assert (sums <= 1.0 + 1e-5).all() and sums.min() > 0.9
     assert m["intensity_kept_min"] > 0.9
+    assert m["method"] == "multislice"   # 36 probes: cheaper than propagating ~500 aperture beams
 
 
 def test_patterns_centred_on_k0(si_sample):
@@ -65,6 +66,7 @@ def test_same_inputs_same_sample_and_variants_differ():
     np.testing.assert_array_equal(a.cbed, b.cbed)
     assert a.meta["seed"] == b.meta["seed"] != c.meta["seed"]
     assert a.meta["aberrations"]["C1_A"] != c.meta["aberrations"]["C1_A"]
+    assert a.meta["method"] == "multislice"   # displaced atoms: no exact tiling
     assert -50 <= a.meta["aberrations"]["C1_A"] <= 50 and a.meta["frozen_phonon"]
     assert np.abs(a.cbed - c.cbed).max() > 1e-3
     assert a.id != c.id
