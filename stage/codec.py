@@ -74,11 +74,29 @@ def check_float16_safe(name: str, array: np.ndarray) -> None:
     raise ValueError(f"{name} holds |value| {peak:g} > {FLOAT16_MAX:g}, the float16 maximum")
 
 
+def _byte_planes(array: np.ndarray) -> np.ndarray:
+    """Byte shuffle: plane k holds byte k of every value (little-endian), planes concatenated."""
+    itemsize = array.dtype.itemsize
+    words = np.ascontiguousarray(array).reshape(-1).view(f"<u{itemsize}")
+    planes = np.empty((itemsize, words.size), dtype=np.uint8)
+    for k in range(itemsize):  # shifts and masks vectorise; a strided byte transpose does not
+        np.copyto(planes[k], (words >> np.uint8(8 * k)) & 0xFF, casting="unsafe")
+    return planes
+
+
+def _unshuffle(planes: np.ndarray, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    itemsize = dtype.itemsize
+    words = np.zeros(planes.shape[1], dtype=f"<u{itemsize}")
+    for k in reversed(range(itemsize)):
+        words <<= np.uint8(8) if k < itemsize - 1 else np.uint8(0)
+        words |= planes[k]
+    return words.view(dtype).reshape(shape)
+
+
 def _shuffle_compress(array: np.ndarray, level: int) -> bytes:
     # Byte shuffling puts the (slowly varying) exponent bytes of neighbouring values next to each
     # other, which is what makes smooth float data compressible.
-    planes = np.ascontiguousarray(array).view(np.uint8).reshape(-1, array.dtype.itemsize).T
-    return zstandard.ZstdCompressor(level=level).compress(np.ascontiguousarray(planes).tobytes())
+    return zstandard.ZstdCompressor(level=level).compress(_byte_planes(array))
 
 
 def _shuffle_decompress(data: memoryview, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
@@ -87,8 +105,7 @@ def _shuffle_decompress(data: memoryview, dtype: np.dtype, shape: tuple[int, ...
     raw = zstandard.ZstdDecompressor().decompress(data, max_output_size=raw_len)
     if len(raw) != raw_len:
         raise RecordCorrupt(f"decompressed {len(raw)} bytes, expected {raw_len}")
-    planes = np.frombuffer(raw, dtype=np.uint8).reshape(itemsize, -1)
-    return np.ascontiguousarray(planes.T).view(dtype).reshape(shape)
+    return _unshuffle(np.frombuffer(raw, dtype=np.uint8).reshape(itemsize, -1), dtype, shape)
 
 
 def encode_record(arrays: dict[str, np.ndarray], meta: dict[str, Any],

@@ -48,13 +48,14 @@ class SampleDataset(Dataset):
 
     def __init__(self, paths: Any, split: str | None, normalizer: Normalizer | None,
                  targets: Sequence[str] = ("potential",), max_samples: int | None = None, *,
-                 raw_cbed: bool = False, skip_corrupt: bool = False, verify: bool = True):
+                 raw_cbed: bool = False, skip_corrupt: bool = False, verify: bool = True,
+                 readahead: bool | None = None):
         if split is not None and split not in SPLITS:
             raise UserError(f"unknown split {split!r}; use one of {SPLITS} (or None for all samples)")
         bad = [t for t in targets if t not in ("potential", "density")]
         if bad or not targets:
             raise UserError(f"unknown targets {list(targets)}; choose from ('potential', 'density')")
-        self.stores = open_stores(paths, verify=verify)
+        self.stores = open_stores(paths, verify=verify, readahead=readahead)
         self.split = split
         self.normalizer = normalizer
         self.targets = tuple(targets)

@@ -208,7 +208,7 @@ def _forget_parent_envs() -> None:
 os.register_at_fork(after_in_child=_forget_parent_envs)
 
 
-def _acquire_env(path: Path, *, write: bool, map_size: int = 0) -> _EnvEntry:
+def _acquire_env(path: Path, *, write: bool, map_size: int = 0, readahead: bool = False) -> _EnvEntry:
     key = os.path.realpath(path)
     entry = _ENVS.get(key)
     if entry is not None and entry.pid != os.getpid():
@@ -227,7 +227,7 @@ def _acquire_env(path: Path, *, write: bool, map_size: int = 0) -> _EnvEntry:
         env = _open_writable_env(path, map_size)
         entry = _EnvEntry(env, _open_dbs(env, create=True), True)
     else:
-        env = _open_readonly_env(path)
+        env = _open_readonly_env(path, readahead)
         entry = _EnvEntry(env, _open_dbs_readonly(env), False)
     _ENVS[key] = entry
     return entry
@@ -527,9 +527,13 @@ class StoreWriter:
 # --------------------------------------------------------------------------------------------
 # reader
 
-def _open_readonly_env(path: Path) -> lmdb.Environment:
+#: mean record size from which readers keep kernel readahead on (see `StoreReader`).
+READAHEAD_MIN_RECORD_BYTES = 1 << 20
+
+
+def _open_readonly_env(path: Path, readahead: bool = False) -> lmdb.Environment:
     try:
-        return lmdb.open(str(path), readonly=True, lock=False, readahead=False, max_dbs=len(_DBS),
+        return lmdb.open(str(path), readonly=True, lock=False, readahead=readahead, max_dbs=len(_DBS),
                          subdir=True, max_spare_txns=1)
     except PermissionError as exc:
         raise StoreError(f"permission denied reading store {path}; fix its permissions") from exc
@@ -580,18 +584,27 @@ class StoreReader:
     Every record's checksum is verified on read (``verify=True``). With ``skip_corrupt=True``
     iteration skips corrupt records and lists them in ``.skipped``; indexing still raises
     `CorruptRecordError` naming the store and the key.
+
+    ``readahead`` (None = automatic): kernel readahead on the memory map. Off for stores of
+    small records (random access should not drag neighbours into the cache); on when the mean
+    record is >= 1 MiB, because py-lmdb prefaults every page of a value on ``get`` and, with
+    readahead off, each 4 KiB page is then a separate synchronous disk read (measured ~40 MB/s
+    cold against ~1 GB/s sequential for 128 MiB records; benchmarks/RESULTS.md).
     """
 
     def __init__(self, path: str | os.PathLike, *, verify: bool = True, skip_corrupt: bool = False,
-                 allow_empty: bool = False):
+                 allow_empty: bool = False, readahead: bool | None = None):
         self.path = Path(path)
         self.verify = verify
         self.skip_corrupt = skip_corrupt
         self.skipped: list[str] = []
         self._entry: _EnvEntry | None = None
         self._pid = -1
+        self.readahead = readahead
         try:
             self._check_path()
+            if self.readahead is None:
+                self.readahead = self._records_are_large()
             self.manifest, self.reconciled = self._load_and_reconcile()
         except PermissionError as exc:
             raise StoreError(f"permission denied reading store {self.path} ({exc.filename}); fix its "
@@ -603,7 +616,9 @@ class StoreReader:
         if not self._ids and not allow_empty:
             raise EmptyStoreError(f"store {self.path} holds no samples; run namsa simulate into it first "
                                   f"(or remove the empty directory)")
-        if self._ids:
+        if self._ids and not self.readahead:
+            # small records: check the first one now (large ones are checked on every read
+            # anyway, and a get prefaults the whole value)
             self._check_first_record()
 
     def _check_path(self) -> None:
@@ -617,6 +632,13 @@ class StoreReader:
             raise NotAStoreError(f"{path} is not a store (no {DATA_NAME}); {hint}")
         if not os.access(path / DATA_NAME, os.R_OK):
             raise StoreError(f"permission denied reading store {path}; fix its permissions")
+
+    def _records_are_large(self) -> bool:
+        if not (self.path / MANIFEST_NAME).exists():
+            return False
+        manifest = _load_manifest(self.path)
+        count = manifest.get("count") or 0
+        return count > 0 and manifest.get("bytes", 0) / count >= READAHEAD_MIN_RECORD_BYTES
 
     def _load_and_reconcile(self) -> tuple[dict[str, Any], bool]:
         on_disk = _load_manifest(self.path) if (self.path / MANIFEST_NAME).exists() else None
@@ -648,7 +670,7 @@ class StoreReader:
     def env(self) -> lmdb.Environment:
         # One environment per process: LMDB handles must not cross fork().
         if self._entry is None or self._pid != os.getpid():
-            self._entry = _acquire_env(self.path, write=False)
+            self._entry = _acquire_env(self.path, write=False, readahead=bool(self.readahead))
             self._pid = os.getpid()
         return self._entry.env
 
@@ -882,9 +904,10 @@ class StoreSet:
 
 
 def open_store(path: str | os.PathLike, *, verify: bool = True, skip_corrupt: bool = False,
-               allow_empty: bool = False) -> StoreReader:
+               allow_empty: bool = False, readahead: bool | None = None) -> StoreReader:
     """Open one store read-only (lock-free); see `StoreReader`."""
-    return StoreReader(path, verify=verify, skip_corrupt=skip_corrupt, allow_empty=allow_empty)
+    return StoreReader(path, verify=verify, skip_corrupt=skip_corrupt, allow_empty=allow_empty,
+                       readahead=readahead)
 
 
 def expand_store_paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
@@ -904,10 +927,10 @@ def expand_store_paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -
 
 
 def open_stores(paths: str | os.PathLike | Sequence[str | os.PathLike], *, verify: bool = True,
-                skip_corrupt: bool = False) -> StoreSet:
+                skip_corrupt: bool = False, readahead: bool | None = None) -> StoreSet:
     """Open several stores (or every store below data dirs) as one sequence; empty stores are skipped
     unless all are empty."""
-    readers = [StoreReader(p, verify=verify, skip_corrupt=skip_corrupt, allow_empty=True)
+    readers = [StoreReader(p, verify=verify, skip_corrupt=skip_corrupt, allow_empty=True, readahead=readahead)
                for p in expand_store_paths(paths)]
     if not any(len(r) for r in readers):
         raise EmptyStoreError(f"stores {[str(r.path) for r in readers]} hold no samples; run namsa simulate first")

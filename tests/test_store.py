@@ -432,3 +432,13 @@ def test_permission_denied_is_a_clear_error(tmp_path):
     assert "permission denied" in lines.get("write", err), err
     assert "permission denied" in lines.get("read", err), err
     assert str(locked) in lines["write"] and str(locked) in lines["read"]
+
+
+def test_readahead_follows_the_record_size(tmp_path):
+    write_store(tmp_path / "small", make_samples(2))
+    write_store(tmp_path / "large", [make_sample("mp-1", scan=(4, 4), px=256)], F32)  # 4 MiB record
+    assert stage.open_store(tmp_path / "small").readahead is False
+    large = stage.open_store(tmp_path / "large")
+    assert large.readahead is True
+    assert large[0].cbed.tobytes() == make_sample("mp-1", scan=(4, 4), px=256).cbed.tobytes()
+    assert stage.open_store(tmp_path / "large", readahead=False).readahead is False
