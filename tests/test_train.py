@@ -1,36 +1,154 @@
-"""models.train on the lead's tiny real data set: overfitting, outputs, and bad input."""
+"""models.train on the lead's tiny real data set: overfitting, outputs, precision, and bad input."""
 from __future__ import annotations
 
-import csv
-import json
+import shutil
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 import models
-import stage
-from models import ModelConfig, TrainConfig
+from _train_helpers import DATA_CFG, one_thread, read_metrics, tiny_train_cfg  # noqa: F401
+from models import ModelConfig
+from models.checkpoint import PickledCheckpointError
+from models.trainer import (CheckpointMismatchError, DataShapeError, NonFiniteLossError, OutputDirError,
+                            _seed_everything)
 
-DATA_CFG = stage.DataConfig(num_workers=0, pin_memory=False)
-
-
-def tiny_cfg(**overrides):
-    base = dict(batch_size=2, lr0=1e-3, eval_every=5, checkpoint_every=5, log_every=1, device="cpu",
-                progress=False, tensorboard=False, seed=0, optimizer="adam", max_steps=10)
-    base.update(overrides)
-    return TrainConfig(**base)
+pytestmark = pytest.mark.usefixtures("one_thread")
+BASE_STEPS = 8
 
 
-def read_metrics(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh))
+def _train(out: Path, data_dir: Path, model_cfg: ModelConfig | None = None, resume: bool = False, **train):
+    return models.train(model_cfg or ModelConfig(preset="tiny"), tiny_train_cfg(**train), None, DATA_CFG,
+                        [data_dir], out, resume=resume)
+
+
+BASE = dict(max_steps=BASE_STEPS, eval_every=3, checkpoint_every=2, keep_last=2)
+
+
+@pytest.fixture(scope="module")
+def base_run(tiny_data_dir, tmp_path_factory):
+    """One real 8-step LARC-Adam run with progress bar and TensorBoard on; tests copy it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("base") / "run"
+    result = _train(out, tiny_data_dir, progress=True, tensorboard=True, **BASE)
+    torch.set_num_threads(before)
+    return result
+
+
+def _copy_run(result, tmp_path: Path) -> Path:
+    dst = tmp_path / "copy"
+    shutil.copytree(Path(result.model_dir).parent, dst)
+    return dst
 
 
 def test_tiny_model_overfits_a_handful_of_real_samples(tiny_data_dir, tmp_path):
-    cfg = tiny_cfg(max_steps=100, lr0=3e-3, max_train_samples=2, batch_size=2, eval_every=1000,
-                   checkpoint_every=1000, weight_decay=0.0)
-    result = models.train(ModelConfig(preset="tiny"), cfg, None, DATA_CFG, [tiny_data_dir], tmp_path / "run")
+    cfg = dict(max_steps=100, lr0=3e-3, max_train_samples=2, batch_size=2, eval_every=1000,
+               checkpoint_every=1000, weight_decay=0.0, optimizer="adam")
+    result = _train(tmp_path / "run", tiny_data_dir, **cfg)
     losses = [float(r["train_loss"]) for r in read_metrics(result.metrics_csv)]
     assert len(losses) == 100
     first, last = losses[0], min(losses[-10:])
     assert last < first / 10, (first, last)
+
+
+def test_run_outputs(base_run):
+    out = Path(base_run.model_dir).parent
+    assert base_run.steps == BASE_STEPS
+    rows = read_metrics(base_run.metrics_csv)
+    assert [int(r["step"]) for r in rows] == list(range(1, BASE_STEPS + 1))
+    assert all(float(r["samples_per_s"]) > 0 and float(r["tflops_step"]) > 0 for r in rows)
+    assert all(0 < float(r["trust_min"]) <= float(r["trust_max"]) <= 1 for r in rows)  # LARC clip mode
+    evaluated = [int(r["step"]) for r in rows if r["dev_loss"]]
+    assert evaluated == [3, 6, 8]
+    assert base_run.final_dev_loss == pytest.approx(float(rows[-1]["dev_loss"]))
+    assert list((out / "logs" / "tensorboard").glob("events.out.tfevents.*"))
+    ckpts = sorted(p.name for p in (out / "checkpoints").iterdir())
+    best = base_run.best_checkpoint.name
+    assert ckpts == sorted({"step-00000006", "step-00000008", best})
+    card = models.load_reconstructor(base_run.model_dir).card
+    assert card["training"]["checkpoint"] == best and card["targets"] == ["potential"]
+    assert card["data_manifest_hash"] and card["normalizer"]["transform"] == DATA_CFG.transform
+    assert card["metrics"]["best_dev_loss"] == min(float(r["dev_loss"]) for r in rows if r["dev_loss"])
+
+
+def test_resume_extends_a_finished_run(base_run, tmp_path, tiny_data_dir, capsys):
+    out = _copy_run(base_run, tmp_path)
+    result = _train(out, tiny_data_dir, resume=True, **{**BASE, "max_steps": BASE_STEPS + 2})
+    assert result.steps == BASE_STEPS + 2
+    assert "resumed from step-00000008" in capsys.readouterr().err
+    assert [int(r["step"]) for r in read_metrics(result.metrics_csv)] == list(range(1, BASE_STEPS + 3))
+
+
+def test_output_dir_holding_another_run_is_refused(base_run, tmp_path, tiny_data_dir):
+    out = _copy_run(base_run, tmp_path)
+    with pytest.raises(OutputDirError, match="--resume"):
+        _train(out, tiny_data_dir, **BASE)
+    with pytest.raises(OutputDirError, match="train.lr0"):
+        _train(out, tiny_data_dir, resume=True, **{**BASE, "lr0": 5e-3})
+
+
+def test_corrupt_checkpoint_falls_back_to_the_previous_one(base_run, tmp_path, tiny_data_dir, capsys):
+    out = _copy_run(base_run, tmp_path)
+    weights = out / "checkpoints" / "step-00000008" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # truncated by a crash
+    result = _train(out, tiny_data_dir, resume=True, **BASE)
+    err = capsys.readouterr().err
+    assert "truncated" in err and "falling back to step-00000006" in err
+    assert result.steps == BASE_STEPS
+    assert (out / "checkpoints" / "step-00000008" / "model.safetensors").stat().st_size > weights.stat().st_size // 2
+
+
+def test_pickled_checkpoint_is_refused_on_resume(base_run, tmp_path, tiny_data_dir):
+    out = _copy_run(base_run, tmp_path)
+    torch.save({"evil": torch.zeros(1)}, out / "checkpoints" / "step-00000008" / "optimizer.safetensors")
+    with pytest.raises(PickledCheckpointError, match="pickled payload"):
+        _train(out, tiny_data_dir, resume=True, **BASE)
+
+
+def test_checkpoint_of_another_model_config_is_refused(base_run, tmp_path, tiny_data_dir):
+    other = _train(tmp_path / "other", tiny_data_dir, ModelConfig(preset="tiny", growth_rate=4),
+                   max_steps=2, checkpoint_every=2)
+    out = _copy_run(base_run, tmp_path)
+    shutil.copytree(other.best_checkpoint, out / "checkpoints" / "step-00000020")
+    with pytest.raises(CheckpointMismatchError, match="growth_rate"):
+        _train(out, tiny_data_dir, resume=True, **BASE)
+
+
+def test_data_shape_mismatch_names_the_fix(tiny_data_dir, tmp_path):
+    with pytest.raises(DataShapeError, match="model.in_channels=64"):
+        _train(tmp_path / "a", tiny_data_dir, ModelConfig(preset="tiny", in_channels=1024))
+    with pytest.raises(DataShapeError, match="multiple of 32"):
+        _train(tmp_path / "b", tiny_data_dir, ModelConfig(preset="tiny", levels=5, layers_per_block=[1] * 11))
+
+
+def test_diverging_loss_stops_with_a_clear_message(tiny_data_dir, tmp_path):
+    with pytest.raises(NonFiniteLossError, match="non-finite losses or gradients in a row"):
+        _train(tmp_path / "run", tiny_data_dir, optimizer="adam", lr0=1e30, max_nonfinite=2, max_steps=20)
+    rows = read_metrics(tmp_path / "run" / "metrics.csv")
+    assert int(rows[-1]["skipped_steps"]) >= 1
+
+
+def test_fp16_forced_overflow_skips_the_step_and_halves_the_scale(tiny_data_dir, tmp_path):
+    # a loss scale of 2^60 overflows float16 in the backward pass of every step
+    result = _train(tmp_path / "run", tiny_data_dir, precision="fp16", loss_scale_init=2.0 ** 60, max_steps=3,
+                    checkpoint_every=3, eval_every=100)
+    rows = read_metrics(result.metrics_csv)
+    assert [float(r["loss_scale"]) for r in rows] == [2.0 ** 59, 2.0 ** 58, 2.0 ** 57]
+    assert [int(r["skipped_steps"]) for r in rows] == [1, 2, 3]
+    _seed_everything(0)
+    initial = dict(models.build_model(ModelConfig(preset="tiny")).named_parameters())
+    trained = load_file(str(Path(result.model_dir) / "model.safetensors"))
+    # no parameter moved (batch-norm running statistics, buffers, do follow every forward pass)
+    assert all(torch.equal(p.detach(), trained[k]) for k, p in initial.items())
+
+
+@pytest.mark.parametrize("precision, optimizer", [("bf16", "lamb"), ("fp32", "adamw")])
+def test_other_precisions_and_optimizers_train(tiny_data_dir, tmp_path, precision, optimizer):
+    result = _train(tmp_path / "run", tiny_data_dir, precision=precision, optimizer=optimizer, max_steps=4,
+                    eval_every=4, checkpoint_every=4)
+    rows = read_metrics(result.metrics_csv)
+    assert len(rows) == 4 and all(int(r["skipped_steps"]) == 0 for r in rows)
+    assert all(torch.isfinite(v).all() for v in load_file(str(Path(result.model_dir) / "model.safetensors")).values())
