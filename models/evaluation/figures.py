@@ -135,7 +135,8 @@ def learning_curves(path: Path, metrics_csv: Path) -> Path:
     x_name, cols = read_metrics_csv(metrics_csv)
     n_rows = len(next(iter(cols.values()))) if cols else 0
     x = cols[x_name] if x_name else np.arange(n_rows)
-    losses = [c for c in cols if "loss" in c.lower()]
+    # train_loss, dev_loss, l2_loss, ... but not bookkeeping such as loss_scale.
+    losses = [c for c in cols if c.lower() == "loss" or c.lower().endswith("_loss")]
     lrs = [c for c in cols if c.lower() in ("lr", "learning_rate") or c.lower().startswith("lr")]
     fig = Figure(figsize=(9 if lrs else 5, 3.4), layout="constrained")
     axes = fig.subplots(1, 2 if lrs else 1, squeeze=False)[0]
