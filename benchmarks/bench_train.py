@@ -1,0 +1,196 @@
+"""Training throughput of the FC-DenseNet presets, as samples/s and sustained TFLOP/s (paper eq. 3),
+each printed as a ratio against a dense matmul peak measured in the same run.
+
+GPU (default when CUDA is available): the ``paper`` preset at 256^2 and 512^2 inputs and ``small``,
+bf16 autocast, channels_last, with and without torch.compile; reference = a large dense bf16
+matmul (the device's achievable peak). Also reports peak memory and the largest batch that fits.
+CPU: the ``tiny`` and ``small`` presets in fp32; reference = a dense fp32 matmul.
+
+One step = the trainer's step: forward under autocast, Huber + L2 loss, backward, LARC on the
+gradients, Adam. Inputs are random tensors already on the device (this measures the model and
+optimiser, not the input pipeline; bench_io.py covers data). Ops per step = 3 x forward conv ops
+(eq. 2), counted analytically (models.flops).
+
+    python benchmarks/bench_train.py                       # picks cuda if available, else cpu
+    python benchmarks/bench_train.py --device cpu --steps 5
+    python benchmarks/bench_train.py --device cuda --max-batch
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from models import ModelConfig, TrainConfig, build_model, count_parameters
+from models.amp import autocast
+from models.flops import TRAIN_STEP_FACTOR, fcdensenet_conv_ops
+from models.losses import huber_loss, l2_penalty
+from models.optim import BlockOptimizer
+
+
+@dataclass
+class Case:
+    preset: str
+    in_channels: int
+    px: int
+    batch: int
+    precision: str
+    channels_last: bool
+    compile: bool
+
+
+@dataclass
+class Result:
+    case: Case
+    params: int
+    step_s: float
+    samples_per_s: float
+    tflops: float
+    ratio_to_peak: float
+    peak_mem_gib: float | None
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_peak_tflops(device: torch.device, dtype: torch.dtype, n: int, repeats: int) -> float:
+    """Achievable dense matmul rate: 2 n^3 ops per product, best of ``repeats``."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    torch.mm(a, b)
+    _sync(device)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n ** 3 / best / 1e12
+
+
+def bench_case(case: Case, device: torch.device, steps: int, warmup: int) -> Result:
+    cfg = ModelConfig(preset=case.preset, in_channels=case.in_channels)
+    torch.manual_seed(0)
+    model = build_model(cfg).to(device)
+    if case.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    forward = torch.compile(model) if case.compile else model
+    train_cfg = TrainConfig(precision=case.precision)
+    opt = BlockOptimizer(model.blocks(), train_cfg)
+    params = list(model.parameters())
+    x = torch.randn(case.batch, case.in_channels, case.px, case.px, device=device)
+    if case.channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    y = torch.randn(case.batch, len(cfg.targets), case.px, case.px, device=device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+    def step() -> None:
+        with autocast(case.precision, device):
+            pred = forward(x)
+        loss = huber_loss(pred, y, 10.0) + l2_penalty(params, train_cfg.weight_decay)
+        opt.zero_grad()
+        loss.backward()
+        opt.step(1e-4)
+
+    for _ in range(warmup):
+        step()
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    _sync(device)
+    step_s = (time.perf_counter() - t0) / steps
+    ops = TRAIN_STEP_FACTOR * fcdensenet_conv_ops(model, (case.in_channels, case.px, case.px)) * case.batch
+    mem = torch.cuda.max_memory_allocated(device) / 2 ** 30 if device.type == "cuda" else None
+    return Result(case, count_parameters(model), step_s, case.batch / step_s, ops / step_s / 1e12, 0.0, mem)
+
+
+def largest_batch(case: Case, device: torch.device, limit: int = 4096) -> int:
+    """Largest batch whose training step fits in GPU memory (doubling, then bisection)."""
+    def fits(batch: int) -> bool:
+        try:
+            bench_case(Case(**{**asdict(case), "batch": batch}), device, steps=1, warmup=0)
+            return True
+        except torch.cuda.OutOfMemoryError:
+            return False
+        finally:
+            torch.cuda.empty_cache()
+
+    lo, hi = 0, 1
+    while hi <= limit and fits(hi):
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def gpu_cases(batch: int) -> list[Case]:
+    cases = []
+    for compile_ in (False, True):
+        cases += [Case("paper", 1024, 256, batch, "bf16", True, compile_),
+                  Case("paper", 1024, 512, max(1, batch // 4), "bf16", True, compile_),
+                  Case("small", 1024, 256, batch * 4, "bf16", True, compile_)]
+    return cases
+
+
+def cpu_cases() -> list[Case]:
+    return [Case("tiny", 64, 16, 8, "fp32", False, False), Case("tiny", 64, 64, 4, "fp32", False, False),
+            Case("small", 1024, 32, 2, "fp32", False, False)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    ap.add_argument("--steps", type=int, default=None, help="timed steps per case (default: 10 GPU, 5 CPU)")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=4, help="GPU: paper batch at 256^2 (512^2 uses batch/4)")
+    ap.add_argument("--max-batch", action="store_true", help="GPU: also search the largest batch that fits")
+    ap.add_argument("--no-compile", action="store_true", help="GPU: skip the torch.compile cases")
+    ap.add_argument("--json", default=None, help="also write the results to this JSON file")
+    args = ap.parse_args(argv)
+    want = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(want)
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True
+        peak = matmul_peak_tflops(device, torch.bfloat16, 8192, 10)
+        peak_name = "dense bf16 matmul 8192^3"
+        cases = [c for c in gpu_cases(args.batch) if not (args.no_compile and c.compile)]
+        steps = args.steps or 10
+        name = torch.cuda.get_device_name(device)
+    else:
+        peak = matmul_peak_tflops(device, torch.float32, 2048, 5)
+        peak_name = "dense fp32 matmul 2048^3"
+        cases = cpu_cases()
+        steps = args.steps or 5
+        name = f"{platform.processor() or platform.machine()} x{torch.get_num_threads()} threads"
+    print(f"device: {name}; reference peak ({peak_name}): {peak:.3f} TFLOP/s")
+    results = []
+    for case in cases:
+        res = bench_case(case, device, steps, args.warmup)
+        res.ratio_to_peak = res.tflops / peak
+        results.append(res)
+        mem = f", peak memory {res.peak_mem_gib:.1f} GiB" if res.peak_mem_gib is not None else ""
+        print(f"{case.preset:5s} S={case.in_channels} {case.px}^2 batch {case.batch} {case.precision}"
+              f"{' channels_last' if case.channels_last else ''}{' compiled' if case.compile else ''}: "
+              f"{res.samples_per_s:.3g} samples/s, {res.tflops:.4g} TFLOP/s sustained = "
+              f"{100 * res.ratio_to_peak:.1f}% of the measured peak ({res.params:,} params{mem})")
+    if device.type == "cuda" and args.max_batch:
+        for case in cases[:3]:
+            print(f"largest batch that fits, {case.preset} {case.px}^2 bf16: {largest_batch(case, device)}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"device": name, "peak_tflops": peak, "peak_reference": peak_name,
+                       "results": [{**asdict(r), "case": asdict(r.case)} for r in results]}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
