@@ -12,22 +12,14 @@ from workflow.cli import EXIT_BAD_INPUT, build_parser, main
 
 SUBCOMMANDS = ("simulate", "stage", "inspect", "train", "evaluate", "run", "scaling")
 
-#: a really tiny simulation: 4 materials x 2 zone axes of 4x4-scan, 16 px samples, plus one bad id
-MICRO_SIMULATION = """\
-name: micro
-simulation:
-  materials: [Si-diamond, GaAs-zincblende, MgO-rocksalt, Cu-fcc, no-such-material]
-  zone_axes: [[0, 0, 1], [0, 1, 1]]
-  scan_shape: [4, 4]
-  pattern_px: 16
-  target_px: 16
-  cell_lateral_A: 8
-  thickness_A: 16
-  sampling_A: 0.2
-data:
-  split_fractions: [0.5, 0.25, 0.25]
-  split_seed: 2
-"""
+MICRO = Path(__file__).resolve().parents[1] / "configs" / "micro.yaml"
+
+
+def micro_with_bad_material(tmp_path: Path) -> Path:
+    """configs/micro.yaml plus one structure id that does not exist."""
+    cfg = tmp_path / "micro.yaml"
+    cfg.write_text(MICRO.read_text().replace("Cu-fcc]", "Cu-fcc, no-such-material]"))
+    return cfg
 
 
 def test_every_subcommand_is_registered():
@@ -85,8 +77,7 @@ def test_console_script_reports_missing_config(tmp_path):
 
 
 def test_simulate_writes_a_store_records_the_bad_material_and_resumes(tmp_path, capsys):
-    cfg = tmp_path / "micro.yaml"
-    cfg.write_text(MICRO_SIMULATION)
+    cfg = micro_with_bad_material(tmp_path)
     out = tmp_path / "data"
     assert main(["simulate", str(cfg), "--out", str(out), "--no-progress"]) == 0
     printed = capsys.readouterr().out
@@ -101,10 +92,8 @@ def test_simulate_writes_a_store_records_the_bad_material_and_resumes(tmp_path, 
 
 
 def test_inspect_and_stage_a_simulated_store(tmp_path, capsys):
-    cfg = tmp_path / "micro.yaml"
-    cfg.write_text(MICRO_SIMULATION.replace("Cu-fcc, no-such-material", "Cu-fcc"))
     data, local = tmp_path / "data", tmp_path / "node-local"
-    assert main(["simulate", str(cfg), "--out", str(data), "--no-progress", "--set", "simulation.zone_axes=[[0,0,1]]"]) == 0
+    assert main(["simulate", str(MICRO), "--out", str(data), "--no-progress", "--set", "simulation.zone_axes=[[0,0,1]]"]) == 0
     capsys.readouterr()
     assert main(["inspect", str(data), "--verify"]) == 0
     assert "store-000" in capsys.readouterr().out

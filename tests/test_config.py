@@ -135,3 +135,11 @@ def test_section_errors_name_the_dotted_key(tmp_path):
         load_config(write(tmp_path, ""), ["evaluation.split=validation"])
     with pytest.raises(ConfigError, match=r"^cfg.yaml: simulation.aberrations.C5_mm: unknown key; allowed keys here: C1_A, C3_mm"):
         load_config(write(tmp_path, ""), ["simulation.aberrations.C5_mm=1"])
+
+
+def test_model_must_fit_the_simulated_data(tmp_path):
+    with pytest.raises(ConfigError, match=r"model.in_channels is 1024 \(preset small\) but simulation.scan_shape "
+                                          r"4x4 gives 16 patterns per sample; set model.in_channels=16"):
+        load_config(write(tmp_path, "simulation:\n  scan_shape: [4, 4]\n"))
+    with pytest.raises(ConfigError, match=r"simulation.pattern_px=20 must be a multiple of 8"):
+        load_config(write(tmp_path, ""), ["simulation.pattern_px=20", "simulation.target_px=20"])

@@ -47,6 +47,7 @@ def _common(exec_cfg: ExecutionConfig, run_dir: Path, executors: list) -> Config
         executors=executors,
         run_dir=str(Path(run_dir) / "runinfo"),
         retries=exec_cfg.retries,
+        retry_handler=retry_only_simulation,
         memoizer=BasicMemoizer(checkpoint_mode="task_exit"),
         exit_mode="wait",
         usage_tracking=0,
@@ -54,6 +55,12 @@ def _common(exec_cfg: ExecutionConfig, run_dir: Path, executors: list) -> Config
         strategy_period=1,
         initialize_logging=True,
     )
+
+
+def retry_only_simulation(exc: BaseException, task_record: dict) -> float:
+    """Parsl retry cost: simulation tasks retry (a lost worker is worth another try); training and
+    evaluation fail at once, since their failures are deterministic and their logs say why."""
+    return 1.0 if task_record["func_name"] == "simulate_app" else float("inf")
 
 
 def local_config(exec_cfg: ExecutionConfig, run_dir: Path) -> Config:

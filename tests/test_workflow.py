@@ -1,0 +1,213 @@
+"""The Parsl DAG end to end on configs/micro.yaml: real simulation, LMDB stores, training, evaluation.
+
+Each test runs the real pipeline (thread pools, or the local HighThroughputExecutor on 127.0.0.1)
+and asserts on what it leaves on disk: the stores, the checkpoint, the metrics and the report.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import stage
+from workflow.config import load_config
+from workflow.dag import Pipeline, run_pipeline
+from workflow.errors import NotEnoughSamples, StageFailed
+
+MICRO = Path(__file__).resolve().parents[1] / "configs" / "micro.yaml"
+MICRO_IDS = 8  # 4 materials x 2 zone axes
+
+
+def micro(*overrides: str):
+    return load_config(MICRO, list(overrides))
+
+
+def stored(data_dir: Path) -> list[str]:
+    with stage.open_stores(stage.find_stores(data_dir)) as stores:
+        return sorted(stores.ids())
+
+
+def snapshot(run_dir: Path) -> dict[str, int]:
+    """mtime of every data/checkpoint/model/eval file: a rerun that does no work changes none."""
+    files = [p for sub in ("data", "checkpoints", "model", "eval") for p in (run_dir / sub).rglob("*")
+             if p.is_file() and p.name not in ("lock.mdb", "writer.lock")]
+    return {str(p): p.stat().st_mtime_ns for p in files}
+
+
+def assert_complete_run(summary, run_dir: Path) -> None:
+    """The store, the checkpoint, the exported model, the metrics and the report are all there."""
+    assert summary.available == MICRO_IDS and len(stored(run_dir / "data")) == MICRO_IDS
+    assert len(stage.find_stores(run_dir / "data")) == 2  # one store per simulation task
+    checkpoint = Path(summary.best_checkpoint)
+    assert checkpoint.parent == run_dir / "checkpoints" and any(checkpoint.iterdir())
+    assert (run_dir / "model" / "model_card.json").exists()
+    metrics = json.loads(Path(summary.metrics_json).read_text())
+    assert Path(summary.metrics_json) == run_dir / "eval" / "metrics.json"
+    assert Path(summary.report_html).stat().st_size > 1000
+    network = summary.headline["potential"]["network"]["rel_l2"]
+    mean = summary.headline["potential"]["mean"]["rel_l2"]
+    assert network > 0 and mean > 0 and metrics  # real numbers from a real evaluation
+    resolved = load_config(run_dir / "config.resolved.yaml")
+    assert resolved.simulation == summary_cfg(run_dir).simulation
+
+
+def summary_cfg(run_dir: Path):
+    return load_config(run_dir / "config.resolved.yaml")
+
+
+def test_dag_threads_end_to_end_bad_structure_and_rerun(tmp_path):
+    bad = load_config(MICRO, ["simulation.materials=[Si-diamond, GaAs-zincblende, MgO-rocksalt, Cu-fcc, "
+                              "no-such-material]"])
+    run_dir = tmp_path / "run"
+    summary = run_pipeline(bad, run_dir, progress=False)
+    assert summary.stages_run == ["simulate", "train", "evaluate"]
+    assert_complete_run(summary, run_dir)
+    # The bad structure is recorded (in the summary and in the failure log) and the run completed.
+    assert [who for who, _ in summary.failures] == ["no-such-material"]
+    log = json.loads((run_dir / "logs" / "simulate-failures.json").read_text())
+    assert "unknown structure id 'no-such-material'" in log["failures"]["no-such-material"]
+    assert json.loads((run_dir / "summary.json").read_text())["stages_run"] == summary.stages_run
+
+    # A rerun after completion does no work: no stage runs and no output file changes.
+    before = snapshot(run_dir)
+    again = run_pipeline(bad, run_dir, progress=False)
+    assert again.stages_run == [] and again.written == 0
+    assert snapshot(run_dir) == before
+    assert again.metrics_json == summary.metrics_json and again.best_checkpoint == summary.best_checkpoint
+
+
+def test_dag_on_local_high_throughput_executor(tmp_path):
+    run_dir = tmp_path / "run"
+    summary = run_pipeline(micro("execution.profile=local-htex"), run_dir, progress=False)
+    assert summary.stages_run == ["simulate", "train", "evaluate"]
+    assert_complete_run(summary, run_dir)
+    # The simulation ran in HTEX worker processes, not in this one.
+    workers = list((run_dir / "runinfo").rglob("worker_*.log"))
+    assert workers and any("Completed executor task" in w.read_text() for w in workers)
+
+
+def _simulated_so_far(run_dir: Path) -> int:
+    total = 0
+    for progress in (run_dir / "logs").glob("store-*.progress.json"):
+        try:
+            total += json.loads(progress.read_text())["written"]
+        except (ValueError, KeyError):
+            pass
+    return total
+
+
+def test_rerun_after_killed_simulation_finishes_only_what_is_missing(tmp_path):
+    run_dir = tmp_path / "run"
+    # One worker, so the samples come one after another and the kill lands mid-way.
+    overrides = ["--set", "execution.workers=1"]
+    proc = subprocess.Popen([sys.executable, "-m", "workflow.cli", "run", str(MICRO), "--out", str(run_dir),
+                             "--no-progress", *overrides], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 240
+        while _simulated_so_far(run_dir) < 1 and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGKILL)  # kill -9: no clean-up of any kind
+    finally:
+        proc.wait()
+    before = stored(run_dir / "data")
+    assert 0 < len(before) < MICRO_IDS, "the kill should land during the simulation"
+
+    pipeline = Pipeline(micro("execution.workers=1"), run_dir, progress=False, retry_failed=False)
+    pipeline.paths.create()
+    try:
+        pipeline.simulate()
+    finally:
+        pipeline.close(wait=True)
+    assert pipeline.summary.written == MICRO_IDS - len(before)
+    after = stored(run_dir / "data")
+    assert len(after) == MICRO_IDS and set(before) <= set(after)
+
+
+def test_ctrl_c_stops_cleanly_and_the_stores_stay_usable(tmp_path):
+    run_dir = tmp_path / "run"
+    cfg = micro("execution.workers=1")
+
+    def interrupt_after_first_sample() -> None:
+        deadline = time.time() + 120
+        while _simulated_so_far(run_dir) < 1 and time.time() < deadline:
+            time.sleep(0.005)
+        signal.raise_signal(signal.SIGINT)  # what Ctrl-C delivers to the main thread
+
+    watcher = threading.Thread(target=interrupt_after_first_sample, daemon=True)
+    watcher.start()
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(cfg, run_dir, progress=False)
+    watcher.join()
+    kept = stored(run_dir / "data")  # opens cleanly: manifest and records agree
+    assert 0 < len(kept) < MICRO_IDS
+    assert not (run_dir / "train_run.json").exists()  # training never started
+
+
+def test_not_enough_samples_stops_before_training(tmp_path):
+    cfg = micro("simulation.materials=[Si-diamond, no-such-material]", "simulation.zone_axes=[[0, 0, 1]]",
+                "execution.min_success_fraction=0.9")
+    with pytest.raises(NotEnoughSamples, match=r"only 1 of about 2 planned samples exist \(50% < "
+                                               r"execution.min_success_fraction 90%\)"):
+        run_pipeline(cfg, tmp_path / "run", progress=False)
+    assert not (tmp_path / "run" / "train_run.json").exists()
+
+
+def test_failed_training_fails_the_run_with_its_log_tail(tmp_path, capsys):
+    from workflow.cli import EXIT_FAILED, main
+
+    # No material lands in the train split, so the trainer refuses to start.
+    code = main(["run", str(MICRO), "--out", str(tmp_path / "run"), "--no-progress",
+                 "--set", "data.split_fractions=[0.0, 0.5, 0.5]"])
+    assert code == EXIT_FAILED
+    err = capsys.readouterr().err
+    first, *tail = err.strip().splitlines()
+    assert first.startswith("namsa: error: training failed") and str(tmp_path / "run" / "logs" / "train.log") in first
+    # The trainer's own one-line reason, quoted from the log tail; training is not retried.
+    assert sum("no train samples in stores" in line for line in tail) == 1
+
+
+def simulate_stage(cfg, run_dir: Path) -> Pipeline:
+    """Run only the DAG's simulation stage (real Parsl fan-out) and return the pipeline."""
+    pipeline = Pipeline(cfg, run_dir, progress=False, retry_failed=False)
+    pipeline.paths.create()
+    try:
+        pipeline.simulate()
+    finally:
+        pipeline.close(wait=True)
+    return pipeline
+
+
+def test_failed_simulation_task_is_retried_then_recorded_and_skipped(tmp_path):
+    run_dir = tmp_path / "run"
+    (run_dir / "data").mkdir(parents=True)
+    (run_dir / "data" / "store-001").write_text("not a store")  # task 1 cannot open its store
+    pipeline = simulate_stage(micro("execution.retries=1"), run_dir)
+    summary = pipeline.summary
+    assert summary.available == MICRO_IDS // 2 and len(stored(run_dir / "data")) == MICRO_IDS // 2
+    reasons = {why for _, why in summary.failures}
+    assert len(summary.failures) == MICRO_IDS // 2 and len(reasons) == 1
+    assert reasons.pop().startswith("simulation task failed after 1 retries: ")
+    parsl_log = next((run_dir / "runinfo").rglob("parsl.log")).read_text()
+    assert "Task 1 changing state from launched to fail_retryable" in parsl_log  # Parsl retried it
+    assert "Task 1 failed after 1 retry attempts" in parsl_log
+    pipeline.check_enough_samples()  # 50% >= micro's min_success_fraction: training may go on
+    # The failures are remembered: a rerun does not try them again unless asked to.
+    assert simulate_stage(micro(), run_dir).summary.written == 0
+
+
+def test_memoisation_never_overrides_the_stores(tmp_path):
+    import shutil
+
+    run_dir = tmp_path / "run"
+    assert simulate_stage(micro(), run_dir).summary.written == MICRO_IDS
+    shutil.rmtree(run_dir / "data")
+    # Same tasks, same arguments, memo checkpoints on disk: the deleted samples are simulated again.
+    assert simulate_stage(micro(), run_dir).summary.written == MICRO_IDS
+    assert len(stored(run_dir / "data")) == MICRO_IDS
