@@ -84,7 +84,7 @@ class Architecture:
 
 
 #: Presets. ``paper``: Laanait et al. 2019 (FACTS.md), 220,399,104 parameters. ``small``: the same
-#: design at k = 32 with 3x3 kernels (~3.6 M parameters), a model one GPU trains in hours.
+#: design at k = 32 with 3x3 kernels (3,045,088 parameters), a model one GPU trains in hours.
 #: ``tiny``: a few thousand parameters for CPU tests on 8 x 8 scans of 16 px patterns.
 PRESETS: dict[str, dict[str, Any]] = {
     "paper": dict(in_channels=1024, init_channels=256, init_bias=True, growth_rate=256, kernel_size=5,

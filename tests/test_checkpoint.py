@@ -12,6 +12,9 @@ import torch
 from models import ModelConfig, TrainConfig, build_model
 from models import checkpoint as ckpt
 from models.optim import BlockOptimizer
+from _train_helpers import one_thread  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _model_and_optimizer():

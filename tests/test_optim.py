@@ -12,6 +12,9 @@ from models.amp import LossScaler, grads_finite
 from models.losses import huber_loss, l2_penalty
 from models.optim import BlockOptimizer, LambAdam, apply_larc_, larc_trust_ratios
 from models.schedules import LRSchedule, huber_delta
+from _train_helpers import one_thread  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _param(values, grad):

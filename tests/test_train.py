@@ -152,3 +152,19 @@ def test_other_precisions_and_optimizers_train(tiny_data_dir, tmp_path, precisio
     rows = read_metrics(result.metrics_csv)
     assert len(rows) == 4 and all(int(r["skipped_steps"]) == 0 for r in rows)
     assert all(torch.isfinite(v).all() for v in load_file(str(Path(result.model_dir) / "model.safetensors")).values())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("compile_", [False, True])
+def test_cuda_bf16_channels_last_training_and_prediction(tiny_data_dir, tmp_path, compile_):
+    result = _train(tmp_path / "run", tiny_data_dir, device="cuda", precision="bf16", channels_last=True,
+                    compile=compile_, max_steps=4, eval_every=4, checkpoint_every=4)
+    rows = read_metrics(result.metrics_csv)
+    assert len(rows) == 4 and all(int(r["skipped_steps"]) == 0 for r in rows)
+    rec = models.load_reconstructor(result.model_dir)
+    assert rec.device.type == "cuda"
+    import stage
+
+    with stage.open_stores(stage.find_stores(tiny_data_dir)) as stores:
+        sample = stores[0]
+    assert rec.predict(sample.cbed).shape == (1, *sample.potential.shape)
