@@ -118,6 +118,9 @@ def test_evaluation_config_forbids_unknown_keys():
 def test_training_sizes():
     assert training_sizes(10, (0.125, 0.25, 0.5, 1.0)) == [2, 3, 5, 10]
     assert training_sizes(3, (0.1, 0.2, 1.0)) == [1, 3]
+    assert training_sizes(8, (0.125, 0.25, 1.0), min_size=2) == [2, 8]   # at least one batch
+    with pytest.raises(ScalingInputError, match="batch"):
+        training_sizes(1, (1.0,), min_size=2)
     with pytest.raises(ScalingInputError):
         training_sizes(10, (0.0, 1.0))
     with pytest.raises(UserError):
@@ -138,3 +141,35 @@ def test_scaling_study_plots_error_against_training_size(tiny_data_dir, tmp_path
     for row in saved["rows"]:
         assert row["potential"]["network"]["value"] > 0
         assert (Path(row["eval_dir"]) / "report.html").is_file()
+
+
+def _restore(tiny_data_dir: Path, dest: Path, split_fractions: tuple[float, float, float]) -> Path:
+    """Copy the tiny data's test samples into a new store whose splits follow ``split_fractions``."""
+    import stage
+
+    src = stage.open_stores([tiny_data_dir])
+    config_hash = src.manifests[0]["config_hash"]
+    data_cfg = stage.DataConfig(cbed_dtype="float32", split_fractions=split_fractions)
+    with stage.StoreWriter(dest / "store-0", config_hash=config_hash, data_cfg=data_cfg) as writer:
+        for i in src.indices("test"):
+            writer.put(src[i])
+    return dest
+
+
+def test_evaluate_without_training_samples_leaves_out_the_mean_baseline(
+        tiny_trained_model, tiny_data_dir, tmp_path):  # noqa: F811
+    import stage
+
+    data = _restore(tiny_data_dir, tmp_path / "data", (0.0, 0.0, 1.0))
+    result = evaluate(EvaluationConfig(n_bootstrap=20, n_panels=0, worst_k=0), stage.DataConfig(), [data],
+                      tiny_trained_model.model_dir, tmp_path / "eval")
+    assert set(result.headline["potential"]) == {"network", "icom"}
+    assert "mean-training-target baseline was not computed" in result.report_html.read_text()
+
+
+def test_evaluate_rejects_data_without_the_split(tiny_trained_model, tiny_data_dir, tmp_path):  # noqa: F811
+    import stage
+
+    data = _restore(tiny_data_dir, tmp_path / "data", (1.0, 0.0, 0.0))
+    with pytest.raises(EvaluationInputError, match="no 'test' samples"):
+        evaluate(EvaluationConfig(), stage.DataConfig(), [data], tiny_trained_model.model_dir, tmp_path / "eval")

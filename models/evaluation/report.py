@@ -75,9 +75,15 @@ def _headline(doc: dict[str, Any], target: str, units: str) -> str:
         rows.append([METRIC_NAMES[k]] + [f"<b>{_ci(agg[m][units][k])}</b>" if m == best else _ci(agg[m][units][k])
                                          for m in methods])
     n = agg[methods[0]][units]["rel_l2"]["n"]
+    missing = []
+    if "mean" not in agg:
+        missing.append("the mean-training-target baseline was not computed (no training samples in the "
+                       "evaluated data, or evaluation.mean_baseline is off)")
+    if "icom" not in agg:
+        missing.append("iCoM was not computed (it estimates the potential only; or evaluation.icom is off)")
     return _table(["metric"] + [METHOD_NAMES[m] for m in methods], rows) + \
         f"<p class='note'>{n} samples; mean over samples with a {int(doc['config']['ci_level'] * 100)}% " \
-        f"bootstrap interval in brackets; best method in bold.</p>"
+        f"bootstrap interval in brackets; best method in bold. {_e('; '.join(missing))}</p>"
 
 
 def _key_values(d: dict[str, Any]) -> str:

@@ -2,8 +2,9 @@
 analogue, where test error fell as the training data grew with the node count).
 
 The same model and schedule are trained on nested subsets of the training split (``fractions`` of
-it, via ``TrainConfig.max_train_samples``), each is evaluated on the same held-out split, and the
-headline error is plotted against the subset size.
+it, via ``TrainConfig.max_train_samples``: the first n training samples in store order, so each
+subset contains the smaller ones), each is evaluated on the same held-out split, and the headline
+error is plotted against the subset size.
 """
 from __future__ import annotations
 
@@ -23,14 +24,17 @@ class ScalingInputError(UserError):
     """The fractions or data given to the scaling study cannot be used."""
 
 
-def training_sizes(n_train: int, fractions: Sequence[float]) -> list[int]:
-    """Distinct subset sizes ``ceil(f * n_train)`` (at least 1), in increasing order."""
+def training_sizes(n_train: int, fractions: Sequence[float], min_size: int = 1) -> list[int]:
+    """Distinct subset sizes ``ceil(f * n_train)``, raised to ``min_size`` (one full batch), increasing."""
     if not fractions or any(not (0.0 < float(f) <= 1.0) for f in fractions):
         raise ScalingInputError(f"scaling fractions {list(fractions)} must be numbers in (0, 1], e.g. 0.125 0.25 0.5 1")
     if n_train < 1:
         raise ScalingInputError("the data holds no training samples; simulate more materials or change "
                                 "data.split_fractions before a scaling study")
-    return sorted({max(1, math.ceil(float(f) * n_train)) for f in fractions})
+    if n_train < min_size:
+        raise ScalingInputError(f"the data holds {n_train} training samples, fewer than one batch of {min_size}; "
+                                f"lower training.batch_size or simulate more materials")
+    return sorted({max(1, min_size, math.ceil(float(f) * n_train)) for f in fractions})
 
 
 def scaling_study(model_cfg: Any, train_cfg: Any, dist_cfg: Any, data_cfg: Any, eval_cfg: EvaluationConfig,
@@ -52,7 +56,8 @@ def scaling_study(model_cfg: Any, train_cfg: Any, dist_cfg: Any, data_cfg: Any, 
     with open_stores(paths) as stores:
         n_total = len(stores.indices("train"))
     rows = []
-    for n in training_sizes(n_total, fractions):
+    # A subset smaller than one batch cannot train: the smallest fractions are raised to a batch.
+    for n in training_sizes(n_total, fractions, min_size=int(train_cfg.batch_size)):
         run_dir = out / f"n{n:06d}"
         result = train(model_cfg, train_cfg.model_copy(update={"max_train_samples": n}), dist_cfg, data_cfg,
                        paths, run_dir, resume=True)
