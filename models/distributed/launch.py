@@ -18,7 +18,7 @@ from typing import Any, Mapping
 import torch
 
 from models.distributed.config import DistributedConfig
-from models.distributed.errors import DistributedConfigError, HorovodMissingError
+from models.distributed.errors import DistributedConfigError, HorovodMissingError, PeerFailureError
 
 
 @dataclass(frozen=True)
@@ -123,14 +123,19 @@ class DistContext:
         """Wait for every rank (no-op with world size 1)."""
         if self.world_size == 1:
             return
-        if self.backend == "horovod":
-            import horovod.torch as hvd
+        try:
+            if self.backend == "horovod":
+                import horovod.torch as hvd
 
-            hvd.barrier()
-        else:
-            import torch.distributed as dist
+                hvd.barrier()
+            else:
+                import torch.distributed as dist
 
-            dist.barrier()
+                dist.barrier()
+        except RuntimeError as exc:  # gloo/NCCL report a dead peer as RuntimeError (DistBackendError)
+            raise PeerFailureError(
+                f"rank {self.rank}: barrier failed ({str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__}): "
+                "another rank died or lost its connection; restart the job with --resume") from exc
 
     def notice(self, message: str) -> None:
         """Say something once (on rank 0): fallbacks and their reasons."""

@@ -23,7 +23,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _child(fn, rank: int, nprocs: int, port: int, env: dict, args: tuple, results) -> None:
+def _exit_with_parent(parent_pid: int) -> None:
+    """Ranks must not outlive the process that launched them (e.g. a killed test run)."""
+    while True:
+        time.sleep(1.0)
+        try:
+            os.kill(parent_pid, 0)
+        except ProcessLookupError:
+            os._exit(70)
+
+
+def _child(fn, rank: int, nprocs: int, port: int, env: dict, args: tuple, results, parent_pid: int) -> None:
+    import threading
+
+    threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(nprocs), "LOCAL_RANK": str(rank),
                        "LOCAL_WORLD_SIZE": str(nprocs), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                        "OMP_NUM_THREADS": "1"})
@@ -77,7 +90,8 @@ def run_local(fn: Callable[..., Any], nprocs: int, *args: Any, timeout_s: float 
     ctx = _context()
     results = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_child, args=(fn, r, nprocs, port, env or {}, args, results), daemon=True)
+    # Not daemonic: a rank may start its own workers (DataLoader); run_local kills leftovers itself.
+    procs = [ctx.Process(target=_child, args=(fn, r, nprocs, port, env or {}, args, results, os.getpid()))
              for r in range(nprocs)]
     for p in procs:
         p.start()
