@@ -27,34 +27,44 @@ Blocks = Sequence[tuple[str, Sequence[nn.Parameter]]]
 
 
 def _norm(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """L2 norm over several tensors together, in float32."""
+    """L2 norm over several tensors together, in float32 (stays on the device)."""
     return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t.float()) for t in tensors]))
+
+
+def _safe_ratio(num: torch.Tensor, den: torch.Tensor, eta: float) -> torch.Tensor:
+    """eta * num / den elementwise, 1 where either is 0 (no information to scale by)."""
+    ok = (num > 0) & (den > 0)
+    return torch.where(ok, eta * num / torch.where(ok, den, torch.ones_like(den)), torch.ones_like(num))
+
+
+def _larc_factors(blocks: Blocks, eta: float, mode: str) -> tuple[list[list[nn.Parameter]], torch.Tensor]:
+    """(parameters with gradients per block, per-block factor tensor on the device)."""
+    with_grad = [[p for p in params if p.grad is not None] for _, params in blocks]
+    live = [ps for ps in with_grad if ps]
+    if not live:
+        return with_grad, torch.ones(len(with_grad))
+    w = torch.stack([_norm([p.detach() for p in ps]) for ps in live])
+    g = torch.stack([_norm([p.grad for p in ps]) for ps in live])
+    trust = _safe_ratio(w, g, eta)
+    if mode == "clip":
+        trust = torch.clamp(trust, max=1.0)
+    factors = torch.ones(len(with_grad), device=trust.device)
+    factors[[i for i, ps in enumerate(with_grad) if ps]] = trust
+    return with_grad, factors
 
 
 def larc_trust_ratios(blocks: Blocks, eta: float, mode: str = "clip") -> list[float]:
     """Per-block LARC factor applied to the gradient (see the module docstring)."""
-    ratios: list[float] = []
-    for _, params in blocks:
-        params = [p for p in params if p.grad is not None]
-        if not params:
-            ratios.append(1.0)
-            continue
-        w_norm = float(_norm([p.detach() for p in params]))
-        g_norm = float(_norm([p.grad for p in params]))
-        trust = eta * w_norm / g_norm if w_norm > 0 and g_norm > 0 else 1.0
-        ratios.append(min(trust, 1.0) if mode == "clip" else trust)
-    return ratios
+    return _larc_factors(blocks, eta, mode)[1].tolist()
 
 
 def apply_larc_(blocks: Blocks, eta: float, mode: str = "clip") -> list[float]:
-    """Scale each block's gradients in place by its LARC factor; return the factors."""
-    ratios = larc_trust_ratios(blocks, eta, mode)
-    for (_, params), ratio in zip(blocks, ratios):
-        if ratio != 1.0:
-            for p in params:
-                if p.grad is not None:
-                    p.grad.mul_(ratio)
-    return ratios
+    """Scale each block's gradients in place by its LARC factor; return the factors (one host sync)."""
+    with_grad, factors = _larc_factors(blocks, eta, mode)
+    for params, factor in zip(with_grad, factors):
+        for p in params:
+            p.grad.mul_(factor.to(p.grad.dtype))
+    return factors.tolist()
 
 
 class LambAdam(torch.optim.Optimizer):
@@ -63,7 +73,7 @@ class LambAdam(torch.optim.Optimizer):
     def __init__(self, params: Any, lr: float = 1e-4, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps))
-        self.last_ratios: list[float] = []
+        self.last_ratios: list[torch.Tensor] = []
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> None:  # noqa: D401 - torch signature
@@ -74,11 +84,10 @@ class LambAdam(torch.optim.Optimizer):
             updates = [self._adam_update(p, beta1, beta2, group["eps"]) for p in params]
             if not params:
                 continue
-            w_norm, u_norm = float(_norm(params)), float(_norm(updates))
-            ratio = w_norm / u_norm if w_norm > 0 and u_norm > 0 else 1.0
+            ratio = _safe_ratio(_norm(params), _norm(updates), 1.0)
             self.last_ratios.append(ratio)
             for p, u in zip(params, updates):
-                p.add_(u.to(p.dtype), alpha=-group["lr"] * ratio)
+                p.add_((u * ratio).to(p.dtype), alpha=-group["lr"])
 
     def _adam_update(self, p: torch.Tensor, beta1: float, beta2: float, eps: float) -> torch.Tensor:
         state = self.state[p]
@@ -129,7 +138,7 @@ class BlockOptimizer:
             ratios = apply_larc_(self.blocks, self.cfg.trust_coefficient, self.cfg.larc_mode)
         self.torch_optimizer.step()
         if isinstance(self.torch_optimizer, LambAdam):
-            ratios = list(self.torch_optimizer.last_ratios)
+            ratios = torch.stack(self.torch_optimizer.last_ratios).tolist() if self.torch_optimizer.last_ratios else []
         return ratios
 
     def state_dict(self) -> dict[str, Any]:

@@ -245,10 +245,13 @@ class Trainer:
             self.data_hash = manifest_hash(stores.manifests)
         self.normalizer = stage.Normalizer.fit(paths, self.data_cfg.transform)
         targets = tuple(self.model_cfg.targets)
+        # On a GPU the loader ships float16 cbed as stored (half the host-to-device bytes) and the
+        # input transform runs on the device; on the CPU it runs in the loader.
+        raw = self.device.type == "cuda"
         self.train_ds = stage.SampleDataset(paths, "train", self.normalizer, targets,
-                                            max_samples=self.cfg.max_train_samples)
+                                            max_samples=self.cfg.max_train_samples, raw_cbed=raw)
         try:
-            self.dev_ds = stage.SampleDataset(paths, "dev", self.normalizer, targets)
+            self.dev_ds = stage.SampleDataset(paths, "dev", self.normalizer, targets, raw_cbed=raw)
         except EmptyStoreError:
             self.dev_ds = None
             self.ctx.notice("no dev samples: no dev-set evaluation; the final weights are exported")
@@ -359,10 +362,7 @@ class Trainer:
 
     def _train_step(self, batch: dict[str, Any]) -> dict[str, Any]:
         cfg, pos = self.cfg, self.pos
-        x = batch["cbed"].to(self.device, non_blocking=True)
-        y = batch["target"].to(self.device, non_blocking=True)
-        if cfg.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
+        x, y = self._to_device(batch)
         delta = huber_delta(pos.epoch, cfg.huber_delta0, cfg.huber_decay)
         lr = self.lr_schedule(pos.step)
         t0 = self._now()
@@ -394,6 +394,16 @@ class Trainer:
         return {"train_loss": float(losses[0]), "l2_loss": float(losses[1]), "lr": lr, "huber_delta": delta,
                 "loss_scale": self.scaler.scale, "compute_s": compute_s, "comm_s": comm_s,
                 "trust_min": min(trust) if trust else None, "trust_max": max(trust) if trust else None}
+
+    def _to_device(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(normalised cbed, standardised targets) on the training device."""
+        from stage.dataset import batch_to_device
+
+        batch = batch_to_device(batch, self.device, self.normalizer)
+        x = batch["cbed"]
+        if self.cfg.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return x, batch["target"].float()
 
     def _on_nonfinite(self, lr: float, delta: float) -> None:
         pos = self.pos
@@ -473,10 +483,7 @@ class Trainer:
         for b, batch in enumerate(self.dev_loader):
             if self.cfg.max_dev_batches is not None and b >= self.cfg.max_dev_batches:
                 break
-            x = batch["cbed"].to(self.device, non_blocking=True)
-            y = batch["target"].to(self.device, non_blocking=True).float()
-            if self.cfg.channels_last:
-                x = x.contiguous(memory_format=torch.channels_last)
+            x, y = self._to_device(batch)
             with autocast(self.cfg.precision, self.device):
                 pred = self.engine.module(x).float()
             n = y.numel()

@@ -53,7 +53,7 @@ def test_lamb_step_hand_computed():
     opt = LambAdam([{"params": [w]}], lr=0.1, eps=1e-12)
     opt.step()
     ratio = 5.0 / math.sqrt(2.0)  # ||w|| / ||u||
-    assert opt.last_ratios == pytest.approx([ratio])
+    assert [float(r) for r in opt.last_ratios] == pytest.approx([ratio])
     assert w.detach().tolist() == pytest.approx([3.0 - 0.1 * ratio, 4.0 + 0.1 * ratio], rel=1e-6)
 
 
