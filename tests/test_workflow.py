@@ -211,3 +211,28 @@ def test_memoisation_never_overrides_the_stores(tmp_path):
     # Same tasks, same arguments, memo checkpoints on disk: the deleted samples are simulated again.
     assert simulate_stage(micro(), run_dir).summary.written == MICRO_IDS
     assert len(stored(run_dir / "data")) == MICRO_IDS
+
+
+def test_parsl_overhead_counts_only_time_outside_the_tasks():
+    from workflow.dag import TaskTiming, parsl_overhead
+
+    tasks = [  # two parallel simulation tasks, then training; times in seconds
+        TaskTiming("simulate", submitted=0.0, started=1.0, ended=5.0, resolved=5.5),
+        TaskTiming("simulate", submitted=0.0, started=1.5, ended=7.0, resolved=7.2),
+        TaskTiming("train", submitted=8.0, started=8.1, ended=20.0, resolved=20.4),
+        TaskTiming("evaluate", submitted=21.0),  # never started: no stamps, not counted
+    ]
+    # simulate: wall 7.2 - span 6.0 = 1.2; train: wall 12.4 - span 11.9 = 0.5
+    assert parsl_overhead(tasks) == pytest.approx(1.7)
+
+
+@pytest.mark.slow  # two full pipeline runs
+def test_changed_model_config_retrains_and_keeps_the_old_model(tmp_path):
+    run_dir = tmp_path / "run"
+    first = run_pipeline(micro(), run_dir, progress=False)
+    changed = run_pipeline(micro("model.growth_rate=4"), run_dir, progress=False)
+    # The data is reused; training and evaluation run again; the first model is kept aside.
+    assert changed.stages_run == ["train", "evaluate"] and changed.written == 0
+    archived = list((run_dir / "previous").glob("*/model/model_card.json"))
+    assert len(archived) == 1 and first.model_dir == changed.model_dir
+    assert json.loads((run_dir / "model" / "model_card.json").read_text()) != json.loads(archived[0].read_text())

@@ -21,6 +21,7 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import json
+import os
 import shlex
 import time
 import uuid
@@ -73,7 +74,9 @@ class RunPaths:
     @classmethod
     def for_config(cls, cfg: PipelineConfig, run_dir: str | Path | None) -> "RunPaths":
         root = Path(run_dir) if run_dir is not None else Path("runs") / cfg.name
-        data = Path(cfg.execution.data_dir) if cfg.execution.data_dir else root / "data"
+        # execution.data_dir may name $SCRATCH, $TMPDIR, ~ ... (expanded where the driver runs)
+        data = Path(os.path.expandvars(cfg.execution.data_dir)).expanduser() if cfg.execution.data_dir \
+            else root / "data"
         return cls(root=root.resolve(), data=data.resolve())
 
     @property
@@ -110,12 +113,23 @@ class TaskTiming:
     ended: float | None = None
     resolved: float | None = None
 
-    @property
-    def overhead(self) -> float:
-        """Time Parsl spent around the task: submission -> start, end -> result in the driver."""
-        if None in (self.started, self.ended, self.resolved):
-            return 0.0
-        return max(self.started - self.submitted, 0.0) + max(self.resolved - self.ended, 0.0)
+
+def parsl_overhead(tasks: Sequence[TaskTiming]) -> float:
+    """Seconds of each stage's wall time (first submission -> last result in the driver) not
+    covered by the span in which its tasks ran (first start -> last end), summed over stages.
+
+    This is the time Parsl itself adds on the critical path: dispatch to an executor, starting
+    workers, (de)serialising, and returning results. Tasks with a missing stamp are left out.
+    """
+    total = 0.0
+    for stage_name in dict.fromkeys(t.stage for t in tasks):
+        timed = [t for t in tasks if t.stage == stage_name and None not in (t.started, t.ended, t.resolved)]
+        if not timed:
+            continue
+        wall = max(t.resolved for t in timed) - min(t.submitted for t in timed)
+        running = max(t.ended for t in timed) - min(t.started for t in timed)
+        total += max(wall - running, 0.0)
+    return total
 
 
 @dataclass
@@ -289,9 +303,9 @@ class Pipeline:
         self.evaluate(train_future)
         self.close(wait=True)
         self.summary.timings["total"] = time.time() - started
-        overhead = sum(t.overhead for t in self.summary.tasks) + self.summary.timings.get("parsl_start", 0.0) \
-            + self.summary.timings.get("parsl_stop", 0.0)
-        self.summary.timings["parsl_overhead"] = overhead
+        timings = self.summary.timings
+        timings["parsl_overhead"] = (parsl_overhead(self.summary.tasks) + timings.get("parsl_start", 0.0)
+                                     + timings.get("parsl_stop", 0.0))
         runners.write_json_atomic(self.paths.root / "summary.json", asdict(self.summary))
         self.log("run finished: " + ", ".join(self.summary.stages_run or ["nothing to do"]))
         return self.summary
@@ -431,11 +445,16 @@ class Pipeline:
             return None
         started = time.time()
         self.summary.stages_run.append("train")
-        if summary_path.exists():
-            # A finished training of other data or another config: keep it, start afresh.
+        # An interrupted training of the same data and config resumes from its last checkpoint;
+        # any other earlier training (finished, or of other data/config) is kept aside.
+        launch_path = self.paths.logs / "train-launch.json"
+        launch = {"data_fingerprint": self.fingerprint,
+                  "config_hash": runners.section_hash(self.cfg, *runners.TRAIN_SECTIONS)}
+        resume = (self.paths.root / TRAIN_RUN_FILE).exists() and not summary_path.exists() \
+            and _read_json(launch_path) == launch
+        if not resume and any((self.paths.root / name).exists() for name in TRAINING_OUTPUTS):
             self._archive_training()
-        # An interrupted training (its run file but no summary) resumes from its last checkpoint.
-        resume = (self.paths.root / TRAIN_RUN_FILE).exists()
+        runners.write_json_atomic(launch_path, launch)
         cli_args = [str(self.paths.resolved_config), "--data", str(self.paths.data),
                     "--out", str(self.paths.root), "--no-progress"] + (["--resume"] if resume else [])
         command, resource_spec = train_command(self.cfg.execution, cli_args)
@@ -477,7 +496,7 @@ class Pipeline:
         for name in TRAINING_OUTPUTS:
             if (self.paths.root / name).exists():
                 (self.paths.root / name).rename(archive / name)
-        self.log(f"train: previous training (other data or config) moved to {archive}")
+        self.log(f"train: earlier training outputs moved to {archive}")
 
     def _record_model(self, train_summary: dict[str, Any]) -> None:
         self.summary.model_dir = train_summary.get("model_dir")
