@@ -12,7 +12,7 @@ optimiser, not the input pipeline; bench_io.py covers data). Ops per step = 3 x 
 (eq. 2), counted analytically (models.flops).
 
     python benchmarks/bench_train.py                       # picks cuda if available, else cpu
-    python benchmarks/bench_train.py --device cpu --steps 5
+    python benchmarks/bench_train.py --device cpu --threads 1
     python benchmarks/bench_train.py --device cuda --max-batch
 """
 from __future__ import annotations
@@ -154,8 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=4, help="GPU: paper batch at 256^2 (512^2 uses batch/4)")
     ap.add_argument("--max-batch", action="store_true", help="GPU: also search the largest batch that fits")
     ap.add_argument("--no-compile", action="store_true", help="GPU: skip the torch.compile cases")
+    ap.add_argument("--threads", type=int, default=None, help="CPU: intra-op threads (default: torch's)")
     ap.add_argument("--json", default=None, help="also write the results to this JSON file")
     args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     want = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(want)
     if device.type == "cuda":

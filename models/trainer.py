@@ -54,7 +54,7 @@ CARD_FILE = "model_card.json"
 RESUMABLE_CHANGES = {"max_steps", "epochs", "eval_every", "checkpoint_every", "keep_last", "log_every",
                      "progress", "tensorboard", "max_dev_batches"}
 METRIC_COLUMNS = ("step", "epoch", "train_loss", "l2_loss", "lr", "huber_delta", "loss_scale", "skipped_steps",
-                  "samples_per_s", "step_s", "compute_s", "comm_s", "other_s", "tflops_step",
+                  "samples_per_s", "step_s", "compute_s", "comm_s", "comm_total_s", "other_s", "tflops_step",
                   "tflops_sustained", "tflops_peak", "trust_min", "trust_max", "dev_loss", "dev_huber", "wall_s")
 TARGET_UNITS = {"potential": "V*Angstrom", "density": "electrons/Angstrom^2"}
 
@@ -347,6 +347,7 @@ class Trainer:
             for batch in loader:
                 t_data = time.perf_counter()
                 row = self._train_step(batch)
+                row["epoch"] = self.pos.epoch  # the epoch this step belongs to (0-based)
                 self.pos.step += 1
                 self.pos.batch_in_epoch += 1
                 self.pos.samples_seen += self.cfg.batch_size * self.ctx.world_size
@@ -378,7 +379,9 @@ class Trainer:
         self.scaler.scale_loss(loss).backward()
         t_sync = self._now()
         apply = self.engine.synchronize()
-        comm_s = self._now() - t_sync
+        comm_s = self._now() - t_sync  # exposed communication: the time synchronize() blocked
+        stats = self.engine.stats()
+        comm_total_s = float(stats.get("communication_s", 0.0)) + float(stats.get("coordination_s", 0.0))
         self.scaler.unscale_(self.params)
         losses = self._reduce_mean(torch.stack([data_loss.detach().float(), l2.detach().float()]))
         finite = grads_finite(self.params) and bool(torch.isfinite(losses).all())
@@ -393,6 +396,7 @@ class Trainer:
         pos.last_train_loss = float(losses[0])
         return {"train_loss": float(losses[0]), "l2_loss": float(losses[1]), "lr": lr, "huber_delta": delta,
                 "loss_scale": self.scaler.scale, "compute_s": compute_s, "comm_s": comm_s,
+                "comm_total_s": comm_total_s,
                 "trust_min": min(trust) if trust else None, "trust_max": max(trust) if trust else None}
 
     def _to_device(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -456,7 +460,7 @@ class Trainer:
     def _after_step(self, row: dict[str, Any]) -> None:
         cfg, step = self.cfg, self.pos.step
         is_last = step >= self.total_steps
-        row.update(step=step, epoch=self.pos.epoch, skipped_steps=self.pos.skipped_steps, wall_s=self.pos.wall_s)
+        row.update(step=step, skipped_steps=self.pos.skipped_steps, wall_s=self.pos.wall_s)
         evaluated = False
         if self.dev_loader is not None and (step % cfg.eval_every == 0 or is_last):
             row.update(self._evaluate())

@@ -60,6 +60,11 @@ def test_run_outputs(base_run):
     rows = read_metrics(base_run.metrics_csv)
     assert [int(r["step"]) for r in rows] == list(range(1, BASE_STEPS + 1))
     assert all(float(r["samples_per_s"]) > 0 and float(r["tflops_step"]) > 0 for r in rows)
+    # eq. 3: 3 x forward conv ops of the tiny model at 64 x 16 x 16 (9,172,992) x batch / step time
+    for r in rows:
+        assert float(r["tflops_step"]) == pytest.approx(3 * 9_172_992 * 2 / float(r["step_s"]) / 1e12, rel=1e-4)
+        assert float(r["compute_s"]) + float(r["comm_s"]) + float(r["other_s"]) == pytest.approx(
+            float(r["step_s"]), rel=1e-3, abs=1e-5)
     assert all(0 < float(r["trust_min"]) <= float(r["trust_max"]) <= 1 for r in rows)  # LARC clip mode
     evaluated = [int(r["step"]) for r in rows if r["dev_loss"]]
     assert evaluated == [3, 6, 8]
@@ -115,6 +120,15 @@ def test_checkpoint_of_another_model_config_is_refused(base_run, tmp_path, tiny_
     shutil.copytree(other.best_checkpoint, out / "checkpoints" / "step-00000020")
     with pytest.raises(CheckpointMismatchError, match="growth_rate"):
         _train(out, tiny_data_dir, resume=True, **BASE)
+
+
+def test_epochs_set_the_length_and_the_huber_delta_decays_per_epoch(tiny_data_dir, tmp_path):
+    result = _train(tmp_path / "run", tiny_data_dir, max_steps=None, epochs=3, max_train_samples=4,
+                    eval_every=100, checkpoint_every=100, huber_delta0=10.0, huber_decay=0.5)
+    rows = read_metrics(result.metrics_csv)
+    assert result.steps == 6  # 4 samples / batch 2 = 2 steps per epoch
+    assert [float(r["huber_delta"]) for r in rows] == [10.0, 10.0, 5.0, 5.0, 2.5, 2.5]
+    assert [int(r["epoch"]) for r in rows] == [0, 0, 1, 1, 2, 2]
 
 
 def test_data_shape_mismatch_names_the_fix(tiny_data_dir, tmp_path):
