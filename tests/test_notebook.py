@@ -1,10 +1,11 @@
 """notebooks/reconstruct.ipynb runs end to end (nbclient) against a tiny trained reconstructor."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import nbformat
+import pytest
+import yaml
 from nbclient import NotebookClient
 
 from _models_fixture import tiny_trained_model  # noqa: F401  (session fixture)
@@ -12,18 +13,47 @@ from _models_fixture import tiny_trained_model  # noqa: F401  (session fixture)
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "reconstruct.ipynb"
 
 
-def test_reconstruct_notebook_runs(tiny_trained_model, tiny_data_dir, tmp_path, monkeypatch):  # noqa: F811
+def _run_notebook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> nbformat.NotebookNode:
     nb = nbformat.read(NOTEBOOK, as_version=4)
     assert "parameters" in nb.cells[1].metadata.get("tags", [])
     # The kernel inherits the environment: that is how the parameters cell gets its values.
-    monkeypatch.setenv("NAMSA_MODEL_DIR", str(tiny_trained_model.model_dir))
-    monkeypatch.setenv("NAMSA_DATA_DIR", str(tiny_data_dir))
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
     monkeypatch.setenv("MPLBACKEND", "Agg")
-    client = NotebookClient(nb, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}})
+    client = NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
     client.execute()   # raises CellExecutionError on any failing cell
+    return nb
+
+
+def _check_outputs(nb: nbformat.NotebookNode) -> str:
     text = "\n".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code"
                      for out in cell.get("outputs", []) if out.get("output_type") == "stream")
-    assert "potential" in text and "network" in text and "iCoM" in text and "rel_l2" in text
+    assert "network" in text and "iCoM" in text and "rel_l2" in text and "mean_error_A" in text
     images = [out for cell in nb.cells for out in cell.get("outputs", []) if "image/png" in out.get("data", {})]
-    assert len(images) >= 2   # CBED patterns and truth / prediction / error
+    assert len(images) >= 2   # CBED patterns; truth / prediction / iCoM / error
+    return text
+
+
+def test_reconstruct_notebook_runs_on_a_stored_test_sample(tiny_trained_model, tiny_data_dir, tmp_path,  # noqa: F811
+                                                          monkeypatch):
+    import stage
+
+    nb = _run_notebook(tmp_path, monkeypatch, {"NAMSA_MODEL_DIR": str(tiny_trained_model.model_dir),
+                                               "NAMSA_DATA_DIR": str(tiny_data_dir), "NAMSA_SIMULATE": "0"})
+    text = _check_outputs(nb)
+    first_test = stage.open_stores([tiny_data_dir]).ids("test")[0]
+    assert first_test in text
+
+
+@pytest.mark.slow
+def test_reconstruct_notebook_simulates_a_sample(tiny_trained_model, tiny_sim_config, tmp_path,  # noqa: F811
+                                                 monkeypatch):
+    config = tmp_path / "pipeline.yaml"
+    # The pipeline YAML the model was trained with (here: the tiny data's simulation section).
+    config.write_text(yaml.safe_dump({"simulation": tiny_sim_config.model_dump(mode="json"),
+                                      "model": {"preset": "tiny", "in_channels": 64}}))
+    nb = _run_notebook(tmp_path, monkeypatch, {"NAMSA_MODEL_DIR": str(tiny_trained_model.model_dir),
+                                               "NAMSA_SIMULATE": "1", "NAMSA_CONFIG": str(config),
+                                               "NAMSA_MATERIAL": "GaAs-zincblende", "NAMSA_ZONE_AXIS": "0,0,1"})
+    text = _check_outputs(nb)
+    assert "GaAs-zincblende__0_0_1" in text
