@@ -5,9 +5,10 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?= -m "not slow"
 
-.PHONY: venv demo test test-all horovod horovod-cached bench clean
+.PHONY: venv demo test test-all horovod horovod-cached bench bench-workflow clean
 
 $(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "namsa needs Python 3.11 or newer; run e.g. make PYTHON=python3.11 $(MAKECMDGOALS)")'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# The CPU build of torch first, so nothing below pulls the CUDA wheels.
@@ -33,6 +34,14 @@ horovod: venv
 # fails: on a build failure it says why and the Horovod tests skip with that reason.
 horovod-cached: venv
 	-bash scripts/build_horovod.sh $(VENV) --soft
+
+# Every benchmark script (figures are appended by hand to benchmarks/RESULTS.md).
+bench: venv
+	for script in benchmarks/bench_*.py; do echo "== $$script"; $(PY) $$script || exit $$?; done
+
+# Wall time of the quickstart by stage and Parsl's share of it.
+bench-workflow: venv
+	$(PY) benchmarks/bench_workflow.py
 
 clean:
 	rm -rf runs .pytest_cache
