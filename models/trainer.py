@@ -174,7 +174,7 @@ class Trainer:
     def __init__(self, model_cfg: ModelConfig, train_cfg: TrainConfig, dist_cfg: Any, data_cfg: Any,
                  data_dirs: Any, out: Path, resume: bool):
         import stage
-        from models.distributed import DistributedConfig, build_engine, init_from_env
+        from models.distributed import DistributedConfig, init_from_env
 
         self.model_cfg, self.cfg = model_cfg, train_cfg
         self.arch: Architecture = model_cfg.architecture()
@@ -186,34 +186,19 @@ class Trainer:
         self.tb = None
         self.bar = None
         self.ctx = init_from_env(self.dist_cfg)
-        self.device = self._pick_device()
-        self._open_data(data_dirs)
-        self._check_data_shapes()
-        self.identity = self._identity()
-        self._claim_out_dir(resume)
-        _seed_everything(train_cfg.seed)  # identical initial weights on every rank
-        self.model = build_model(self.arch).to(self.device)
-        if train_cfg.channels_last:
-            self.model = self.model.to(memory_format=torch.channels_last)
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.engine = build_engine(self.dist_cfg, self.model, self.ctx)
-        self.forward = torch.compile(self.engine.module) if train_cfg.compile else self.engine.module
-        self.optimizer = BlockOptimizer(self.model.blocks(), train_cfg)
-        self.scaler = LossScaler(train_cfg.precision == "fp16", train_cfg.loss_scale_init,
-                                 train_cfg.loss_scale_floor, train_cfg.loss_scale_growth_interval)
-        self.lr_schedule = LRSchedule(train_cfg.lr0, self.ctx.world_size, train_cfg.warmup_steps,
-                                      train_cfg.decay_every, train_cfg.decay_factor)
-        self.pos = Position()
-        # per-rank dropout streams, reproducible from the seed
-        _seed_everything(train_cfg.seed + 1_000_003 * (self.ctx.rank + 1))
-        self.timing = _Timing(ops_forward_per_sample=fcdensenet_conv_ops(self.model, self.cbed_shape))
-        self.train_loader = stage.make_loader(self.train_ds, self.data_cfg, train_cfg.batch_size, self.ctx.rank,
-                                              self.ctx.world_size, shuffle=True, seed=train_cfg.seed)
-        self.dev_loader = (stage.make_loader(self.dev_ds, self.data_cfg, train_cfg.batch_size, self.ctx.rank,
-                                             self.ctx.world_size, shuffle=False)
-                           if self.dev_ds is not None else None)
-        if resume:
-            self._restore()
+        try:
+            self.device = self._pick_device()
+            self._open_data(data_dirs)
+            self._check_data_shapes()
+            self.identity = self._identity()
+            self._claim_out_dir(resume)
+            self._build_model()
+            self._build_loaders()
+            if resume:
+                self._restore()
+        except BaseException:
+            self.close()
+            raise
         self.total_steps = train_cfg.max_steps or train_cfg.epochs * len(self.train_loader)
 
     # ------------------------------------------------------------------ setup
@@ -227,6 +212,38 @@ class Trainer:
         if want == "cuda" and self.ctx.device.type != "cuda":
             return torch.device("cuda", self.ctx.local_rank % torch.cuda.device_count())
         return self.ctx.device
+
+    def _build_model(self) -> None:
+        from models.distributed import build_engine
+
+        cfg = self.cfg
+        _seed_everything(cfg.seed)  # identical initial weights on every rank
+        self.model = build_model(self.arch).to(self.device)
+        if cfg.channels_last:
+            self.model = self.model.to(memory_format=torch.channels_last)
+        if self.device.type == "cuda":
+            torch.backends.cudnn.benchmark = True  # fixed input shapes: pick the fastest kernels once
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.engine = build_engine(self.dist_cfg, self.model, self.ctx)
+        self.forward = torch.compile(self.engine.module) if cfg.compile else self.engine.module
+        self.optimizer = BlockOptimizer(self.model.blocks(), cfg)
+        self.scaler = LossScaler(cfg.precision == "fp16", cfg.loss_scale_init, cfg.loss_scale_floor,
+                                 cfg.loss_scale_growth_interval)
+        self.lr_schedule = LRSchedule(cfg.lr0, self.ctx.world_size, cfg.warmup_steps, cfg.decay_every,
+                                      cfg.decay_factor)
+        self.pos = Position()
+        self.timing = _Timing(ops_forward_per_sample=fcdensenet_conv_ops(self.model, self.cbed_shape))
+        # per-rank dropout streams, reproducible from the seed
+        _seed_everything(cfg.seed + 1_000_003 * (self.ctx.rank + 1))
+
+    def _build_loaders(self) -> None:
+        import stage
+
+        cfg, ctx = self.cfg, self.ctx
+        self.train_loader = stage.make_loader(self.train_ds, self.data_cfg, cfg.batch_size, ctx.rank, ctx.world_size,
+                                              shuffle=True, seed=cfg.seed)
+        self.dev_loader = (stage.make_loader(self.dev_ds, self.data_cfg, cfg.batch_size, ctx.rank, ctx.world_size,
+                                             shuffle=False) if self.dev_ds is not None else None)
 
     def _open_data(self, data_dirs: Any) -> None:
         import stage
