@@ -99,6 +99,11 @@ def test_breakdowns_and_network_vs_icom(evaluated):
     wins = sum(1 for r in doc["samples"] if r["metrics"]["potential"]["network"]["physical"]["rel_l2"]
                < r["metrics"]["potential"]["icom"]["physical"]["rel_l2"])
     assert versus["n"] == len(doc["samples"]) and versus["network_wins"] == wins
+    # worst cases: the largest network errors, worst first
+    errors = {r["index"]: r["metrics"]["potential"]["network"]["physical"]["rel_l2"] for r in doc["samples"]}
+    worst = doc["worst"]["potential"]
+    assert len(worst) == min(2, len(errors))
+    assert [errors[i] for i in worst] == sorted(errors.values(), reverse=True)[: len(worst)]
 
 
 def test_evaluate_rejects_targets_the_model_does_not_predict(tiny_trained_model, tiny_data_dir, tmp_path):  # noqa: F811

@@ -79,9 +79,9 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
                 f"simulate more materials, change data.split_fractions, or set evaluation.split")
         mean_maps = mean_training_targets(stores, targets) if eval_cfg.mean_baseline else None
         records, kept = _score_all(eval_cfg, stores, indices, rec, targets, mean_maps)
-        worst = _worst_indices(records, targets[0], eval_cfg.worst_k)
-        kept.update(_recompute(eval_cfg, stores, [r["index"] for r in worst if r["index"] not in kept],
-                               rec, targets, mean_maps))
+        worst = {t: [r["index"] for r in _worst_records(records, t, eval_cfg.worst_k)] for t in targets}
+        again = sorted({i for rows in worst.values() for i in rows} - set(kept))
+        kept.update(_recompute(eval_cfg, stores, again, rec, targets, mean_maps))
         data_info = _data_summary(stores, data_cfg, eval_cfg.split)
     aggregates = {t: _aggregate(records, t, eval_cfg) for t in targets}
     breakdowns = {t: {key: _breakdown(records, t, key, eval_cfg) for key in report.BREAKDOWN_KEYS}
@@ -92,7 +92,7 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
     csv_path = _find_metrics_csv(train_metrics_csv, Path(model_dir), rec.card)
     figs = figures.draw_all(fig_dir, records, kept, targets, eval_cfg,
                             first=[r["index"] for r in records[: eval_cfg.n_panels]],
-                            worst=[r["index"] for r in worst], metrics_csv=csv_path)
+                            worst=worst, metrics_csv=csv_path)
     doc = {
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "seconds": round(time.time() - started, 2),
@@ -108,7 +108,7 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
         "aggregates": aggregates,
         "breakdowns": breakdowns,
         "network_vs_icom": versus,
-        "worst": [{"index": r["index"], "sample_id": r["sample_id"]} for r in worst],
+        "worst": worst,
         "samples": records,
         "figures": {name: str(path.relative_to(out)) for name, path in figs.items()},
         "train_metrics_csv": str(csv_path) if csv_path else None,
@@ -326,7 +326,8 @@ def _network_vs_icom(records: list[dict], target: str, cfg: EvaluationConfig) ->
     return out
 
 
-def _worst_indices(records: list[dict], target: str, k: int) -> list[dict]:
+def _worst_records(records: list[dict], target: str, k: int) -> list[dict]:
+    """The ``k`` records with the largest network relative L2 on ``target``."""
     def err(r: dict) -> float:
         v = r["metrics"][target]["network"]["physical"]["rel_l2"]
         return -math.inf if v is None else v

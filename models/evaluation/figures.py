@@ -183,7 +183,7 @@ def scaling_curve(path: Path, n_train: Sequence[int], value: Sequence[float | No
 
 
 def draw_all(fig_dir: Path, records: list[dict], kept: dict[int, dict], targets: list[str], cfg: Any,
-             first: list[int], worst: list[int], metrics_csv: Path | None) -> dict[str, Path]:
+             first: list[int], worst: dict[str, list[int]], metrics_csv: Path | None) -> dict[str, Path]:
     """Every evaluation figure; returns {name: path}. Names are stable (the report uses them)."""
     by_index = {r["index"]: r for r in records}
     out: dict[str, Path] = {}
@@ -191,7 +191,7 @@ def draw_all(fig_dir: Path, records: list[dict], kept: dict[int, dict], targets:
         out[f"hist_rel_l2_{t}"] = error_histograms(fig_dir / f"hist_rel_l2_{t}.png", records, t)
         out[f"hist_ssim_{t}"] = error_histograms(fig_dir / f"hist_ssim_{t}.png", records, t, "ssim")
         out[f"thickness_{t}"] = error_vs_thickness(fig_dir / f"rel_l2_vs_thickness_{t}.png", records, t)
-        for kind, indices in (("sample", first), ("worst", worst)):
+        for kind, indices in (("sample", first), ("worst", worst.get(t, []))):
             for rank, i in enumerate(indices):
                 if i in kept:
                     name = f"{kind}_{rank}_{t}"

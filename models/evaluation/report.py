@@ -169,8 +169,8 @@ def _figures_section(doc: dict[str, Any], target: str) -> str:
 def _worst_section(doc: dict[str, Any], target: str) -> str:
     by_id = {r["index"]: r for r in doc["samples"]}
     rows, figs = [], []
-    for rank, w in enumerate(doc["worst"]):
-        r = by_id[w["index"]]
+    for rank, index in enumerate(doc["worst"].get(target, [])):
+        r = by_id[index]
         m = r["metrics"][target]
         rows.append([_e(r["sample_id"]), _e(r["formula"]), _e(r["zone_axis"]), _num(r["thickness_A"]),
                      _num(m["network"]["physical"]["rel_l2"]),
