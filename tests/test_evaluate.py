@@ -50,7 +50,7 @@ def test_evaluate_writes_metrics_figures_and_report(evaluated, tiny_data_dir):
 def test_report_names_baselines_and_links_figures(evaluated):
     result, doc = evaluated
     html = result.report_html.read_text()
-    for text in ("mean training target", "iCoM", "least squares", "network", "Worst cases",
+    for text in ("mean training target", "iCoM", "least squares", "network", "Worst cases", "is better on most",
                  "By material", "By zone axis", "element content", "Model card", "Data manifest"):
         assert text in html, text
     for rel in doc["figures"].values():

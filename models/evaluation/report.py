@@ -125,6 +125,12 @@ def _versus_section(doc: dict[str, Any]) -> str:
              f"<p>Overall the network has the lower relative L2 error on {o['network_wins']} of {o['n']} samples "
              f"({rate}). iCoM assumes a thin, weak-phase specimen; thick and heavy crystals (channelling, dynamical "
              "scattering) break that assumption, so iCoM is expected to fall behind there.</p>"]
+    groups = [(name, g) for key in ("z_class", "thickness_class") for name, g in versus.get(key, {}).items()
+              if g["win_rate"] is not None]
+    better = [f"{name} (network wins {100 * g['win_rate']:.0f}%)" for name, g in groups if g["win_rate"] >= 0.5]
+    worse = [f"{name} (network wins {100 * g['win_rate']:.0f}%)" for name, g in groups if g["win_rate"] < 0.5]
+    parts.append(f"<p>The network is better on most samples of: <b>{_e('; '.join(better) or 'no class')}</b>. "
+                 f"iCoM is better on most samples of: <b>{_e('; '.join(worse) or 'no class')}</b>.</p>")
     for key, title in (("z_class", "element content"), ("thickness_class", "thickness")):
         rows = [[_e(name), _num(s["n"]), _num(s["network_wins"]),
                  "–" if s["win_rate"] is None else f"{100 * s['win_rate']:.0f}%", _num(s["mean_rel_l2_gap"])]
