@@ -1,8 +1,9 @@
 """Image-quality metrics for reconstructed projected potentials / densities (numpy only).
 
 Every function takes 2-D maps with axes ``[row = y, col = x]``; ``pred`` is the estimate,
-``true`` the reference. No torch import: these run on any numpy array, in a notebook, in the
-evaluation of a model or of the classical iCoM baseline.
+``true`` the reference. This module uses numpy/scipy only (no torch: the functions take any numpy
+array, in a notebook, in the evaluation of a model or of the classical iCoM baseline; note that
+importing it through the ``models`` package still runs ``models/__init__``, which imports torch).
 
 Conventions (also in docs/evaluation.md):
 
