@@ -25,8 +25,13 @@ from namsa.errors import UserError
 
 TRANSFORMS: tuple[str, ...] = ("none", "log1p", "sqrt")
 TARGET_NAMES: tuple[str, ...] = ("potential", "density")
-#: values per chunk when accumulating statistics (bounds temporary memory to ~32 MiB of float64).
+#: values per chunk when accumulating statistics (bounds temporary memory to ~16 MiB of float32).
 _STATS_CHUNK_VALUES = 1 << 22
+#: at most this many cbed values per sample enter the statistics: beyond it every k-th pattern
+#: is used (a 1024 x 256 x 256 stack -> every 16th pattern, 4M values). Means and stds of
+#: millions of values are exact to far better than a normalisation needs, and the full-stack
+#: pass cost a third of the simulation time per sample (benchmarks/RESULTS.md).
+STATS_MAX_VALUES = 1 << 22
 
 Moments = list[float]  # [count, mean, M2] with M2 = sum of squared deviations
 
@@ -86,10 +91,14 @@ def sample_statistics(cbed: np.ndarray, targets: dict[str, np.ndarray], scale: f
 
     ``cbed`` should be the array as stored (after the float16 cast) and ``scale`` the factor that
     takes it to intensity-scaled units (``intensity_scale(P) / storage scale``), so the statistics
-    describe exactly what the Normalizer will see.
+    describe exactly what the Normalizer will see. Large stacks are subsampled by pattern
+    (``STATS_MAX_VALUES``); targets always use every value.
     """
     per_transform = {t: [0.0, 0.0, 0.0] for t in TRANSFORMS}
-    step = max(1, _STATS_CHUNK_VALUES // max(1, int(np.prod(cbed.shape[1:]))))
+    pattern_values = max(1, int(np.prod(cbed.shape[1:])))
+    stride = max(1, -(-cbed.size // STATS_MAX_VALUES))
+    cbed = cbed[::stride]
+    step = max(1, _STATS_CHUNK_VALUES // pattern_values)
     for start in range(0, cbed.shape[0], step):
         shifted = subtract_pattern_min(cbed[start: start + step])  # shared by all three transforms
         if scale != 1.0:

@@ -187,3 +187,19 @@ def test_real_simulated_store_feeds_the_loader(tiny_data_dir):
     assert sorted(seen) == list(range(len(ds)))
     cbed = torch.cat([ds[k]["cbed"][None] for k in range(len(ds))])
     assert abs(float(cbed.mean())) < 0.05 and abs(float(cbed.std()) - 1) < 0.05  # fitted on train
+
+
+def test_statistics_of_large_stacks_use_every_kth_pattern():
+    from stage.normalize import STATS_MAX_VALUES, sample_statistics
+
+    rng = np.random.default_rng(1)
+    cbed = rng.gamma(0.5, size=(64, 64, 64)).astype(np.float32)  # 262144 values
+    stride = -(-cbed.size // STATS_MAX_VALUES)
+    assert stride == 1
+    exact = sample_statistics(cbed, {})["cbed"]["sqrt"]
+    shifted = np.sqrt(cbed - cbed.min(axis=(1, 2), keepdims=True)).astype(np.float64)
+    assert exact[0] == shifted.size and exact[1] == pytest.approx(shifted.mean(), rel=1e-6)
+    big = np.repeat(cbed, 32, axis=0)  # 8.4M values: every 3rd pattern is used
+    sub = sample_statistics(big, {})["cbed"]["sqrt"]
+    assert sub[0] == big[:: -(-big.size // STATS_MAX_VALUES)].size < big.size
+    assert sub[1] == pytest.approx(exact[1], rel=1e-3)
