@@ -11,15 +11,17 @@ every trial and, under ``best``, the fastest DDP bucket size, the fastest groupi
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
+import pickle
 import platform
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from models.distributed.measure import BenchProblem, measure_engine
+from models.distributed.measure import BenchProblem, PresetProblem, measure_engine
 
 DEFAULT_GRID = {
     "ddp": [{"bucket_mb": b} for b in (0.25, 1.0, 4.0, 25.0)],
@@ -34,7 +36,7 @@ def _horovod_worker(spec_path: str) -> None:
     from models.distributed.measure import _time_steps
 
     spec = json.loads(Path(spec_path).read_text())
-    problem = BenchProblem(**spec["problem"])
+    problem = pickle.loads(base64.b64decode(spec["problem"]))  # written by measure_horovod just before
     rank = int(os.environ.get("HOROVOD_RANK", "0"))
     out = _time_steps(rank, spec["cfg"], problem.model, problem.make_batch, spec["steps"], spec["warmup"])
     Path(spec["out"]).with_suffix(f".rank{rank}.json").write_text(json.dumps(out))
@@ -44,7 +46,7 @@ def measure_horovod(cfg: dict, ranks: int, problem: BenchProblem, steps: int, wa
     """Time one Horovod setting under ``horovodrun --gloo``; step_s is the slowest rank's."""
     with tempfile.TemporaryDirectory() as tmp:
         spec = Path(tmp, "spec.json")
-        spec.write_text(json.dumps({"cfg": cfg, "problem": vars(problem), "steps": steps, "warmup": warmup,
+        spec.write_text(json.dumps({"cfg": cfg, "problem": base64.b64encode(pickle.dumps(problem)).decode(), "steps": steps, "warmup": warmup,
                                     "out": str(Path(tmp, "out"))}))
         horovodrun = Path(sys.executable).parent / "horovodrun"
         env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
@@ -96,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--width", type=int, default=48)
     parser.add_argument("--depth", type=int, default=6)
+    parser.add_argument("--preset", choices=["tiny", "small"], help="time this FC-DenseNet preset instead of BenchNet")
+    parser.add_argument("--px", type=int, default=32, help="pattern size for --preset")
     parser.add_argument("--horovod", action="store_true", help="also tune Horovod fusion threshold / cycle time")
     parser.add_argument("--horovod-worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -104,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.out:
         parser.error("--out is required")
-    result = grid_search(BenchProblem(args.width, args.depth), args.ranks, steps=args.steps, horovod=args.horovod)
+    problem = PresetProblem(args.preset, px=args.px) if args.preset else BenchProblem(args.width, args.depth)
+    result = grid_search(problem, args.ranks, steps=args.steps, horovod=args.horovod)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     print(f"best settings {result['best']} -> {args.out} (set distributed.tuned_settings: {args.out})")

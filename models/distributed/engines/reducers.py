@@ -31,6 +31,11 @@ def probe_collective(fn) -> str | None:
         return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
 
 
+# torch 2.13 renamed the tensor forms (the old names still work, with a FutureWarning).
+_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
 def _premul_sum(factor: float):
     """The scaled-sum reduce op (NCCL >= 2.11), or None where this torch does not offer it."""
     make = getattr(dist, "_make_nccl_premul_sum", None)
@@ -65,8 +70,6 @@ class FlatReducer:
 
     def allreduce_mean(self, flats: list[torch.Tensor], keys: list[object]) -> list[torch.Tensor]:
         """Average each buffer over the group; ``keys`` name them for error feedback."""
-        if self.size == 1:
-            return [f.clone() for f in flats]
         if self.cfg.compression.startswith("int8"):
             return self._int8(flats, keys)
         flat = torch.cat(flats) if len(flats) > 1 else flats[0].clone()
@@ -116,7 +119,7 @@ class HierarchicalReducer:
         self.ctx, self.intra, self.recorder = ctx, intra, recorder
         self.local_size, self.local_rank = ctx.local_size, ctx.local_rank
         self.cross = FlatReducer(cfg, ctx, cross, recorder, size=ctx.num_nodes)
-        why = probe_collective(lambda: dist.reduce_scatter_tensor(
+        why = probe_collective(lambda: _reduce_scatter(
             torch.zeros(1, device=ctx.device), torch.zeros(self.local_size, device=ctx.device), group=intra))
         self.has_reduce_scatter = why is None
         if why:
@@ -132,7 +135,7 @@ class HierarchicalReducer:
         slices = padded.view(self.local_size, -1)
         mine = torch.empty_like(slices[0])
         if self.has_reduce_scatter:
-            dist.reduce_scatter_tensor(mine, padded, group=self.intra)
+            _reduce_scatter(mine, padded, group=self.intra)
             self.recorder.add(collectives=1)
         else:
             for i, owner in enumerate(self.owners):
@@ -144,6 +147,6 @@ class HierarchicalReducer:
         self.recorder.add(bytes_sent=padded.numel() * padded.element_size())
         mine = self.cross.allreduce_mean([mine], [tuple(map(str, keys))])[0]
         full = torch.empty_like(padded)
-        dist.all_gather_into_tensor(full, mine.contiguous(), group=self.intra)
+        _all_gather(full, mine.contiguous(), group=self.intra)
         self.recorder.add(collectives=1, bytes_sent=mine.numel() * mine.element_size())
         return _split(full[: flat.numel()], flats)
