@@ -3,7 +3,8 @@ each printed as a ratio against a dense matmul peak measured in the same run.
 
 GPU (default when CUDA is available): the ``paper`` preset at 256^2 and 512^2 inputs and ``small``,
 bf16 autocast, channels_last, with and without torch.compile; reference = a large dense bf16
-matmul (the device's achievable peak). Also reports peak memory and the largest batch that fits.
+matmul (the device's achievable peak). Also reports peak memory and (``--max-batch``) the largest
+batch that fits, with and without activation checkpointing.
 CPU: the ``tiny`` and ``small`` presets in fp32; reference = a dense fp32 matmul.
 
 One step = the trainer's step: forward under autocast, Huber + L2 loss, backward, LARC on the
@@ -41,6 +42,7 @@ class Case:
     precision: str
     channels_last: bool
     compile: bool
+    checkpointing: bool = False
 
 
 @dataclass
@@ -80,6 +82,7 @@ def bench_case(case: Case, device: torch.device, steps: int, warmup: int) -> Res
     model = build_model(cfg).to(device)
     if case.channels_last:
         model = model.to(memory_format=torch.channels_last)
+    model.set_activation_checkpointing(case.checkpointing)
     forward = torch.compile(model) if case.compile else model
     train_cfg = TrainConfig(precision=case.precision)
     opt = BlockOptimizer(model.blocks(), train_cfg)
@@ -186,8 +189,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{res.samples_per_s:.3g} samples/s, {res.tflops:.4g} TFLOP/s sustained = "
               f"{100 * res.ratio_to_peak:.1f}% of the measured peak ({res.params:,} params{mem})")
     if device.type == "cuda" and args.max_batch:
-        for case in cases[:3]:
-            print(f"largest batch that fits, {case.preset} {case.px}^2 bf16: {largest_batch(case, device)}")
+        for case in [c for c in cases if not c.compile]:
+            for ckpt in (False, True):
+                probe = Case(**{**asdict(case), "checkpointing": ckpt})
+                print(f"largest batch that fits, {case.preset} {case.px}^2 bf16"
+                      f"{' with activation checkpointing' if ckpt else ''}: {largest_batch(probe, device)}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"device": name, "peak_tflops": peak, "peak_reference": peak_name,

@@ -201,6 +201,8 @@ class TrainConfig(BaseModel):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     channels_last: bool = False
     compile: bool = False
+    activation_checkpointing: bool = Field(False, description="recompute dense-layer inputs in the backward "
+                                           "pass: less memory (larger batches), ~1 extra forward of compute")
     max_nonfinite: int = Field(5, ge=1)
     max_train_samples: int | None = Field(None, ge=1)
     max_dev_batches: int | None = Field(None, ge=1)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from .config import Architecture, ModelConfig, ModelConfigError
 
@@ -48,13 +49,25 @@ class DenseBlock(nn.Module):
                                     for i in range(n_layers))
         self.out_channels = in_channels + n_layers * arch.growth_rate
         self.new_channels = n_layers * arch.growth_rate
+        self.activation_checkpointing = False
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         new: list[Tensor] = []
+        recompute = self.activation_checkpointing and torch.is_grad_enabled()
         for layer in self.layers:
-            new.append(layer(torch_cat([x, *new]) if new else x))
+            if recompute:
+                # Keep only the layer's new maps; the concatenated input (the quadratic memory of a
+                # DenseNet, Pleiss et al. 2017) is rebuilt in the backward pass. Dropout masks are
+                # replayed from the saved RNG state, so the gradients are unchanged.
+                new.append(checkpoint(_concat_then, layer, x, *new, use_reentrant=False))
+            else:
+                new.append(_concat_then(layer, x, *new))
         new_features = torch_cat(new)
         return torch_cat([x, new_features]), new_features
+
+
+def _concat_then(layer: nn.Module, *inputs: Tensor) -> Tensor:
+    return layer(torch_cat(list(inputs)))
 
 
 def torch_cat(tensors: list[Tensor]) -> Tensor:
@@ -143,6 +156,13 @@ class FCDenseNet(nn.Module):
             raise ModelConfigError(
                 f"pattern size {tuple(x.shape[-2:])} is not a multiple of {m} (= tu_stride^levels); "
                 f"simulate patterns of a multiple of {m} px or lower model.levels")
+
+    def set_activation_checkpointing(self, enabled: bool) -> None:
+        """Recompute dense-layer inputs in the backward pass instead of storing them (less memory,
+        about one extra forward of compute); the results are unchanged."""
+        for module in self.modules():
+            if isinstance(module, DenseBlock):
+                module.activation_checkpointing = bool(enabled)
 
     def blocks(self) -> list[tuple[str, list[nn.Parameter]]]:
         """Network blocks in forward order with their parameters (every parameter exactly once).

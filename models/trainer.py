@@ -52,7 +52,7 @@ MODEL_DIR = "model"
 CARD_FILE = "model_card.json"
 #: training fields that may change between a run and its resume (they do not change the result).
 RESUMABLE_CHANGES = {"max_steps", "epochs", "eval_every", "checkpoint_every", "keep_last", "log_every",
-                     "progress", "tensorboard", "max_dev_batches"}
+                     "progress", "tensorboard", "max_dev_batches", "activation_checkpointing"}
 METRIC_COLUMNS = ("step", "epoch", "train_loss", "l2_loss", "lr", "huber_delta", "loss_scale", "skipped_steps",
                   "samples_per_s", "step_s", "compute_s", "comm_s", "comm_total_s", "other_s", "tflops_step",
                   "tflops_sustained", "tflops_peak", "trust_min", "trust_max", "dev_loss", "dev_huber", "wall_s")
@@ -221,6 +221,7 @@ class Trainer:
         self.model = build_model(self.arch).to(self.device)
         if cfg.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
+        self.model.set_activation_checkpointing(cfg.activation_checkpointing)
         if self.device.type == "cuda":
             torch.backends.cudnn.benchmark = True  # fixed input shapes: pick the fastest kernels once
         self.params = [p for p in self.model.parameters() if p.requires_grad]

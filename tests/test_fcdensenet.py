@@ -107,3 +107,19 @@ def test_analytic_flops_of_a_variant():
 
     model = _meta_model(preset="tiny", tu_kernel=3, td_channels=[8, 12], head_input="new", skip=False)
     assert fcdensenet_conv_ops(model, (64, 32, 32)) == forward_conv_ops(model, (64, 32, 32))
+
+
+def test_activation_checkpointing_leaves_outputs_and_gradients_unchanged():
+    model = build_model(ModelConfig(preset="tiny", in_channels=4, dropout=0.3))
+    x = torch.randn(2, 4, 16, 16)
+    grads = []
+    for enabled in (False, True):
+        model.set_activation_checkpointing(enabled)
+        model.zero_grad()
+        torch.manual_seed(7)  # same dropout masks in both passes
+        out = model(x)
+        out.square().mean().backward()
+        grads.append((out.detach(), [p.grad.clone() for p in model.parameters()]))
+    (out_a, g_a), (out_b, g_b) = grads
+    assert torch.equal(out_a, out_b)
+    assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(g_a, g_b))
