@@ -176,7 +176,7 @@ class TrainConfig(BaseModel):
 
     optimizer: Literal["larc_adam", "lamb", "adam", "adamw"] = "larc_adam"
     larc_mode: Literal["clip", "scale"] = "clip"
-    trust_coefficient: float = Field(0.02, gt=0, description="LARC eta (NVIDIA apex LARC default)")
+    trust_coefficient: float = Field(0.02, gt=0, description="LARC eta (default as NVIDIA apex's LARC)")
     adam_betas: tuple[float, float] = (0.9, 0.999)
     adam_eps: float = Field(1e-8, gt=0)
     lr0: float = Field(1e-4, gt=0)

@@ -3,9 +3,10 @@
 Parameters are grouped by network block (``model.blocks()``): one torch param group per block,
 named, so trust ratios are per block with no exclusions (Laanait et al. 2019, FACTS.md).
 
-LARC (You et al. 2017; semantics of NVIDIA apex's ``LARC``): for each block,
+LARC (You et al. 2017): for each block,
 trust = eta * ||w|| / ||g|| over all its parameters together (1 where either norm is 0);
-``clip`` mode multiplies the gradient by min(trust, 1), ``scale`` mode by trust. It runs on the
+``clip`` mode multiplies the gradient by min(trust, 1) (the paper's "clipped at 1"; NVIDIA apex's
+clip mode differs by comparing trust with the learning rate), ``scale`` mode by trust. It runs on the
 already-reduced (averaged) gradients, right before Adam (0.9, 0.999). Weight decay is a loss term
 (``models.losses.l2_penalty``), so it is already inside g.
 
