@@ -38,6 +38,17 @@ def fresnel_propagator(gpts: tuple[int, int], sampling: tuple[float, float], dz_
     return (phase_y[:, None] * phase_x[None, :] * mask).astype(np.complex64)
 
 
+#: per-thread wave buffer the CPU path aims to keep in cache: with 2 threads and a shared L3,
+#: batches of 4 probes at 256^2 (2 MiB) ran 1.5x faster here than batches of 64, whose four
+#: passes per slice all go to DRAM
+CPU_CACHE_BYTES = 2 << 20
+
+
+def cpu_batch_cap(gpts: tuple[int, int]) -> int:
+    """Largest CPU batch whose complex64 waves fit ``CPU_CACHE_BYTES`` (at least 1)."""
+    return max(1, CPU_CACHE_BYTES // (8 * gpts[0] * gpts[1]))
+
+
 def bytes_per_probe(gpts: tuple[int, int]) -> int:
     """Working memory per probe in a batch: the complex64 wave, one FFT temporary, float32 intensity."""
     n = gpts[0] * gpts[1]

@@ -24,7 +24,7 @@ from .backend import Backend, cpu_threads, get_backend, single_threaded_blas
 from .config import SimulationConfig
 from .constants import interaction_constant, wavelength_A
 from .errors import UserError
-from .multislice import balanced_batch, fresnel_propagator, plan_batch, run_multislice
+from .multislice import balanced_batch, cpu_batch_cap, fresnel_propagator, plan_batch, run_multislice
 from .optics import band_limit_frequency, band_limit_mask, check_sampling, probe_fourier, scan_positions
 from .periodic import PeriodicSimulation, build_periodic, estimated_cost, tile_atoms, tile_grid_for
 from .potential import CellError, Grid, SlicedPotential, build_potential, make_grid, transmission_functions
@@ -110,7 +110,7 @@ class Simulation:
         positions_A = np.asarray(positions_A, float).reshape(-1, 2)
         with single_threaded_blas():
             if self.periodic is not None:
-                return self.periodic.run(positions_A, reducer, self.threads)
+                return self.periodic.run(positions_A, reducer, self.threads, self.batch_size)
             return run_multislice(self.probe_k, positions_A, self.grid.sampling, self.transmissions,
                                   self.propagators, self.final_mask, self.backend, self.batch_size, reducer,
                                   self.threads)
@@ -163,6 +163,8 @@ def _prepare(structure: Any, *, energy_kv: float, semiangle_mrad: float,
     budget = memory_budget_gb * 1e9
     # complex128 slice coefficients are held while building: count them against the budget too
     potential_bytes = edges_n * grid.gpts[0] * grid.gpts[1] * 16
+    if device == "cpu":
+        max_batch = min(max_batch, cpu_batch_cap(grid.gpts))
     batch = plan_batch(n_positions, grid.gpts, edges_n, budget / threads if threads > 1 else budget,
                        fixed_bytes=potential_bytes / threads, max_batch=max_batch)
     backend = get_backend(device)
@@ -182,8 +184,10 @@ def _prepare(structure: Any, *, energy_kv: float, semiangle_mrad: float,
         periodic = build_periodic(tile_pos, tile_num, atoms.cell_A, structure.tiling, grid,
                                   np.linspace(0.0, atoms.cell_A[2], edges_n + 1), probe, sigma, lam, cutoff,
                                   tilt_mrad, backend, threads, tile_grid)
+        # periodic batches: per probe one float32 pattern plus the reducer's copy (12 bytes/pixel)
+        common["batch_size"] = int(max(1, min(256, n_positions, budget / (threads * 12 * grid.gpts[0] * grid.gpts[1]))))
         info.update(method="periodic", tile_gpts=list(tile_grid.gpts), n_beams=periodic.n_beams,
-                    transmission_bandlimit_loss=periodic.transmission_loss)
+                    transmission_bandlimit_loss=periodic.transmission_loss, batch_size=common["batch_size"])
         return Simulation(**common, method="periodic", transmission_loss=periodic.transmission_loss,
                           periodic=periodic, info=info)
     potential = build_potential(atoms.positions_A, atoms.numbers, atoms.cell_A, grid, slice_thickness_A)
