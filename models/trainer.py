@@ -155,17 +155,23 @@ def manifest_hash(manifests: list[dict[str, Any]]) -> str:
 
 
 def code_version() -> str:
-    """Package version plus the git commit of the source tree when there is one."""
+    """Installed package version plus the git commit of the source tree when there is one.
+
+    (models may not import the namsa physics package, so the version comes from the metadata.)
+    """
     import subprocess
+    from importlib import metadata
 
-    import namsa
-
+    try:
+        version = metadata.version("namsa")
+    except metadata.PackageNotFoundError:
+        version = "unknown"
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
                                 capture_output=True, text=True, timeout=5).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         commit = ""
-    return f"{namsa.__version__}+{commit}" if commit else namsa.__version__
+    return f"{version}+{commit}" if commit else version
 
 
 class Trainer:
