@@ -16,6 +16,7 @@ GPU after an fp16 copy, the recommended GPU path) and, for reference, float32 st
 in the workers (log1p + standardisation on the CPU).
 
 Usage:  python benchmarks/bench_io.py [--px 256 512] [--samples 6 3] [--workers 1 2] [--dir /tmp]
+        [--write-only]
 """
 from __future__ import annotations
 
@@ -170,7 +171,7 @@ def simulator_seconds_per_sample(px: int) -> float | None:
     return per_pattern * 1024 if per_pattern > 0 else None
 
 
-def bench_size(px: int, n_samples: int, workers: list[int], root: Path) -> None:
+def bench_size(px: int, n_samples: int, workers: list[int], root: Path, read: bool = True) -> None:
     raw_bytes = 1024 * px * px * 2
     print(f"\n=== 1024 x {px} x {px} float16 = {raw_bytes / 2**20:.0f} MiB per sample, {n_samples} samples ===")
     samples = [make_sample(k, px) for k in range(n_samples)]
@@ -189,6 +190,8 @@ def bench_size(px: int, n_samples: int, workers: list[int], root: Path) -> None:
         print(f"simulator (namsa, marginal, same run): {sim:.1f} s per 1024-pattern sample; store write / "
               f"simulation time = {write_per_sample['none'] / sim:.3f} (none), "
               f"{write_per_sample['zstd'] / sim:.3f} (zstd)")
+    if not read:
+        return
     data_file = stores["none"] / "data.mdb"
     file_bytes = data_file.stat().st_size
     norm = stage.Normalizer.fit(stores["none"], "log1p", split="train") if \
@@ -232,13 +235,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=list(range(1, (os.cpu_count() or 2) + 1)))
     parser.add_argument("--dir", default=os.environ.get("TMPDIR", tempfile.gettempdir()),
                         help="where the temporary stores go (node-local disk)")
+    parser.add_argument("--write-only", action="store_true", help="measure the write path only")
     args = parser.parse_args(argv)
     counts = args.samples + [args.samples[-1]] * (len(args.px) - len(args.samples))
     print(f"bench_io: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, stores under {args.dir}")
     root = Path(tempfile.mkdtemp(prefix="bench_io-", dir=args.dir))
     try:
         for px, n in zip(args.px, counts):
-            bench_size(px, n, args.workers, root)
+            bench_size(px, n, args.workers, root, read=not args.write_only)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

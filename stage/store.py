@@ -252,6 +252,20 @@ def _release_env(path: Path, entry: _EnvEntry) -> None:
             del _ENVS[os.path.realpath(path)]
 
 
+def _scaled_float16(cbed: np.ndarray, scale: np.float32, chunk_values: int = 1 << 22) -> np.ndarray:
+    """float16(cbed * scale), checked for NaN/inf/overflow, a few patterns at a time so the
+    float32 temporary stays small and hot in cache (a whole-stack temporary is 256 MiB-1 GiB)."""
+    out = np.empty(cbed.shape, np.float16)
+    step = max(1, chunk_values // max(1, int(np.prod(cbed.shape[1:]))))
+    tmp = np.empty((min(step, len(cbed)), *cbed.shape[1:]), np.float32)
+    for start in range(0, len(cbed), step):
+        part = tmp[: len(cbed[start: start + step])]
+        np.multiply(cbed[start: start + step], scale, out=part)
+        codec.check_float16_safe("cbed", part)
+        out[start: start + step] = part
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # writer
 
@@ -431,12 +445,11 @@ class StoreWriter:
             # intensities ~1/P^2 are float16 subnormals; scale them by a power of two (exact)
             scale = intensity_scale(cbed.shape[-1])
             try:
-                codec.check_float16_safe("cbed", cbed * np.float32(scale))
+                cbed = _scaled_float16(cbed, np.float32(scale))
             except ValueError as exc:
                 raise UserError(f"sample {sample.id}: {exc} after scaling by {scale:g}; float16 cannot store "
                                 f"it: fix the simulation (patterns must carry total intensity 1) or set "
                                 f"data.cbed_dtype=float32") from exc
-            cbed = (cbed * np.float32(scale)).astype(np.float16)
         arrays = {"cbed": cbed,
                   "potential": np.ascontiguousarray(sample.potential, dtype=np.float32),
                   "density": np.ascontiguousarray(sample.density, dtype=np.float32)}

@@ -203,3 +203,17 @@ def test_statistics_of_large_stacks_use_every_kth_pattern():
     sub = sample_statistics(big, {})["cbed"]["sqrt"]
     assert sub[0] == big[:: -(-big.size // STATS_MAX_VALUES)].size < big.size
     assert sub[1] == pytest.approx(exact[1], rel=1e-3)
+
+
+@pytest.mark.gpu
+def test_pinned_fp16_batches_normalise_on_the_gpu(data_dir):
+    norm = stage.Normalizer.fit(data_dir, "log1p")
+    raw = stage.SampleDataset(data_dir, None, norm, raw_cbed=True)
+    ref = stage.SampleDataset(data_dir, None, norm)
+    loader = stage.make_loader(raw, stage.DataConfig(num_workers=2, pin_memory=True), 2, shuffle=False)
+    batch = next(iter(loader))
+    assert batch["cbed"].is_pinned() and batch["cbed"].dtype == torch.float16
+    on_gpu = batch_to_device(batch, "cuda", norm)
+    assert on_gpu["cbed"].is_cuda
+    want = torch.stack([ref[int(k)]["cbed"] for k in batch["index"]])
+    torch.testing.assert_close(on_gpu["cbed"].cpu(), want, rtol=1e-4, atol=1e-4)
