@@ -6,6 +6,9 @@ import torch
 
 from models import ModelConfig, ModelConfigError, build_model, count_parameters
 from models.flops import TRAIN_STEP_FACTOR, forward_conv_ops
+from _train_helpers import one_thread  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 PAPER_PARAMS = 220_399_104          # Laanait et al. 2019 via FACTS.md
 PAPER_FORWARD_OPS = 1.7170e13       # at 1024 x 512 x 512, 5 significant digits

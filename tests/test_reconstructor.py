@@ -12,6 +12,9 @@ import stage
 from _models_fixture import tiny_trained_model  # noqa: F401  (one real tiny training per session)
 from models.checkpoint import PickledCheckpointError
 from models.reconstructor import ReconstructorInputError
+from _train_helpers import one_thread  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
