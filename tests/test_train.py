@@ -159,13 +159,32 @@ def test_fp16_forced_overflow_skips_the_step_and_halves_the_scale(tiny_data_dir,
     assert all(torch.equal(p.detach(), trained[k]) for k, p in initial.items())
 
 
-@pytest.mark.parametrize("precision, optimizer", [("bf16", "lamb"), ("fp32", "adamw")])
-def test_other_precisions_and_optimizers_train(tiny_data_dir, tmp_path, precision, optimizer):
-    result = _train(tmp_path / "run", tiny_data_dir, precision=precision, optimizer=optimizer, max_steps=4,
-                    eval_every=4, checkpoint_every=4)
+def test_fp16_overflow_at_the_scale_floor_counts_as_divergence(tiny_data_dir, tmp_path):
+    with pytest.raises(NonFiniteLossError, match="precision fp16"):
+        _train(tmp_path / "run", tiny_data_dir, precision="fp16", loss_scale_init=2.0 ** 60,
+               loss_scale_floor=2.0 ** 60, max_nonfinite=3, max_steps=10)
+    assert [int(r["skipped_steps"]) for r in read_metrics(tmp_path / "run" / "metrics.csv")] == [1, 2]
+
+
+@pytest.mark.parametrize("precision, optimizer, targets", [("bf16", "lamb", ["potential", "density"]),
+                                                           ("fp32", "adamw", ["density"])])
+def test_other_precisions_optimizers_and_targets_train(tiny_data_dir, tmp_path, precision, optimizer, targets):
+    result = _train(tmp_path / "run", tiny_data_dir, ModelConfig(preset="tiny", targets=targets), precision=precision,
+                    optimizer=optimizer, max_steps=4, eval_every=4, checkpoint_every=4)
     rows = read_metrics(result.metrics_csv)
     assert len(rows) == 4 and all(int(r["skipped_steps"]) == 0 for r in rows)
     assert all(torch.isfinite(v).all() for v in load_file(str(Path(result.model_dir) / "model.safetensors")).values())
+    rec = models.load_reconstructor(result.model_dir, device="cpu")
+    assert rec.targets == targets
+    import stage
+
+    with stage.open_stores(stage.find_stores(tiny_data_dir)) as stores:
+        sample = stores[0]
+    maps = rec.predict(sample.cbed)
+    assert maps.shape == (len(targets), *sample.potential.shape)
+    for channel, name in enumerate(targets):  # each channel on its own target's physical scale
+        mean, std = rec.normalizer.targets[name]
+        assert abs(float(maps[channel].mean()) - mean) < 5 * std
 
 
 @pytest.mark.gpu
