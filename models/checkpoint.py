@@ -95,10 +95,27 @@ def looks_pickled(path: Path) -> bool:
     return (len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5) or head == b"PK\x03\x04"
 
 
+def has_safetensors_header(path: Path) -> bool:
+    """True when a file starts with a plausible safetensors header (u64 length, then a JSON object).
+
+    Checked before the pickle magic: a safetensors header length can itself begin with the bytes
+    0x80 0x02..0x05 (e.g. 640), which alone would look like a pickle protocol marker.
+    """
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        raw = fh.read(9)
+    if len(raw) < 9:
+        return False
+    (n,) = struct.unpack("<Q", raw[:8])
+    return raw[8:9] == b"{" and 8 + n <= size
+
+
 def refuse_pickles(directory: Path) -> None:
     """Raise PickledCheckpointError if any file in ``directory`` is (or is named like) a pickle."""
     for path in sorted(directory.iterdir()):
-        if path.is_file() and (path.suffix in PICKLE_SUFFIXES or looks_pickled(path)):
+        if not path.is_file():
+            continue
+        if path.suffix in PICKLE_SUFFIXES or (not has_safetensors_header(path) and looks_pickled(path)):
             raise PickledCheckpointError(
                 f"checkpoint {directory} contains a pickled payload ({path.name}); pickles can run arbitrary "
                 f"code and are never loaded: use a checkpoint written by namsa (safetensors + JSON)")
@@ -106,14 +123,8 @@ def refuse_pickles(directory: Path) -> None:
 
 def check_safetensors_header(path: Path) -> None:
     """Cheap structural check before parsing: 8-byte header length, then a JSON object."""
-    size = path.stat().st_size
-    with open(path, "rb") as fh:
-        raw = fh.read(9)
-    if len(raw) < 9:
-        raise CorruptCheckpointError(f"{path} is truncated ({size} bytes); it is not a safetensors file")
-    (n,) = struct.unpack("<Q", raw[:8])
-    if raw[8:9] != b"{" or 8 + n > size:
-        raise CorruptCheckpointError(f"{path} has a malformed safetensors header; the file is damaged")
+    if not has_safetensors_header(path):
+        raise CorruptCheckpointError(f"{path} has a truncated or malformed safetensors header; the file is damaged")
 
 
 # ----------------------------------------------------------------------------- RNG state

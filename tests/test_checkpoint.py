@@ -132,3 +132,18 @@ def test_rewriting_a_step_replaces_it_whole(tmp_path):
     _save(tmp_path, 3, model, opt, note="second")
     assert ckpt.read_state(tmp_path / "step-00000003")["note"] == "second"
     assert [p.name for p in tmp_path.iterdir()] == ["step-00000003"]
+
+
+def test_safetensors_header_that_starts_like_a_pickle_marker_is_not_refused(tmp_path):
+    from safetensors.torch import save_file
+
+    # find a tensor name whose header is 640 bytes: its length field starts 0x80 0x02, like pickle protocol 2
+    path = tmp_path / "model.safetensors"
+    for width in range(1, 2000):
+        save_file({"w" * width: torch.zeros(1)}, str(path))
+        if path.read_bytes()[:2] == bytes([0x80, 0x02]):
+            break
+    else:
+        pytest.skip("no header of that length reachable")
+    assert ckpt.looks_pickled(path) and ckpt.has_safetensors_header(path)
+    ckpt.refuse_pickles(tmp_path)  # a genuine safetensors file passes
