@@ -95,10 +95,12 @@ def bench_you(link: pm.AlphaBeta, widths, ranks, steps, cores) -> str:
         t1 = None
         for p in ranks:
             r = measure_engine({"engine": "ddp", "timeout_s": 300}, p, problem.model, problem.make_batch, steps, 2)
+            # Fastest step of each run: on shared cores interference only adds time.
             if p == 1:
-                t1 = r["step_s"]
+                t1 = r["step_min_s"]
             x1, x2 = pm.step_features(t1, p, r["grad_bytes"], link, cores)
-            runs.append({"width": width, "ranks": p, "params": r["grad_bytes"] // 4, "t": r["step_s"], "x1": x1, "x2": x2})
+            runs.append({"width": width, "ranks": p, "params": r["grad_bytes"] // 4, "t": r["step_min_s"],
+                         "x1": x1, "x2": x2})
     lines = []
     # (a) interpolation: every third run held out; (b) extrapolation: all runs at the largest rank count.
     splits = {"every third run": lambda i, r: i % 3 == 2, f"all {max(ranks)}-rank runs": lambda i, r: r["ranks"] == max(ranks)}
@@ -164,12 +166,17 @@ def bench_gpu(preset: str, px: int, steps: int) -> str:
     return "\n".join(lines)
 
 
+SECTIONS = ("engines", "alphabeta", "you", "model", "tune")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer steps and sizes (a smoke run)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "distributed")
     parser.add_argument("--preset", default="small", choices=["tiny", "small"])
     parser.add_argument("--gpu", action="store_true", help="only the one-GPU NCCL engine overheads (needs CUDA)")
+    parser.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=list(SECTIONS),
+                        help="which parts to run (default: all)")
     args = parser.parse_args()
     if args.gpu:
         print(bench_gpu(args.preset, 128, 10))
@@ -180,47 +187,57 @@ def main() -> int:
     started = time.time()
     sections = []
     problem = PresetProblem(args.preset, batch=1, px=16 if args.quick else 32)
-    for ranks in (2, 4):
-        sections.append(f"### Engines, {ranks} ranks\n\n" + bench_engines(problem, ranks, steps))
+    want = set(args.sections)
+    if "engines" in want:
+        for ranks in (2, 4):
+            sections.append(f"### Engines, {ranks} ranks\n\n" + bench_engines(problem, ranks, steps))
+            print(sections[-1], "\n", flush=True)
+    fit_path = args.out / "alpha_beta.json"
+    if "alphabeta" in want or not fit_path.exists():
+        sizes = [4e3, 64e3, 1e6, 4e6] if args.quick else [4e3, 64e3, 512e3, 2e6, 8e6, 16e6]
+        link, text, samples = bench_alpha_beta(sizes, [2, 3, 4], 3 if args.quick else 7)
+        fit_path.write_text(json.dumps({"alpha_s": link.alpha_s, "beta_s_per_B": link.beta_s_per_B,
+                                        "samples": samples}, indent=1))
+        sections.append("### Allreduce vs size and ranks (gloo, 127.0.0.1) -> alpha-beta\n\n" + text)
         print(sections[-1], "\n", flush=True)
-    sizes = [4e3, 64e3, 1e6, 4e6] if args.quick else [4e3, 64e3, 512e3, 2e6, 8e6, 16e6]
-    link, text, samples = bench_alpha_beta(sizes, [2, 3, 4], 3 if args.quick else 7)
-    (args.out / "alpha_beta.json").write_text(json.dumps({"alpha_s": link.alpha_s, "beta_s_per_B": link.beta_s_per_B,
-                                                         "samples": samples}, indent=1))
-    sections.append("### Allreduce vs size and ranks (gloo, 127.0.0.1) -> alpha-beta\n\n" + text)
-    print(sections[-1], "\n", flush=True)
-    widths = [16, 48] if args.quick else [16, 32, 48, 64, 96]
-    sections.append("### You et al. linear model (ddp, BenchNet depth 4, batch 2 x 2 x 16^2 per rank)\n\n"
-                    + bench_you(link, widths, [1, 2, 3, 4], steps, cores))
-    print(sections[-1], "\n", flush=True)
-    for overlap in (0.0, 1.0):
-        rows = pm.paper_scaling(overlap=overlap)
-        sections.append(f"### Paper model ({pm.PAPER_PARAMS:,} params, fp16 gradients, {pm.PAPER_OPS_PER_SAMPLE:.4e} "
-                        f"ops/sample/step at {pm.PAPER_SUSTAINED_FLOPS / 1e12:.2f} TFLOP/s per GPU), predicted "
-                        f"weak-scaling efficiency, overlap={overlap:g}\n\n"
-                        + pm.markdown_table(rows, pm.SCALING_COLUMNS, pm.SCALING_FORMATS))
+    fit = json.loads(fit_path.read_text())
+    link = pm.AlphaBeta(fit["alpha_s"], fit["beta_s_per_B"])
+    if "you" in want:
+        widths = [16, 48] if args.quick else [16, 32, 48, 64, 96]
+        sections.append(f"### You et al. linear model (ddp, BenchNet depth 4, batch 2 x 2 x 16^2 per rank, fastest "
+                        f"of {2 * steps} steps per run)\n\n" + bench_you(link, widths, [1, 2, 3, 4], 2 * steps, cores))
         print(sections[-1], "\n", flush=True)
-    coord = pm.coordination_table(27_600)
-    figure = pm.plot_coordination(coord, args.out / "coordination.png", 5e-3)
-    sections.append("### Coordination per cycle, 1 to 27,600 ranks (alpha = 2 us, 23 GB/s, 7 groups)\n\n"
-                    + pm.markdown_table(coord, pm.COORDINATION_COLUMNS, pm.COORDINATION_FORMATS)
-                    + f"\n\nmaster-worker exceeds a 5 ms cycle at {pm.breakdown_rank(coord, 5e-3):,} ranks and a "
-                      f"1 ms cycle at {pm.breakdown_rank(coord, 1e-3):,}; bitvector stays under "
-                      f"{max(r['bitvector_s'] for r in coord) * 1e6:.0f} us. Figure: {_rel(figure)}")
-    print(sections[-1], "\n", flush=True)
-    tuned = grid_search(problem, ranks=2, steps=steps, horovod=True)
-    tuned_path = args.out / "tuned_settings.json"
-    tuned_path.write_text(json.dumps(tuned, indent=1))
-    lines = ["| engine | setting | ms/step |", "|---|---|---|"]
-    for t in tuned["trials"]:
-        knobs = {k: v for k, v in t.items() if k not in ("engine", "step_s", "collectives")}
-        lines.append(f"| {t['engine']} | {json.dumps(knobs)} | {t['step_s'] * 1e3:.0f} |")
-    sections.append(f"### Grid search (2 ranks, {problem.describe()})\n\n" + "\n".join(lines)
-                    + f"\n\nbest: {json.dumps(tuned['best'])} (fastest engine: {tuned['fastest_engine']}) -> "
-                      f"{_rel(tuned_path)}")
-    print(sections[-1], "\n", flush=True)
-    (args.out / "report.md").write_text("\n\n".join(sections) + "\n")
-    print(f"total {time.time() - started:.0f} s; report: {_rel(args.out / 'report.md')}")
+    if "model" in want:
+        for overlap in (0.0, 1.0):
+            rows = pm.paper_scaling(overlap=overlap)
+            sections.append(f"### Paper model ({pm.PAPER_PARAMS:,} params, fp16 gradients, {pm.PAPER_OPS_PER_SAMPLE:.4e} "
+                            f"ops/sample/step at {pm.PAPER_SUSTAINED_FLOPS / 1e12:.2f} TFLOP/s per GPU), predicted "
+                            f"weak-scaling efficiency, overlap={overlap:g}\n\n"
+                            + pm.markdown_table(rows, pm.SCALING_COLUMNS, pm.SCALING_FORMATS))
+            print(sections[-1], "\n", flush=True)
+        coord = pm.coordination_table(27_600)
+        figure = pm.plot_coordination(coord, args.out / "coordination.png", 5e-3)
+        sections.append("### Coordination per cycle, 1 to 27,600 ranks (alpha = 2 us, 23 GB/s, 7 groups)\n\n"
+                        + pm.markdown_table(coord, pm.COORDINATION_COLUMNS, pm.COORDINATION_FORMATS)
+                        + f"\n\nmaster-worker exceeds a 5 ms cycle at {pm.breakdown_rank(coord, 5e-3):,} ranks and a "
+                          f"1 ms cycle at {pm.breakdown_rank(coord, 1e-3):,}; bitvector stays under "
+                          f"{max(r['bitvector_s'] for r in coord) * 1e6:.0f} us. Figure: {_rel(figure)}")
+        print(sections[-1], "\n", flush=True)
+    if "tune" in want:
+        tuned = grid_search(problem, ranks=2, steps=steps, horovod=True)
+        tuned_path = args.out / "tuned_settings.json"
+        tuned_path.write_text(json.dumps(tuned, indent=1))
+        lines = ["| engine | setting | ms/step |", "|---|---|---|"]
+        for t in tuned["trials"]:
+            knobs = {k: v for k, v in t.items() if k not in ("engine", "step_s", "collectives")}
+            lines.append(f"| {t['engine']} | {json.dumps(knobs)} | {t['step_s'] * 1e3:.0f} |")
+        sections.append(f"### Grid search (2 ranks, {problem.describe()})\n\n" + "\n".join(lines)
+                        + f"\n\nbest: {json.dumps(tuned['best'])} (fastest engine: {tuned['fastest_engine']}) -> "
+                          f"{_rel(tuned_path)}")
+        print(sections[-1], "\n", flush=True)
+    report = args.out / ("report.md" if want == set(SECTIONS) else f"report-{'-'.join(args.sections)}.md")
+    report.write_text("\n\n".join(sections) + "\n")
+    print(f"total {time.time() - started:.0f} s; report: {_rel(report)}")
     return 0
 
 

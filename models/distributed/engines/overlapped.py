@@ -190,10 +190,9 @@ class OverlappedEngine(Engine):
             self._in_flight.done.wait(self.cfg.timeout_s)
         super().close()
         self._queue.put(None)
-        for step in (self._step,):
-            if step is not None:
-                with step.cond:
-                    step.cond.notify_all()
+        if self._step is not None:  # wake a worker waiting for a step that will never complete
+            with self._step.cond:
+                self._step.cond.notify_all()
         self._thread.join(timeout=5.0)
         for hook in self._hooks:
             hook.remove()
