@@ -165,11 +165,27 @@ def _check_architecture(arch: Architecture) -> None:
 class TrainConfig(BaseModel):
     """Training: optimiser, schedules, precision, batch, steps, cadence, device.
 
-    Learning rate: linear warm-up over ``warmup_steps`` from ``lr0`` to min(1, N * lr0) for N
-    workers, then times ``decay_factor`` every ``decay_every`` steps (staircase). Loss: Huber with
-    delta = ``huber_delta0`` * ``huber_decay`` ** epoch on the standardised targets, plus
-    0.5 * ``weight_decay`` * sum(w^2) over all parameters (the L2 term of the paper, TF's l2_loss
-    convention). ``max_steps`` (if set) wins over ``epochs``.
+    optimizer:        ``larc_adam`` (the paper's), ``lamb`` (trust ratio on Adam's update),
+                      ``adam``, ``adamw`` (decoupled weight decay instead of the L2 loss term).
+    larc_mode, trust_coefficient: LARC ``clip`` (factor min(eta ||w|| / ||g||, 1)) or ``scale``.
+    lr0, warmup_steps, decay_every, decay_factor: linear warm-up over ``warmup_steps`` from
+                      ``lr0`` to min(1, N * lr0) for N workers, then times ``decay_factor`` every
+                      ``decay_every`` steps (staircase; 0 = never).
+    huber_delta0, huber_decay: Huber delta = delta0 * decay ** epoch, on standardised targets.
+    weight_decay:     L2 term 0.5 * weight_decay * sum(w^2) over all parameters (TF's l2_loss).
+    precision:        ``fp32`` | ``bf16`` | ``fp16`` (autocast; fp16 with dynamic loss scaling from
+                      ``loss_scale_init``, never below ``loss_scale_floor``, doubled after
+                      ``loss_scale_growth_interval`` clean steps).
+    batch_size:       samples per rank per step.
+    max_steps, epochs: length of training; ``max_steps`` (if set) wins over ``epochs``.
+    eval_every, checkpoint_every, log_every: cadence in steps; ``keep_last`` checkpoints are kept
+                      besides the best; ``max_dev_batches`` caps a dev evaluation.
+    seed:             data order, initial weights and dropout streams.
+    device:           ``auto`` (CUDA when available) | ``cpu`` | ``cuda``.
+    channels_last, compile, activation_checkpointing: GPU speed/memory knobs.
+    max_nonfinite:    stop after this many Inf/NaN losses or gradients in a row (each is skipped).
+    max_train_samples: use only the first N training samples (data-scaling studies); None = all.
+    progress, tensorboard: the progress bar and TensorBoard event files.
     """
 
     model_config = ConfigDict(extra="forbid")
