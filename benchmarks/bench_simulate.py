@@ -16,7 +16,7 @@ GPU (``--device cuda``): measures the device copy bandwidth in the same run and 
 patterns/s as a fraction of the bandwidth bound of the multislice kernel (bytes per slice per
 probe counted below).
 
-    .venv/bin/python benchmarks/bench_simulate.py            # full run (~15 min on 2 busy cores)
+    .venv/bin/python benchmarks/bench_simulate.py            # full run (~30 min on 2 busy cores)
     .venv/bin/python benchmarks/bench_simulate.py --quick    # 16 x 16 scan, 256^2 only
 """
 from __future__ import annotations
@@ -147,6 +147,11 @@ def gpu_bound(gpts: int, n_slices: int, device: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="16 x 16 scan, 256^2 only, no RSS runs")
+    parser.add_argument("--grids", type=int, nargs="+", default=[256, 512])
+    parser.add_argument("--probe-scan-512", type=int, default=16,
+                        help="scan size for the probe-by-probe runs (namsa multislice, abTEM) at 512^2; their "
+                             "rate per pattern barely depends on the count, and 32 x 32 takes ~1 h on 2 busy cores")
+    parser.add_argument("--no-rss", action="store_true")
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:i]")
     parser.add_argument("--skip-abtem", action="store_true")
     parser.add_argument("--json", help="also write the figures to this file")
@@ -162,27 +167,31 @@ def main() -> None:
     print(f"case: Si [110] {cell.cell_A[0]:.2f} x {cell.cell_A[1]:.2f} x {cell.cell_A[2]:.1f} A, {len(cell.numbers)} atoms, "
           f"{scan}x{scan} positions, 200 kV, 20 mrad, 2 A slices")
     results: dict = {"case": CASE, "scan": scan, "grids": {}}
-    for gpts in ((256,) if args.quick else (256, 512)):
+    for gpts in ((256,) if args.quick else args.grids):
         row = {}
         row["namsa_auto"], info = run_namsa(cell, pos, gpts, "auto", args.device)
-        print(f"[{gpts}^2] namsa auto ({info['method']}): {row['namsa_auto']:.1f} patterns/s  {info}")
-        row["namsa_multislice"], info = run_namsa(cell, pos, gpts, "multislice", args.device)
-        print(f"[{gpts}^2] namsa multislice: {row['namsa_multislice']:.1f} patterns/s")
+        print(f"[{gpts}^2] namsa auto ({info['method']}): {row['namsa_auto']:.1f} patterns/s over {len(pos)} "
+              f"positions  {info}", flush=True)
+        probe_pos = positions(cell, args.probe_scan_512) if gpts >= 512 and not args.quick else pos
+        row["probe_by_probe_positions"] = len(probe_pos)
+        row["namsa_multislice"], info = run_namsa(cell, probe_pos, gpts, "multislice", args.device)
+        print(f"[{gpts}^2] namsa multislice: {row['namsa_multislice']:.1f} patterns/s over {len(probe_pos)} positions",
+              flush=True)
         if args.device.startswith("cuda"):
             row["gpu"] = gpu_bound(gpts, info["n_slices"], args.device)
             row["gpu"]["fraction_of_bound"] = row["namsa_multislice"] / row["gpu"]["bound_patterns_per_s"]
             print(f"[{gpts}^2] GPU: {row['gpu']}")
         if not args.skip_abtem and not args.device.startswith("cuda"):
-            row["abtem"] = run_abtem(cell, pos, gpts, max_batch=max(8, len(pos) // 8))
-            print(f"[{gpts}^2] abTEM 1.0.11: {row['abtem']:.1f} patterns/s")
+            row["abtem"] = run_abtem(cell, probe_pos, gpts, max_batch=max(8, len(probe_pos) // 8))
+            print(f"[{gpts}^2] abTEM 1.0.11: {row['abtem']:.1f} patterns/s over {len(probe_pos)} positions", flush=True)
             print(f"[{gpts}^2] ratio namsa auto / abTEM = {row['namsa_auto'] / row['abtem']:.2f}; "
                   f"namsa multislice / abTEM = {row['namsa_multislice'] / row['abtem']:.2f}")
         results["grids"][gpts] = row
-    if not args.quick:
+    if not args.quick and not args.no_rss:
         for method in ("auto", "multislice"):
             rss = peak_rss(method, args.budget_gb)
             results.setdefault("peak_rss", []).append(rss)
-            print(f"[512^2, 1024 positions, patterns binned to 256^2] {rss}")
+            print(f"[512^2, 1024 positions, patterns binned to 256^2] {rss}", flush=True)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=2, default=str)

@@ -67,7 +67,7 @@ class _BlochClass:
     beam_k: np.ndarray        # (B, 2) [ky, kx] of the class's beams (1/Angstrom)
     beam_amp: np.ndarray      # (B,) probe amplitude Psi0(k_b)
     exit: Any                 # (B, n_in) complex64 exit waves S_b at the in-band frequencies (/ M)
-    target: np.ndarray        # (n_in,) flat supercell-grid index of each in-band frequency
+    target: Any               # (n_in,) flat supercell-grid index of each in-band frequency (on device)
 
 
 @dataclass
@@ -179,7 +179,8 @@ def build_periodic(tile_positions: np.ndarray, tile_numbers: np.ndarray, cell_A,
         psi[...] = 0
         sy = np.array([(my_int[iy] - cy) // ty for iy, _ in members]) % tile.gpts[0]
         sx = np.array([(mx_int[ix] - cx) // tx for _, ix in members]) % tile.gpts[1]
-        psi[np.arange(len(members)), sy, sx] = 1.0          # unit plane waves, Fourier space
+        rows = backend.asarray(np.arange(len(members)))
+        psi[rows, backend.asarray(sy), backend.asarray(sx)] = 1.0   # unit plane waves, Fourier space
         psi = ws.backward(psi)
         for s in range(len(dz)):
             xp.multiply(psi, t_tile[s], out=psi)
@@ -194,7 +195,7 @@ def build_periodic(tile_positions: np.ndarray, tile_numbers: np.ndarray, cell_A,
         target = ((cy + ty * gy_tile[gy_in]) % ny) * nx + (cx + tx * gx_tile[gx_in]) % nx
         beam_k = np.array([[my_int[iy] / ly, mx_int[ix] / lx] for iy, ix in members])
         amp = np.array([probe_k[iy, ix] for iy, ix in members])
-        return _BlochClass(beam_k=beam_k, beam_amp=amp, target=target,
+        return _BlochClass(beam_k=beam_k, beam_amp=amp, target=backend.asarray(target),
                            exit=xp.ascontiguousarray(exit_waves.astype(np.complex64)))
 
     items = sorted(classes.items())

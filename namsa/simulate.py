@@ -100,9 +100,11 @@ class Simulation:
 
     @property
     def potential(self) -> SlicedPotential:
+        """The supercell's projected potential (one slice through the whole thickness) and species
+        structure factors: all the targets need."""
         if self._potential is None:
             self._potential = build_potential(self.atoms.positions_A, self.atoms.numbers, self.atoms.cell_A,
-                                              self.grid, self.slice_thickness_A)
+                                              self.grid, float(self.atoms.cell_A[2]))
         return self._potential
 
     def run(self, positions_A: np.ndarray, reducer: Callable[[np.ndarray], np.ndarray]) -> list[np.ndarray]:
@@ -201,8 +203,12 @@ def _prepare(structure: Any, *, energy_kv: float, semiangle_mrad: float,
             cache[key] = backend.asarray(fresnel_propagator(grid.gpts, grid.sampling, float(dz), lam, mask, tilt_mrad))
         propagators.append(cache[key])
     info.update(method="multislice", transmission_bandlimit_loss=loss)
+    # keep only the projection (targets) from here on: the per-slice coefficients are 2x the
+    # transmission functions' memory and no longer needed
+    projected = SlicedPotential(grid=grid, edges_A=np.array([0.0, float(atoms.cell_A[2])]),
+                                slices_k=potential.projected_k()[None], species_sf=potential.species_sf)
     return Simulation(**common, method="multislice", transmission_loss=loss, transmissions=backend.asarray(t),
-                      propagators=propagators, final_mask=backend.asarray(mask), info=info, _potential=potential)
+                      propagators=propagators, final_mask=backend.asarray(mask), info=info, _potential=projected)
 
 
 def _check_positions(positions_A: np.ndarray, grid: Grid) -> np.ndarray:
@@ -415,8 +421,8 @@ def simulate_sample(structure_or_id: Any, zone_axis: Sequence[int], cfg: Simulat
         # beyond the required keys: what a reader needs to interpret the arrays
         "cell_A": [float(c) for c in cell],
         "gpts": [int(g) for g in sim.grid.gpts],
-        "n_slices": int(sim.potential.n_slices),
-        "slice_thickness_A": float(sim.potential.slice_thickness_A.mean()),
+        "n_slices": int(sim.info["n_slices"]),
+        "slice_thickness_A": float(sim.info["slice_thickness_A"]),
         "tilt_mrad": [float(t) for t in tilt],
         "frozen_phonon": bool(var.frozen_phonon),
         "pattern_dk_inv_A": float(dk_out),
