@@ -776,6 +776,10 @@ class StoreReader:
         arrays, meta = self.read_arrays(i % len(self))
         return Sample(cbed=arrays["cbed"], potential=arrays["potential"], density=arrays["density"], meta=meta)
 
+    def meta(self, i: int) -> dict[str, Any]:
+        """The meta dict of sample ``i`` (checksum verified) without copying its arrays out."""
+        return self.read_arrays(i, names=())[1]
+
     def get(self, sample_id: str) -> Sample:
         if sample_id not in self._position:
             raise UserError(f"store {self.path} has no sample {sample_id!r}")

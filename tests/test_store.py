@@ -51,6 +51,7 @@ def test_round_trip_float32_is_bit_exact(tmp_path, cfg):
             assert getattr(got, name).dtype == np.float32
             assert getattr(got, name).tobytes() == want.tobytes(), name
         assert got.meta == s.meta
+        assert reader.meta(reader.ids().index(s.id)) == s.meta
     assert reader.manifest["compression"] == cfg.compression
 
 
