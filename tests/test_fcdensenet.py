@@ -126,3 +126,25 @@ def test_activation_checkpointing_leaves_outputs_and_gradients_unchanged():
     (out_a, g_a), (out_b, g_b) = grads
     assert torch.equal(out_a, out_b)
     assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(g_a, g_b))
+
+
+@pytest.mark.slow
+def test_paper_preset_trains_with_larc_adam_on_a_small_field():
+    """The 220M-parameter model takes real LARC-Adam steps (8 x 8 px keeps it to seconds on a CPU)."""
+    from models import TrainConfig
+    from models.losses import huber_loss, l2_penalty
+    from models.optim import BlockOptimizer
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(preset="paper", dropout=0.0))
+    opt = BlockOptimizer(model.blocks(), TrainConfig(optimizer="larc_adam"))
+    x, y = torch.randn(1, 1024, 8, 8), torch.randn(1, 1, 8, 8)
+    losses = []
+    for _ in range(4):
+        loss = huber_loss(model(x), y, 10.0) + l2_penalty(model.parameters(), 1e-4)
+        opt.zero_grad()
+        loss.backward()
+        ratios = opt.step(1e-4)
+        losses.append(float(loss.detach()))
+    assert len(ratios) == len(model.blocks()) == 15
+    assert losses[-1] < losses[0]
