@@ -6,7 +6,8 @@ neighbouring pages only evicts useful cache). Sharding for data-parallel trainin
 
 * ``unique`` (the paper's mode, Laanait et al. 2019): every rank reads a fixed shard of its own —
   whole stores (one per writer/node) when there are at least as many stores as ranks, otherwise
-  contiguous blocks of the sample list — and reshuffles only within it each epoch.
+  contiguous blocks of the sample list — and reshuffles only within it each epoch. Stores are
+  assigned largest first to the least-loaded rank.
 * ``shared``: all ranks draw from all samples through a `torch.utils.data.DistributedSampler`,
   reshuffled globally every epoch.
 
@@ -185,8 +186,12 @@ class ShardedBatchSampler(Sampler[list[int]]):
     def _unique_shards(self) -> list[list[int]]:
         groups = self.dataset.store_groups()
         if len(groups) >= self.world_size:
-            # whole stores per rank: a rank reads only the stores staged on its own node
-            return [[k for g in groups[r::self.world_size] for k in g] for r in range(self.world_size)]
+            # whole stores per rank (a rank reads only the stores staged on its own node), largest
+            # first onto the least-loaded rank, so truncation to equal shards wastes little
+            shards: list[list[int]] = [[] for _ in range(self.world_size)]
+            for g in sorted(groups, key=len, reverse=True):
+                min(shards, key=len).extend(g)
+            return shards
         n = len(self.dataset)
         bounds = [round(r * n / self.world_size) for r in range(self.world_size + 1)]
         return [list(range(bounds[r], bounds[r + 1])) for r in range(self.world_size)]

@@ -217,3 +217,19 @@ def test_pinned_fp16_batches_normalise_on_the_gpu(data_dir):
     assert on_gpu["cbed"].is_cuda
     want = torch.stack([ref[int(k)]["cbed"] for k in batch["index"]])
     torch.testing.assert_close(on_gpu["cbed"].cpu(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_unique_mode_balances_stores_of_different_sizes(tmp_path):
+    sizes = [6, 1, 1, 2, 2]
+    for w, n in enumerate(sizes):
+        with stage.StoreWriter(tmp_path / f"w{w}", config_hash=CONFIG_HASH, data_cfg=CFG) as writer:
+            for m in range(n):
+                writer.put(make_sample(f"mp-{w}-{m}"))
+    ds = stage.SampleDataset(tmp_path, None, None)
+    ranks = [ShardedBatchSampler(ds, 1, rank=r, world_size=2, drop_last=True) for r in range(2)]
+    groups = ds.store_groups()
+    for sampler in ranks:  # each rank holds whole stores
+        mine = set(sampler.shards[sampler.rank])
+        assert all(set(g) <= mine or not set(g) & mine for g in groups)
+    assert sorted(len(s.shards[s.rank]) for s in ranks) == [6, 6]
+    assert len(ranks[0]) == len(ranks[1]) == 6
