@@ -1,8 +1,9 @@
 """The torch input pipeline: `SampleDataset` over one or many stores and the `make_loader` recipe.
 
 The only module of `stage` that imports torch. Stores are opened lazily, read-only and lock-free
-in each worker process (readahead off: records are large and read whole, so kernel readahead of
-neighbouring pages only evicts useful cache). Sharding for data-parallel training:
+in each worker process (kernel readahead off for small records, on for large ones that are read
+whole: see `stage.store.StoreReader`). Items are written straight into shared memory, so handing
+them to the main process copies nothing. Sharding for data-parallel training:
 
 * ``unique`` (the paper's mode, Laanait et al. 2019): every rank reads a fixed shard of its own —
   whole stores (one per writer/node) when there are at least as many stores as ranks, otherwise
