@@ -134,7 +134,7 @@ def test_training_sizes():
 
 def test_scaling_study_plots_error_against_training_size(tiny_data_dir, tmp_path):
     model_cfg, train_cfg, dist_cfg, data_cfg = tiny_train_configs()
-    train_cfg = train_cfg.model_copy(update={"max_steps": 4, "eval_every": 4, "checkpoint_every": 4})
+    train_cfg = train_cfg.model_copy(update={"max_steps": 2, "eval_every": 2, "checkpoint_every": 2})
     eval_cfg = EvaluationConfig(n_bootstrap=50, n_panels=0, worst_k=0, icom=False)
     summary = scaling_study(model_cfg, train_cfg, dist_cfg, data_cfg, eval_cfg, [tiny_data_dir], tmp_path,
                             fractions=(0.5, 1.0))
