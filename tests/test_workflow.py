@@ -236,3 +236,21 @@ def test_changed_model_config_retrains_and_keeps_the_old_model(tmp_path):
     archived = list((run_dir / "previous").glob("*/model/model_card.json"))
     assert len(archived) == 1 and first.model_dir == changed.model_dir
     assert json.loads((run_dir / "model" / "model_card.json").read_text()) != json.loads(archived[0].read_text())
+
+
+def test_summary_says_whether_the_network_beats_the_mean_baseline():
+    from workflow.dag import _headline_lines
+
+    better = _headline_lines({"potential": {"network": {"rel_l2": 0.5}, "mean": {"rel_l2": 0.7}, "icom": {}}})
+    assert better == ["potential relative L2 error on held-out samples (lower is better): network 0.500, mean 0.700",
+                      "  the network beats the mean-image baseline"]
+    worse = _headline_lines({"density": {"network": {"rel_l2": 0.9}, "mean": {"rel_l2": 0.7}}})
+    assert worse[1] == "  the network does NOT beat the mean-image baseline: train longer or on more samples"
+
+
+@pytest.mark.slow  # the full quickstart: a few minutes on 2 cores
+def test_quickstart_model_beats_the_mean_baseline_on_held_out_materials(tmp_path):
+    summary = run_pipeline(load_config(), tmp_path / "quickstart", progress=False)
+    assert summary.available == summary.planned == 44
+    errors = summary.headline["potential"]
+    assert errors["network"]["rel_l2"] < errors["mean"]["rel_l2"]

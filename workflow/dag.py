@@ -171,16 +171,19 @@ class RunSummary:
 
 
 def _headline_lines(headline: dict[str, Any]) -> list[str]:
-    """One line per target: the network against the baselines on the headline metric."""
+    """Per target: the network against the baselines on the headline metric, and a verdict."""
     lines = []
     for target, methods in headline.items():
-        parts = []
-        for method, metrics in methods.items():
-            value = (metrics or {}).get("rel_l2")
-            if value is not None:
-                parts.append(f"{method} {value:.3f}")
-        if parts:
-            lines.append(f"{target} relative L2 error (lower is better): " + ", ".join(parts))
+        errors = {method: (metrics or {}).get("rel_l2") for method, metrics in methods.items()}
+        errors = {method: value for method, value in errors.items() if value is not None}
+        if not errors:
+            continue
+        lines.append(f"{target} relative L2 error on held-out samples (lower is better): "
+                     + ", ".join(f"{method} {value:.3f}" for method, value in errors.items()))
+        if "network" in errors and "mean" in errors:
+            beats = errors["network"] < errors["mean"]
+            lines.append(f"  the network {'beats' if beats else 'does NOT beat'} the mean-image baseline"
+                         + ("" if beats else ": train longer or on more samples"))
     return lines
 
 
