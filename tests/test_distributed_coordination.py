@@ -50,10 +50,28 @@ def test_min_fallback_says_so(shuffled):
     assert any("falls back to all_reduce MIN" in n for n in shuffled[0]["notices"])
 
 
+def _hierarchical(rank: int, cfgs: list[dict], base: dict) -> dict:
+    """run_configs, plus the path for backends without reduce_scatter (slices reduced to owners)."""
+    out = run_configs(rank, cfgs, base)
+    ctx = init_from_env(DistributedConfig(**base))
+
+    def without_reduce_scatter(cfg, model, x):
+        from models.distributed.engines.overlapped import HierarchicalEngine
+
+        engine = HierarchicalEngine(cfg, model, x)
+        engine.reducer.has_reduce_scatter = False
+        return engine
+
+    out["reduce"] = train_one(DistributedConfig(engine="hierarchical", **base), ctx, rank, ctx.world_size,
+                              engine_factory=without_reduce_scatter)
+    ctx.close()
+    return out
+
+
 def test_hierarchical_two_nodes_of_two():
     cfgs = [{"engine": "hierarchical"}, {"engine": "hierarchical", "compression": "fp16"}]
     base = {"timeout_s": 60, "node_size": 2}
-    results = run_local(run_configs, 4, cfgs, base, timeout_s=180)
+    results = run_local(_hierarchical, 4, cfgs, base, timeout_s=180)
     start, ref = reference()
     for rank, (_, value) in results.items():
         assert value["_ctx"]["local_size"] == 2 and value["_ctx"]["node_rank"] == rank // 2
@@ -63,3 +81,6 @@ def test_hierarchical_two_nodes_of_two():
         assert exact["stats"][-1]["collectives"] % 3 == 0
         half = value[repr(sorted(cfgs[1].items()))]["params"]
         assert np.linalg.norm(half - ref) / np.linalg.norm(ref - start) < 2e-3
+        # Reduce to slice owners (2 reduces per node) + cross-node all_reduce + all-gather.
+        np.testing.assert_allclose(value["reduce"]["params"], ref, rtol=1e-4, atol=1e-5)
+        assert value["reduce"]["stats"][-1]["collectives"] % 4 == 0

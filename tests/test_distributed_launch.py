@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -145,3 +147,37 @@ def test_node_size_must_divide_world(monkeypatch):
         _node_layout(ctx, LaunchEnv("torchrun", 0, 6), DistributedConfig(node_size=4), ["h"] * 6)
     _node_layout(ctx, LaunchEnv("torchrun", 0, 6), DistributedConfig(), ["a", "b", "a", "b", "a", "b"])
     assert (ctx.local_size, ctx.local_rank, ctx.node_rank) == (3, 0, 0)
+
+
+TORCHRUN_SCRIPT = """
+import sys, json, torch
+sys.path.insert(0, {tests!r})
+from models.distributed import DistributedConfig, init_from_env
+from test_distributed_helpers import reference, train_one
+cfg = DistributedConfig(engine="bitvector", timeout_s=60)
+ctx = init_from_env(cfg)
+out = train_one(cfg, ctx, ctx.rank, ctx.world_size)
+_, ref = reference()
+print(json.dumps({{"rank": ctx.rank, "world": ctx.world_size, "local": [ctx.local_rank, ctx.local_size],
+                  "launcher": ctx.launcher, "err": float(abs(out["params"] - ref).max())}}))
+ctx.close()
+"""
+
+
+@pytest.mark.distributed
+def test_real_torchrun_launch(tmp_path):
+    from models.distributed.spawn import free_port
+
+    script = tmp_path / "job.py"
+    script.write_text(TORCHRUN_SCRIPT.format(tests=str(Path(__file__).parent)))
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    torchrun = Path(sys.executable).parent / "torchrun"
+    proc = subprocess.run([str(torchrun), "--nnodes", "1", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+                           "--master-port", str(free_port()), str(script)], capture_output=True, text=True,
+                          timeout=180, env={**env, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = sorted((json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")), key=lambda r: r["rank"])
+    assert [r["rank"] for r in lines] == [0, 1]
+    for r in lines:
+        assert r["world"] == 2 and r["launcher"] == "torchrun" and r["local"] == [r["rank"], 2]
+        assert r["err"] < 1e-5
