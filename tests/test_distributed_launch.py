@@ -114,6 +114,27 @@ def test_mismatch_across_ranks_is_detected_at_startup(what, message):
         assert message in text and "ranks [1] differ" in text and "\n" not in text
 
 
+def _backward_twice(rank: int) -> str:
+    cfg = DistributedConfig(engine="bitvector", timeout_s=30)
+    ctx = init_from_env(cfg)
+    engine = build_engine(cfg, fresh_model(), ctx)
+    x, y = batch(0)
+    torch.nn.functional.mse_loss(engine.module(x), y).backward()
+    try:
+        torch.nn.functional.mse_loss(engine.module(x), y).backward()
+    except DistributedConfigError as exc:
+        engine.synchronize()  # the engine still completes the step it has
+        return str(exc)
+    return "no error"
+
+
+@pytest.mark.distributed
+def test_two_backwards_before_synchronize_is_a_clear_error():
+    results = run_local(_backward_twice, 2, timeout_s=60)
+    for rank in (0, 1):
+        assert "accumulated twice before synchronize()" in results[rank][1]
+
+
 def _die_at_step(rank: int, engine: str) -> str:
     cfg = DistributedConfig(engine=engine, timeout_s=20)
     ctx = init_from_env(cfg)

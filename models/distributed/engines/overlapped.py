@@ -32,7 +32,7 @@ from models.distributed.config import DistributedConfig
 from models.distributed.engines.base import Engine
 from models.distributed.engines.grouping import Group, make_groups
 from models.distributed.engines.reducers import FlatReducer, HierarchicalReducer, probe_collective
-from models.distributed.errors import PeerFailureError
+from models.distributed.errors import DistributedConfigError, PeerFailureError
 from models.distributed.launch import DistContext
 
 
@@ -99,6 +99,11 @@ class OverlappedEngine(Engine):
         with step.cond:
             step.remaining[index] -= 1
             complete = step.remaining[index] == 0
+            if step.remaining[index] < 0:
+                raise DistributedConfigError(
+                    f"{self.name} engine: a gradient of group '{self.groups[index].name}' was accumulated twice "
+                    "before synchronize(); gradient accumulation over several backward() calls is not "
+                    "supported: call engine.synchronize() after every backward()")
         if complete:
             step.mark_ready(index, self._flatten(index))
 
