@@ -179,8 +179,10 @@ cfg = DistributedConfig(engine="bitvector", timeout_s=60)
 ctx = init_from_env(cfg)
 out = train_one(cfg, ctx, ctx.rank, ctx.world_size)
 _, ref = reference()
-print(json.dumps({{"rank": ctx.rank, "world": ctx.world_size, "local": [ctx.local_rank, ctx.local_size],
-                  "launcher": ctx.launcher, "err": float(abs(out["params"] - ref).max())}}))
+# One file per rank: two ranks printing at once can interleave their lines.
+open({out!r} + f"/rank{{ctx.rank}}.json", "w").write(json.dumps(
+    {{"rank": ctx.rank, "world": ctx.world_size, "local": [ctx.local_rank, ctx.local_size],
+      "launcher": ctx.launcher, "err": float(abs(out["params"] - ref).max())}}))
 ctx.close()
 """
 
@@ -190,14 +192,14 @@ def test_real_torchrun_launch(tmp_path):
     from models.distributed.spawn import free_port
 
     script = tmp_path / "job.py"
-    script.write_text(TORCHRUN_SCRIPT.format(tests=str(Path(__file__).parent)))
+    script.write_text(TORCHRUN_SCRIPT.format(tests=str(Path(__file__).parent), out=str(tmp_path)))
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     torchrun = Path(sys.executable).parent / "torchrun"
     proc = subprocess.run([str(torchrun), "--nnodes", "1", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
                            "--master-port", str(free_port()), str(script)], capture_output=True, text=True,
                           timeout=180, env={**env, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    lines = sorted((json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")), key=lambda r: r["rank"])
+    lines = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["rank"] for r in lines] == [0, 1]
     for r in lines:
         assert r["world"] == 2 and r["launcher"] == "torchrun" and r["local"] == [r["rank"], 2]
