@@ -95,6 +95,16 @@ def run_abtem(cell, pos, gpts: int, max_batch: int) -> float:
         return len(pos) / (time.perf_counter() - start)
 
 
+def vm_hwm_bytes() -> int:
+    """Peak resident set of this process image (VmHWM). Not ru_maxrss: that survives exec and
+    would report the parent's peak for a freshly started child."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def peak_rss_child(method: str, budget_gb: float) -> None:
     """Runs in a fresh process: the paper-size case, prints JSON with the peak RSS."""
     from namsa.simulate import pattern_rebinner, prepare_simulation
@@ -108,7 +118,7 @@ def peak_rss_child(method: str, budget_gb: float) -> None:
     start = time.perf_counter()
     cbed = np.concatenate(sim.run(pos, reduce)).astype(np.float32)
     elapsed = time.perf_counter() - start
-    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
+    peak_gb = vm_hwm_bytes() / 1e9
     print(json.dumps({"method": sim.method, "peak_rss_gb": peak_gb, "budget_gb": budget_gb,
                       "output_gb": cbed.nbytes / 1e9, "batch_size": sim.batch_size, "run_s": elapsed}))
 
@@ -152,6 +162,7 @@ def main() -> None:
                         help="scan size for the probe-by-probe runs (namsa multislice, abTEM) at 512^2; their "
                              "rate per pattern barely depends on the count, and 32 x 32 takes ~1 h on 2 busy cores")
     parser.add_argument("--no-rss", action="store_true")
+    parser.add_argument("--rss-only", action="store_true", help="only the peak-RSS runs")
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:i]")
     parser.add_argument("--skip-abtem", action="store_true")
     parser.add_argument("--json", help="also write the figures to this file")
@@ -167,7 +178,7 @@ def main() -> None:
     print(f"case: Si [110] {cell.cell_A[0]:.2f} x {cell.cell_A[1]:.2f} x {cell.cell_A[2]:.1f} A, {len(cell.numbers)} atoms, "
           f"{scan}x{scan} positions, 200 kV, 20 mrad, 2 A slices")
     results: dict = {"case": CASE, "scan": scan, "grids": {}}
-    for gpts in ((256,) if args.quick else args.grids):
+    for gpts in () if args.rss_only else ((256,) if args.quick else args.grids):
         row = {}
         row["namsa_auto"], info = run_namsa(cell, pos, gpts, "auto", args.device)
         print(f"[{gpts}^2] namsa auto ({info['method']}): {row['namsa_auto']:.1f} patterns/s over {len(pos)} "
