@@ -110,3 +110,10 @@ def test_inspect_of_a_missing_directory_is_bad_input(tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "nothing")]) == EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert err.startswith("namsa: error: no store at") and err.count("\n") == 1
+
+
+def test_bad_scaling_fractions_exit_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["scaling", "--data", str(tmp_path), "--out", str(tmp_path), "--fractions", "0.5,2"])
+    assert exit_info.value.code == EXIT_BAD_INPUT
+    assert "every fraction must be in (0, 1]" in capsys.readouterr().err

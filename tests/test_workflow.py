@@ -82,6 +82,14 @@ def test_dag_threads_end_to_end_bad_structure_and_rerun(tmp_path):
     assert snapshot(run_dir) == before
     assert again.metrics_json == summary.metrics_json and again.best_checkpoint == summary.best_checkpoint
 
+    # The same evaluation by hand through the CLI, on the run's data and model.
+    from workflow.cli import main
+
+    out = tmp_path / "eval-by-hand"
+    assert main(["evaluate", str(MICRO), "--data", str(run_dir / "data"), "--model", summary.model_dir,
+                 "--out", str(out)]) == 0
+    assert json.loads((out / "metrics.json").read_text()) and (out / "report.html").exists()
+
 
 def test_dag_on_local_high_throughput_executor(tmp_path):
     run_dir = tmp_path / "run"
