@@ -143,11 +143,11 @@ def gpu_bound(gpts: int, n_slices: int, device: str) -> dict:
     a = cupy.empty(n_bytes // 4, dtype=cupy.float32)
     b = cupy.empty_like(a)
     cupy.copyto(b, a)
-    cupy.cuda.get_current_device().synchronize()
+    cupy.cuda.Device().synchronize()
     start = time.perf_counter()
     for _ in range(10):
         cupy.copyto(b, a)
-    cupy.cuda.get_current_device().synchronize()
+    cupy.cuda.Device().synchronize()
     bandwidth = 2 * n_bytes * 10 / (time.perf_counter() - start)   # read + write
     per_pattern = 64 * gpts * gpts * n_slices
     return {"copy_bandwidth_GBps": bandwidth / 1e9, "bytes_per_slice_per_probe": 64 * gpts * gpts,

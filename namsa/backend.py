@@ -58,7 +58,7 @@ class Backend:
 
     def synchronize(self) -> None:
         if self.xp is not np:
-            self.xp.cuda.get_current_device().synchronize()
+            self.xp.cuda.Device().synchronize()
 
 
 def single_threaded_blas():

@@ -166,7 +166,6 @@ def build_periodic(tile_positions: np.ndarray, tile_numbers: np.ndarray, cell_A,
         kx = (cx + tx * gx_tile) / lx
         k2 = ky[:, None] ** 2 + kx[None, :] ** 2
         inside = k2 < cutoff ** 2
-        mask = backend.asarray(inside.astype(np.float32))
         m_pixels = tile.gpts[0] * tile.gpts[1]
         props = {}
         for d in np.unique(np.round(dz, 9)):
