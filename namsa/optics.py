@@ -33,10 +33,16 @@ def band_limit_frequency(sampling: tuple[float, float], band_limit: float) -> fl
     return band_limit / (2.0 * max(sampling))
 
 
+def in_band(k2: np.ndarray, cutoff: float) -> np.ndarray:
+    """|k| < cutoff, with frequencies within 1e-9 (relative) of the cutoff counted as outside, so
+    that grids that compute the same frequency with different round-off agree on the edge."""
+    return k2 < cutoff ** 2 * (1.0 - 1e-9)
+
+
 def band_limit_mask(gpts: tuple[int, int], sampling: tuple[float, float], band_limit: float) -> np.ndarray:
     """(ny, nx) float32 disc mask, 1 where |k| < band_limit * k_Nyquist (FFT order)."""
     k2, _ = frequency_grid(gpts, sampling)
-    return (k2 < band_limit_frequency(sampling, band_limit) ** 2).astype(np.float32)
+    return in_band(k2, band_limit_frequency(sampling, band_limit)).astype(np.float32)
 
 
 def required_sampling_A(energy_kv: float, semiangle_mrad: float, band_limit: float) -> float:

@@ -32,29 +32,41 @@ import numpy as np
 import scipy.fft
 
 from .backend import Backend
+from .optics import in_band
 from .potential import Grid, SlicedPotential, build_potential, fast_fft_length, fourier_series_to_real
 
 
-def tile_atoms(positions_A: np.ndarray, numbers: np.ndarray, cell_A, tiling) -> tuple[np.ndarray, np.ndarray] | None:
-    """Atoms of one (ax, by) tile if the supercell is an exact tx x ty tiling of it, else None."""
+def tile_atoms(positions_A: np.ndarray, numbers: np.ndarray, cell_A, tiling,
+               tolerance_A: float = 1e-4) -> tuple[np.ndarray, np.ndarray] | None:
+    """Atoms of one (ax, by) tile if the supercell is an exact tx x ty tiling of it, else None.
+
+    Every atom is assigned to a tile (an atom within round-off of a tile edge goes to the next
+    tile, consistently) and moved into tile (0, 0); the supercell is an exact tiling when these
+    reduced atoms coincide, element by element and within ``tolerance_A``, with the atoms that
+    were in tile (0, 0) to begin with.
+    """
+    from scipy.spatial import cKDTree
+
     if tiling is None:
         return None
     tx, ty = int(tiling[0]), int(tiling[1])
-    if tx * ty <= 1 or len(numbers) % (tx * ty):
+    n = len(numbers)
+    if tx * ty <= 1 or n % (tx * ty):
         return None
     ax, by = cell_A[0] / tx, cell_A[1] / ty
-    reduced = np.column_stack([np.mod(positions_A[:, 0], ax), np.mod(positions_A[:, 1], by), positions_A[:, 2]])
-    # an atom on a tile edge may come out at ~0 or ~ax from round-off: fold both to 0
-    for axis, length in ((0, ax), (1, by)):
-        near_edge = reduced[:, axis] > length - 1e-6
-        reduced[near_edge, axis] -= length
-    key = np.column_stack([np.round(reduced, 5), numbers])
-    unique, counts = np.unique(key, axis=0, return_counts=True)
-    if len(unique) * tx * ty != len(numbers) or (counts != tx * ty).any():
+    ix = np.floor(positions_A[:, 0] / ax + 1e-7)
+    iy = np.floor(positions_A[:, 1] / by + 1e-7)
+    reduced = np.column_stack([positions_A[:, 0] - ix * ax, positions_A[:, 1] - iy * by, positions_A[:, 2]])
+    home = (np.mod(ix, tx) == 0) & (np.mod(iy, ty) == 0)
+    if home.sum() * tx * ty != n:
         return None
-    first = {tuple(row): i for i, row in reversed(list(enumerate(map(tuple, key))))}
-    index = np.array([first[tuple(row)] for row in unique])
-    return reduced[index], numbers[index]
+    tree = cKDTree(reduced[home])
+    distance, nearest = tree.query(reduced, distance_upper_bound=tolerance_A)
+    if not np.isfinite(distance).all() or (numbers[home][np.minimum(nearest, home.sum() - 1)] != numbers).any():
+        return None
+    if np.bincount(nearest, minlength=home.sum()).max() != tx * ty:
+        return None
+    return reduced[home], numbers[home]
 
 
 def _signed(n: int) -> np.ndarray:
@@ -165,7 +177,7 @@ def build_periodic(tile_positions: np.ndarray, tile_numbers: np.ndarray, cell_A,
         ky = (cy + ty * gy_tile) / ly
         kx = (cx + tx * gx_tile) / lx
         k2 = ky[:, None] ** 2 + kx[None, :] ** 2
-        inside = k2 < cutoff ** 2
+        inside = in_band(k2, cutoff)
         m_pixels = tile.gpts[0] * tile.gpts[1]
         props = {}
         for d in np.unique(np.round(dz, 9)):
@@ -211,7 +223,7 @@ def _tile_transmissions(potential: SlicedPotential, sigma: float, cutoff: float)
     """exp(i sigma V_s) on the tile grid, band-limited at the absolute frequency ``cutoff``, and the
     largest fraction of |t|^2 the band limit removed from any slice."""
     ky, kx = (np.fft.fftfreq(n, d) for n, d in zip(potential.grid.gpts, potential.grid.sampling))
-    mask = (ky[:, None] ** 2 + kx[None, :] ** 2) < cutoff ** 2
+    mask = in_band(ky[:, None] ** 2 + kx[None, :] ** 2, cutoff)
     out = np.empty((potential.n_slices, *potential.grid.gpts), dtype=np.complex64)
     worst = 0.0
     for s in range(potential.n_slices):
