@@ -9,13 +9,20 @@ from .config import SimulationConfig
 from .simulate import Plan, SampleSpec, plan_samples, simulate_cbed, simulate_sample
 
 
-def __getattr__(name: str):
-    # namsa.load_structure is namsa.structures.load_structure, imported on first use so that
-    # `import namsa` (and the stage/models rooms that only need Sample) do not pay for pymatgen.
-    if name == "load_structure":
-        from .structures import load_structure
+_LAZY_SUBMODULES = ("library", "structures", "icom", "periodic", "potential", "optics", "targets", "kirkland",
+                    "multislice", "backend", "constants")
 
-        return load_structure
+
+def __getattr__(name: str):
+    # namsa.load_structure is namsa.structures.load_structure, and submodules such as
+    # namsa.library are imported on first use, so that `import namsa` (and the stage/models rooms
+    # that only need Sample) do not pay for pymatgen.
+    import importlib
+
+    if name == "load_structure":
+        return importlib.import_module(".structures", __name__).load_structure
+    if name in _LAZY_SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'namsa' has no attribute {name!r}")
 
 

@@ -147,3 +147,14 @@ def test_auto_zone_axes_plan_over_the_library():
     for spec in plan.specs:
         per_material.setdefault(spec.material_id, []).append(spec.zone_axis)
     assert all(1 <= len(v) <= 2 for v in per_material.values())
+
+
+def test_public_names_and_lazy_submodules():
+    import namsa
+    from namsa import load_structure
+
+    for name in ("__version__", "UserError", "Sample", "sample_id", "SimulationConfig", "load_structure",
+                 "simulate_cbed", "simulate_sample", "plan_samples", "Plan", "SampleSpec"):
+        assert hasattr(namsa, name), name
+    assert load_structure is namsa.structures.load_structure
+    assert "Si-diamond" in namsa.library.list_ids()
