@@ -164,6 +164,9 @@ def test_cpu_and_gpu_agree_to_float32_precision(si110):
     gpu = simulate_cbed(si110, POSITIONS, sampling_A=0.06, slice_thickness_A=1.92, device="cuda", **OPTICS)
     assert rel_l2(gpu, cpu) < 1e-5
     np.testing.assert_allclose(gpu.sum(axis=(1, 2)), cpu.sum(axis=(1, 2)), rtol=1e-5)
+    fast_gpu = simulate_cbed(si110, POSITIONS, sampling_A=0.06, slice_thickness_A=1.92, device="cuda",
+                             method="periodic", **OPTICS)
+    assert rel_l2(fast_gpu, cpu) < 1e-5
 
 
 def test_periodic_path_reproduces_probe_by_probe_multislice():
