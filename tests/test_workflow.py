@@ -262,3 +262,13 @@ def test_quickstart_model_beats_the_mean_baseline_on_held_out_materials(tmp_path
     assert summary.available == summary.planned == 44
     errors = summary.headline["potential"]
     assert errors["network"]["rel_l2"] < errors["mean"]["rel_l2"]
+
+
+def test_stores_go_to_execution_data_dir_with_a_link_in_the_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("NAMSA_TEST_SCRATCH", str(tmp_path / "scratch"))
+    run_dir = tmp_path / "run"
+    pipeline = simulate_stage(micro("execution.data_dir=$NAMSA_TEST_SCRATCH/data"), run_dir)
+    assert pipeline.summary.written == MICRO_IDS
+    assert len(stored(tmp_path / "scratch" / "data")) == MICRO_IDS  # $VARS expanded, stores there
+    link = run_dir / "data"
+    assert link.is_symlink() and link.resolve() == (tmp_path / "scratch" / "data").resolve()
