@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import shlex
+import sys
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -219,17 +220,23 @@ class LiveView:
     def __init__(self, enabled: bool):
         self.enabled = enabled
         self.bar = None
+        # A terminal gets a live line; a log file (batch job, CI) a line every 30 s, not a flood.
+        self.interval = 0.5 if sys.stderr.isatty() else 30.0
+        self._shown = 0.0
 
     def start(self, total: int, desc: str, unit: str) -> None:
         self.close()
         self.bar = runners.progress_bar(total, desc, unit, self.enabled)
+        self._shown = time.time()
 
     def update(self, n: int, **postfix: Any) -> None:
         if self.bar is None:
             return
         self.bar.n = min(n, self.bar.total) if self.bar.total else n
         self.bar.set_postfix(postfix, refresh=False)
-        self.bar.refresh()
+        if time.time() - self._shown >= self.interval:
+            self.bar.refresh()
+            self._shown = time.time()
 
     def close(self) -> None:
         if self.bar is not None:
