@@ -23,6 +23,10 @@ from workflow.errors import NotEnoughSamples, StageFailed
 
 MICRO = Path(__file__).resolve().parents[1] / "configs" / "micro.yaml"
 MICRO_IDS = 8  # 4 materials x 2 zone axes
+#: one simulation worker and samples slow enough (8x8 scans, 40 A thick) that an interruption
+#: after the first sample always lands before the last one
+SEQUENTIAL = ("execution.workers=1", "simulation.scan_shape=[8, 8]", "model.in_channels=64",
+              "simulation.thickness_A=40")
 
 
 def micro(*overrides: str):
@@ -113,8 +117,7 @@ def _simulated_so_far(run_dir: Path) -> int:
 
 def test_rerun_after_killed_simulation_finishes_only_what_is_missing(tmp_path):
     run_dir = tmp_path / "run"
-    # One worker, so the samples come one after another and the kill lands mid-way.
-    overrides = ["--set", "execution.workers=1"]
+    overrides = [arg for override in SEQUENTIAL for arg in ("--set", override)]
     proc = subprocess.Popen([sys.executable, "-m", "workflow.cli", "run", str(MICRO), "--out", str(run_dir),
                              "--no-progress", *overrides], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -127,7 +130,7 @@ def test_rerun_after_killed_simulation_finishes_only_what_is_missing(tmp_path):
     before = stored(run_dir / "data")
     assert 0 < len(before) < MICRO_IDS, "the kill should land during the simulation"
 
-    pipeline = Pipeline(micro("execution.workers=1"), run_dir, progress=False, retry_failed=False)
+    pipeline = Pipeline(micro(*SEQUENTIAL), run_dir, progress=False, retry_failed=False)
     pipeline.paths.create()
     try:
         pipeline.simulate()
@@ -140,7 +143,7 @@ def test_rerun_after_killed_simulation_finishes_only_what_is_missing(tmp_path):
 
 def test_ctrl_c_stops_cleanly_and_the_stores_stay_usable(tmp_path):
     run_dir = tmp_path / "run"
-    cfg = micro("execution.workers=1")
+    cfg = micro(*SEQUENTIAL)
 
     def interrupt_after_first_sample() -> None:
         deadline = time.time() + 120
