@@ -23,10 +23,12 @@ from workflow.errors import NotEnoughSamples, StageFailed
 
 MICRO = Path(__file__).resolve().parents[1] / "configs" / "micro.yaml"
 MICRO_IDS = 8  # 4 materials x 2 zone axes
-#: one simulation worker and samples slow enough (8x8 scans, 40 A thick) that an interruption
-#: after the first sample always lands before the last one
-SEQUENTIAL = ("execution.workers=1", "simulation.scan_shape=[8, 8]", "model.in_channels=64",
-              "simulation.thickness_A=40")
+#: one simulation worker and samples slow enough (16x16 scans, 80 A thick, frozen phonons, so
+#: the probe-by-probe path with no cross-sample caching: about 1 s each) that an interruption after
+#: the first sample always lands before the last one, even though the main thread may notice the
+#: signal only at its next 0.5 s wake-up
+SEQUENTIAL = ("execution.workers=1", "simulation.scan_shape=[16, 16]", "model.in_channels=256",
+              "simulation.thickness_A=80", "simulation.variations.frozen_phonon=true")
 
 
 def micro(*overrides: str):
