@@ -36,6 +36,68 @@ def test_linear_step_model_recovers_theta():
     np.testing.assert_allclose(model.theta, (0.002, 1.1, 0.7), atol=1e-9)
 
 
+def _synthetic_runs(theta=(0.002, 1.1, 0.7), cores=2, noise=0.0):
+    """Runs generated from a known theta on the same grid the benchmark measures."""
+    rng = np.random.default_rng(1)
+    link = pm.AlphaBeta(200e-6, 1.3e-9)
+    runs = []
+    for width in (16, 32, 48, 64, 96):
+        for batch in (2, 6):
+            t1 = 2e-4 * width * batch
+            for ranks in (1, 2, 3, 4):
+                x1, x2 = pm.step_features(t1, ranks, width * 4000, link, cores)
+                t = theta[0] + theta[1] * x1 + theta[2] * x2 if ranks > 1 else t1
+                runs.append({"width": width, "batch": batch, "ranks": ranks, "x1": x1, "x2": x2,
+                             "t": t * (1 + noise * rng.standard_normal())})
+    return runs
+
+
+def test_step_features_scale_compute_by_ranks_per_core():
+    link = pm.AlphaBeta(1e-4, 1e-9)
+    assert pm.step_features(0.01, 2, 1e6, link, cores=2) == (0.01, link.ring_allreduce(1e6, 2))
+    # 3 ranks on 2 cores: one core time-slices 2 ranks and the synchronous step waits for them.
+    assert pm.step_features(0.01, 3, 1e6, link, cores=2)[0] == pytest.approx(0.02)
+    assert pm.step_features(0.01, 4, 1e6, link, cores=2)[0] == pytest.approx(0.02)
+    assert pm.step_features(0.01, 1, 1e6, link, cores=2)[1] == 0
+
+
+def test_held_out_rule_is_fixed_by_width_position_not_by_outcome():
+    assert pm.held_out_widths([96, 16, 48, 32, 64, 16]) == {32, 64}
+    runs = _synthetic_runs()
+    fit, held = pm.split_runs(runs, "width", cores=2)
+    assert {r["width"] for r in held} == {32, 64} and {r["width"] for r in fit} == {16, 48, 96}
+    assert all(r["ranks"] == 2 for r in fit + held)  # dedicated cores only; P=1 supplies x1
+    fit, held = pm.split_runs(runs, "width-all", cores=2)
+    assert len(held) == 12 and len(fit) == 18 and min(r["ranks"] for r in fit + held) == 2
+    fit, held = pm.split_runs(runs, "max-ranks", cores=2)
+    assert {r["ranks"] for r in held} == {4} and {r["ranks"] for r in fit} == {2, 3}
+    # The split depends only on the configuration: measured times do not move it.
+    noisy = _synthetic_runs(noise=0.5)
+    assert [(r["width"], r["batch"], r["ranks"]) for r in pm.split_runs(noisy, "width", 2)[1]] == \
+        [(r["width"], r["batch"], r["ranks"]) for r in pm.split_runs(runs, "width", 2)[1]]
+    with pytest.raises(ValueError, match="unknown held-out rule"):
+        pm.split_runs(runs, "best-looking", 2)
+
+
+@pytest.mark.parametrize("rule", ["width", "width-all", "max-ranks"])
+def test_fit_and_judge_recovers_theta_and_predicts_held_out_runs(rule):
+    result = pm.fit_and_judge(_synthetic_runs(), rule, cores=2)
+    np.testing.assert_allclose(result["theta"], (0.002, 1.1, 0.7), rtol=1e-6, atol=1e-9)
+    assert result["mape"] < 1e-9 and result["max"] < 1e-9
+    assert result["n"] == sum(not r["in_fit"] for r in result["rows"])
+
+
+def test_noisy_runs_give_a_held_out_error_of_the_noise_size():
+    result = pm.fit_and_judge(_synthetic_runs(noise=0.05), "width-all", cores=2)
+    assert 0.005 < result["mape"] < 0.15 and result["max"] >= result["mape"]
+
+
+def test_prediction_errors_are_mape_and_max():
+    errors = pm.prediction_errors([1.0, 2.0, 4.0], [1.1, 1.8, 4.0])
+    assert errors["mape"] == pytest.approx((0.1 + 0.1 + 0.0) / 3)
+    assert errors["max"] == pytest.approx(0.1) and errors["n"] == 3
+
+
 def test_master_worker_breaks_down_before_27600_ranks_and_bitvector_does_not():
     rows = pm.coordination_table(27_600)
     assert rows[-1]["ranks"] == 27_600

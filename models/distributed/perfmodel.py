@@ -8,9 +8,10 @@ Units: seconds, bytes, bytes/second; P = number of ranks (GPUs or processes).
   2(P-1) alpha + 2 (P-1)/P n beta; binomial-tree allreduce (reduce + broadcast):
   2 ceil(log2 P) (alpha + n beta). alpha/beta are fitted to measured allreduce times by
   non-negative least squares.
-* You et al.'s linear predictor: t = theta0 + theta1 x1 + theta2 x2 with x1 the compute time of one
-  worker's batch on this machine (scaled by core oversubscription) and x2 the alpha-beta time of
-  the gradient allreduce; theta fitted on measured runs, judged on runs held out of the fit.
+* You et al.'s linear predictor: t = theta0 + theta1 x1 + theta2 x2 with x1 the measured
+  single-worker step (times ceil(P/cores) when ranks share cores) and x2 the alpha-beta time of
+  the gradient allreduce; theta fitted on measured runs, judged on runs held out of the fit by a
+  rule fixed before measuring (``split_runs``), error = mean absolute percentage error and max.
 * Coordination per cycle: Horovod's original master-worker (rank 0 receives one request message
   from each of the P-1 workers in turn, then broadcasts the response down a binomial tree) vs the
   paper's bitvector (one tree allreduce of ceil(G/64) int64 words): the former grows linearly in
@@ -103,9 +104,57 @@ class LinearStepModel:
 
 
 def step_features(compute_1_s: float, ranks: int, grad_bytes: float, link: AlphaBeta, cores: int) -> tuple[float, float]:
-    """(x1, x2) of one run: per-worker compute time, slowed when ranks oversubscribe the cores,
-    and the alpha-beta time of one gradient allreduce."""
-    return compute_1_s * max(1.0, ranks / cores), link.ring_allreduce(grad_bytes, ranks)
+    """(x1, x2) of one run, in seconds: x1 = the measured single-worker step ``compute_1_s`` times
+    ceil(P / cores), because with more ranks than cores the OS time-slices ceil(P/cores) ranks on
+    the busiest core and a synchronous step waits for its slowest rank (x1 = ``compute_1_s`` when
+    every rank has a core of its own, You et al.'s assumption); x2 = the alpha-beta ring time of
+    one all_reduce of the ``grad_bytes`` gradient over P ranks."""
+    return compute_1_s * math.ceil(ranks / cores), link.ring_allreduce(grad_bytes, ranks)
+
+
+def prediction_errors(measured, predicted) -> dict[str, float]:
+    """Mean absolute percentage error and max absolute relative error (fractions, not %)."""
+    measured, predicted = np.asarray(measured, float), np.asarray(predicted, float)
+    rel = np.abs(predicted - measured) / measured
+    return {"mape": float(np.mean(rel)), "max": float(np.max(rel)), "n": int(rel.size)}
+
+
+def held_out_widths(widths) -> set:
+    """The held-out rule, fixed before any measurement: the widths (model sizes) at odd positions
+    of the sorted distinct widths (2nd, 4th, ...), i.e. interpolation in model size. Every run of
+    such a width is held out of the fit, whatever its batch or rank count."""
+    return set(sorted(set(widths))[1::2])
+
+
+def split_runs(runs: list[dict], rule: str, cores: int) -> tuple[list[dict], list[dict]]:
+    """(fit, held-out) runs for a named rule. Runs are dicts with ``width``, ``ranks``.
+    Single-rank runs are neither fitted nor judged: they supply x1, so they would predict
+    themselves. Rules: ``"width"`` (held_out_widths) over runs with 2 <= P <= cores (dedicated
+    cores); ``"width-all"`` the same over every P >= 2 (oversubscribed too); ``"max-ranks"`` all
+    runs at the largest rank count held out (extrapolation in P)."""
+    multi = [r for r in runs if r["ranks"] >= 2]
+    if rule == "width":
+        multi = [r for r in multi if r["ranks"] <= cores]
+    if rule in ("width", "width-all"):
+        out = held_out_widths(r["width"] for r in multi)
+        test = lambda r: r["width"] in out  # noqa: E731
+    elif rule == "max-ranks":
+        top = max(r["ranks"] for r in multi)
+        test = lambda r: r["ranks"] == top  # noqa: E731
+    else:
+        raise ValueError(f"unknown held-out rule {rule!r}")
+    return [r for r in multi if not test(r)], [r for r in multi if test(r)]
+
+
+def fit_and_judge(runs: list[dict], rule: str, cores: int) -> dict:
+    """Fit You et al.'s model on the rule's fit runs (keys ``x1``, ``x2``, ``t``, seconds) and
+    return theta, the held-out errors, and per-run predictions."""
+    fit, held = split_runs(runs, rule, cores)
+    model = LinearStepModel.fit(*(np.array([r[k] for r in fit]) for k in ("x1", "x2", "t")))
+    rows = [{**r, "predicted": float(model.predict(r["x1"], r["x2"])), "in_fit": in_fit}
+            for runs_, in_fit in ((fit, True), (held, False)) for r in runs_]
+    errors = prediction_errors([r["t"] for r in rows if not r["in_fit"]], [r["predicted"] for r in rows if not r["in_fit"]])
+    return {"rule": rule, "theta": model.theta, "rows": rows, "fit_runs": len(fit), **errors}
 
 
 def hierarchical_allreduce(nbytes: float, nodes: int, per_node: int, intra: AlphaBeta, inter: AlphaBeta) -> float:
