@@ -15,8 +15,12 @@ The pipeline is measured delivering fp16 stacks (``raw_cbed=True``: the transfor
 GPU after an fp16 copy, the recommended GPU path) and, for reference, float32 stacks normalised
 in the workers (log1p + standardisation on the CPU).
 
+The pipeline is read with both loaders (``--loaders processes threads``): DataLoader worker
+processes (every item in fresh shared memory) and reader threads over a ring of reused buffers
+(``DataConfig.loader = "threads"``, what ``auto`` picks for paper-sized samples).
+
 Usage:  python benchmarks/bench_io.py [--px 256 512] [--samples 6 3] [--workers 1 2] [--dir /tmp]
-        [--write-only]
+        [--write-only] [--loaders processes threads] [--no-compare]
 """
 from __future__ import annotations
 
@@ -124,12 +128,29 @@ def raw_read_fresh(path: Path, record_bytes: int) -> float:
     return time.perf_counter() - t
 
 
-def pipeline_read(store: Path, workers: int, raw_cbed: bool, normalizer: stage.Normalizer | None
-                  ) -> tuple[float, float]:
-    """(seconds for the whole epoch including worker start-up, seconds after the first batch)."""
+def pipeline_read(store: Path, workers: int, raw_cbed: bool, normalizer: stage.Normalizer | None,
+                  loader: str = "auto", cold: bool = False) -> tuple[float, float, str]:
+    """(seconds for the second epoch, seconds after its first batch, fincore's cached size before it).
+
+    The first epoch is a warm-up that starts the workers/threads and allocates the thread
+    loader's ring once, as in a training run; ``cold`` drops data.mdb from the page cache before
+    the timed epoch. ``loader``: DataConfig.loader (processes = DataLoader workers, threads =
+    reader threads over a ring of reused buffers, auto = what the trainer gets).
+    """
     ds = stage.SampleDataset(store, None, normalizer, raw_cbed=raw_cbed)
-    cfg = stage.DataConfig(num_workers=workers, prefetch_factor=2, pin_memory=False)
+    cfg = stage.DataConfig(num_workers=workers, prefetch_factor=2, pin_memory=False, loader=loader)
     loader = stage.make_loader(ds, cfg, batch_size=1, shuffle=False, drop_last=False)
+    for _ in loader:
+        pass
+    if cold:
+        # a mapped page cannot be evicted: unmap the store everywhere first (the thread
+        # loader reopens it on the next epoch; DataLoader workers restart, start-up included)
+        ds.stores.close()
+        if getattr(loader, "_iterator", None) is not None:
+            loader._iterator._shutdown_workers()
+            loader._iterator = None
+    data_file = store / "data.mdb"
+    left = drop_cache(data_file) if cold else cached(data_file)
     t = time.perf_counter()
     first = None
     n = 0
@@ -138,8 +159,10 @@ def pipeline_read(store: Path, workers: int, raw_cbed: bool, normalizer: stage.N
         first = first or time.perf_counter()
     end = time.perf_counter()
     assert n == len(ds)
+    if hasattr(loader, "close"):
+        loader.close()  # stop the reader threads
     del loader  # shut the workers down before the next measurement
-    return end - t, end - first
+    return end - t, end - first, left
 
 
 def write_store(path: Path, samples: list[Sample], compression: str) -> tuple[float, int]:
@@ -173,12 +196,13 @@ def simulator_seconds_per_sample(px: int) -> float | None:
     return per_pattern * 1024 if per_pattern > 0 else None
 
 
-def bench_size(px: int, n_samples: int, workers: list[int], root: Path, read: bool = True) -> None:
+def bench_size(px: int, n_samples: int, workers: list[int], root: Path, read: bool = True,
+               loaders: tuple[str, ...] = ("processes", "threads"), compare: bool = True) -> None:
     raw_bytes = 1024 * px * px * 2
     print(f"\n=== 1024 x {px} x {px} float16 = {raw_bytes / 2**20:.0f} MiB per sample, {n_samples} samples ===")
     samples = [make_sample(k, px) for k in range(n_samples)]
     stores, write_per_sample = {}, {}
-    for compression in ("none", "zstd"):
+    for compression in ("none", "zstd") if compare else ("none",):
         path = root / f"px{px}-{compression}"
         seconds, stored = write_store(path, samples, compression)
         stores[compression] = path
@@ -187,7 +211,7 @@ def bench_size(px: int, n_samples: int, workers: list[int], root: Path, read: bo
               f"{stored / (n_samples * raw_bytes):.3f}")
         write_per_sample[compression] = seconds / n_samples
     del samples
-    sim = simulator_seconds_per_sample(px)
+    sim = simulator_seconds_per_sample(px) if compare else None
     if sim:
         print(f"simulator (namsa, marginal, same run): {sim:.1f} s per 1024-pattern sample; store write / "
               f"simulation time = {write_per_sample['none'] / sim:.3f} (none), "
@@ -205,26 +229,27 @@ def bench_size(px: int, n_samples: int, workers: list[int], root: Path, read: bo
         left = drop_cache(data_file) if state == "cold" else cached(data_file)
         fresh = file_bytes / raw_read_fresh(data_file, raw_bytes) / GB
         print(f"raw read into fresh shared-memory buffers, {state} (cached before: {left}): {fresh:5.2f} GB/s")
-        for w in workers:
-            left = drop_cache(data_file) if state == "cold" else cached(data_file)
-            total, steady = pipeline_read(stores["none"], w, True, None)
+        for kind, w in [(kind, w) for kind in loaders for w in workers]:
+            total, steady, left = pipeline_read(stores["none"], w, True, None, kind, cold=state == "cold")
             rate = file_bytes / total / GB
             steady_rate = file_bytes * (n_samples - 1) / n_samples / steady / GB
-            print(f"  pipeline fp16, {w} worker(s), {state} (cached before: {left}): {rate:5.2f} GB/s "
-                  f"({n_samples / total:5.2f} samples/s) with start-up, pipeline/raw = {rate / raw:.2f}; "
+            print(f"  pipeline fp16, loader={kind}, {w} worker(s), {state} (cached before: {left}): {rate:5.2f} GB/s "
+                  f"({n_samples / total:5.2f} samples/s) second epoch, pipeline/raw = {rate / raw:.2f}; "
                   f"after the first batch {steady_rate:5.2f} GB/s, pipeline/raw = {steady_rate / raw:.2f}, "
                   f"pipeline/raw-into-fresh-buffers = {steady_rate / fresh:.2f}")
     if norm is not None:
-        for w in workers:
-            total, steady = pipeline_read(stores["none"], w, False, norm)
-            print(f"  pipeline float32 log1p-normalised in workers, {w} worker(s), warm: "
+        for kind, w in [(kind, w) for kind in loaders for w in workers]:
+            total, steady, _ = pipeline_read(stores["none"], w, False, norm, kind)
+            print(f"  pipeline float32 log1p-normalised in workers, loader={kind}, {w} worker(s), warm: "
                   f"{n_samples * raw_bytes / total / GB:5.2f} GB/s of fp16 data, {n_samples / total:6.2f} samples/s "
                   f"(after the first batch {(n_samples - 1) / steady:6.2f} samples/s)")
+    if not compare:
+        return
     raw_warm = file_bytes / raw_read(data_file) / GB
     zfile = stores["zstd"] / "data.mdb"
     raw_read(zfile)  # warm it
     for w in workers:
-        seconds, _ = pipeline_read(stores["zstd"], w, True, None)
+        seconds, _, _ = pipeline_read(stores["zstd"], w, True, None)
         print(f"  pipeline fp16 from the zstd store, {w} worker(s), warm: {n_samples * raw_bytes / seconds / GB:5.2f} "
               f"GB/s of decoded fp16 ({n_samples / seconds:6.2f} samples/s) vs {raw_warm:5.2f} GB/s raw warm read "
               f"of the uncompressed file: {n_samples * raw_bytes / seconds / GB / raw_warm:.2f}")
@@ -238,13 +263,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dir", default=os.environ.get("TMPDIR", tempfile.gettempdir()),
                         help="where the temporary stores go (node-local disk)")
     parser.add_argument("--write-only", action="store_true", help="measure the write path only")
+    parser.add_argument("--loaders", nargs="+", default=["processes", "threads"],
+                        choices=["processes", "threads", "auto"], help="DataConfig.loader values to read with")
+    parser.add_argument("--no-compare", action="store_true",
+                        help="skip the zstd store and the simulator timing (read-pipeline figures only)")
     args = parser.parse_args(argv)
     counts = args.samples + [args.samples[-1]] * (len(args.px) - len(args.samples))
     print(f"bench_io: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, stores under {args.dir}")
     root = Path(tempfile.mkdtemp(prefix="bench_io-", dir=args.dir))
     try:
         for px, n in zip(args.px, counts):
-            bench_size(px, n, args.workers, root, read=not args.write_only)
+            bench_size(px, n, args.workers, root, read=not args.write_only, loaders=tuple(args.loaders),
+                       compare=not args.no_compare)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -25,8 +25,16 @@ class DataConfig(BaseModel):
     split_seed:        seed of the hash-based material -> split assignment.
     transform:         input transform applied to each pattern after subtracting its minimum:
                        ``none`` | ``log1p`` | ``sqrt``; the result is then standardised.
-    num_workers, prefetch_factor, pin_memory: torch DataLoader knobs (pin_memory only has an
-                       effect when CUDA is available).
+    num_workers, prefetch_factor, pin_memory: loader knobs (pin_memory only has an effect when
+                       CUDA is available). With ``loader: threads`` num_workers is the number of
+                       reader threads (0 = read in the calling thread) and prefetch_factor the
+                       number of batches read ahead.
+    loader:            ``processes``: torch DataLoader worker processes, every item in freshly
+                       allocated shared memory; ``threads``: reader threads filling a fixed ring
+                       of preallocated (pinned with CUDA) batch buffers, no allocation in steady
+                       state; ``auto``: threads when one delivered cbed stack is at least
+                       ``stage.dataset.THREADS_MIN_SAMPLE_BYTES`` (16 MiB; every paper-shaped
+                       sample), processes otherwise. See docs/store-format.md, "Loader".
     shard_mode:        ``unique``: each rank reads its own stores (node-local shards, the paper's
                        mode); ``shared``: all ranks read all stores through a DistributedSampler.
     node_local_dir:    where `namsa stage` puts node-local copies (e.g. ``$TMPDIR``); None = the
@@ -48,6 +56,7 @@ class DataConfig(BaseModel):
     num_workers: int = Field(2, ge=0)
     prefetch_factor: int = Field(2, ge=1)
     pin_memory: bool = True
+    loader: Literal["auto", "processes", "threads"] = "auto"
     shard_mode: Literal["unique", "shared"] = "unique"
     node_local_dir: str | None = None
     map_size_mb: int = Field(256, ge=1)

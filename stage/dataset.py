@@ -2,8 +2,12 @@
 
 The only module of `stage` that imports torch. Stores are opened lazily, read-only and lock-free
 in each worker process (kernel readahead off for small records, on for large ones that are read
-whole: see `stage.store.StoreReader`). Items are written straight into shared memory, so handing
-them to the main process copies nothing. Sharding for data-parallel training:
+whole: see `stage.store.StoreReader`). Two loaders yield identical batches (`make_loader`,
+``DataConfig.loader``): DataLoader worker processes write each item straight into fresh shared
+memory, so handing it to the main process copies nothing (best for small samples); reader
+threads (`ThreadLoader`) fill a fixed ring of preallocated batch buffers, so paper-sized samples
+(128-512 MiB) do not pay first-touch page faults of new memory on every read. Sharding for
+data-parallel training:
 
 * ``unique`` (the paper's mode, Laanait et al. 2019): every rank reads a fixed shard of its own —
   whole stores (one per writer/node) when there are at least as many stores as ranks, otherwise
@@ -20,7 +24,9 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections import deque
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import numpy as np
@@ -106,18 +112,30 @@ class SampleDataset(Dataset):
         return arrays
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        stored = np.dtype(self.stores.manifest["arrays"]["cbed"]["dtype"])
-        cbed = _shared_empty(self.cbed_shape, stored if self.raw_cbed else np.float32)
-        arrays = self._read_or_substitute(index, {"cbed": cbed.numpy()})
-        if not self.raw_cbed and self.normalizer is not None:
-            self.normalizer.cbed(arrays["cbed"], inplace=True, stored_scale=self.storage_scale)
-        target = np.stack([arrays[t] for t in self.targets])
-        if self.normalizer is not None:
-            target = np.stack([self.normalizer.target(target[c], t) for c, t in enumerate(self.targets)])
-        item = {"cbed": cbed, "target": torch.from_numpy(target.astype(np.float32, copy=False)), "index": index}
+        cbed = _shared_empty(self.cbed_shape, self.cbed_dtype)
+        target = np.empty(self.target_shape, np.float32)
+        self.read_into(index, cbed.numpy(), target)
+        item = {"cbed": cbed, "target": torch.from_numpy(target), "index": index}
         if self.raw_cbed:
             item["cbed_scale"] = self.storage_scale
         return item
+
+    @property
+    def cbed_dtype(self) -> np.dtype:
+        """dtype of delivered cbed: as stored with ``raw_cbed``, else float32."""
+        return np.dtype(self.stores.manifest["arrays"]["cbed"]["dtype"]) if self.raw_cbed else np.dtype(np.float32)
+
+    def read_into(self, index: int, cbed: np.ndarray, target: np.ndarray) -> None:
+        """Read item ``index`` into preallocated arrays: ``cbed`` (S, P, P) of `cbed_dtype` and
+        ``target`` (C, T, T) float32, transformed exactly as `__getitem__` does (it calls this).
+        Every record's checksum is verified; ``skip_corrupt`` substitutes as documented above."""
+        out = {"cbed": cbed, **{t: target[c] for c, t in enumerate(self.targets)}}
+        arrays = self._read_or_substitute(index, out)
+        if not self.raw_cbed and self.normalizer is not None:
+            self.normalizer.cbed(arrays["cbed"], inplace=True, stored_scale=self.storage_scale)
+        if self.normalizer is not None:
+            for c, t in enumerate(self.targets):
+                target[c] = self.normalizer.target(target[c], t)
 
     def _read_or_substitute(self, index: int, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         for attempt in range(len(self)):
@@ -252,23 +270,189 @@ def _worker_init(worker_id: int) -> None:
     torch.set_num_threads(1)
 
 
+#: delivered cbed bytes per sample from which ``loader: auto`` picks reader threads (one 1024 x
+#: 64 x 64 float16 stack is 8 MiB, every paper-shaped stack 128-512 MiB): above it, first-touching
+#: each item's fresh shared memory costs more than reading it (benchmarks/RESULTS.md, stage).
+THREADS_MIN_SAMPLE_BYTES = 16 << 20
+
+
+class ThreadLoader:
+    """Reader threads filling a fixed ring of preallocated batch buffers (``loader: threads``).
+
+    Same batches as `StageLoader` (same `ShardedBatchSampler`, same `SampleDataset.read_into`,
+    so identical values, order, ``set_epoch``/``skip_batches`` and dict layout), but no
+    allocation in steady state: the DataLoader's worker processes put every 128-512 MiB item
+    into freshly allocated shared memory whose first-touch page faults cost more than the read
+    itself. Here ``threads`` reader threads copy each record out of the LMDB map (checksum
+    verified) straight into a slot of a ring of ``prefetch + 2`` batch buffers (pinned when
+    ``pin_memory`` and CUDA is available); numpy's copy, cast and the transforms release the GIL,
+    so the threads overlap. ``threads=0`` reads in the calling thread.
+
+    Lifetime of a batch: its tensors are views of a ring slot that is refilled ``prefetch + 2``
+    batches later, i.e. while the next batch is being fetched. Holding batch k while fetching
+    batch k+1 is safe (the ring depth guarantees it; a non-blocking copy to the GPU of batch k
+    has completed by then); a consumer that keeps batches longer must ``clone()`` them.
+    Starting a new iteration ends the previous one (its pending reads are cancelled or finished
+    first), like a DataLoader.
+    """
+
+    def __init__(self, dataset: SampleDataset, batch_sampler: ShardedBatchSampler, *, threads: int,
+                 prefetch: int, pin_memory: bool):
+        self.dataset = dataset
+        self.batch_sampler = batch_sampler
+        self.threads = max(0, int(threads))
+        self.prefetch = max(1, int(prefetch)) if self.threads else 0
+        self.depth = self.prefetch + 2
+        self.pin_memory = pin_memory
+        self.ring: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._executor: ThreadPoolExecutor | None = None
+        self._active: _RingIterator | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        self.batch_sampler.set_epoch(epoch)
+
+    def skip_batches(self, k: int) -> None:
+        self.batch_sampler.skip_batches(k)
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        if self._active is not None:
+            self._active.close()
+        self._prepare()
+        self._active = _RingIterator(self, list(self.batch_sampler))
+        return self._active
+
+    def _prepare(self) -> None:
+        """Allocate the ring and the threads once; open the stores here so that the threads
+        share one LMDB environment per store (LMDB forbids opening one twice in a process)."""
+        if not self.ring:
+            b = self.batch_sampler.batch_size
+            ds = self.dataset
+            dtype = torch.from_numpy(np.empty(0, ds.cbed_dtype)).dtype
+            for _ in range(self.depth):
+                self.ring.append((torch.empty((b, *ds.cbed_shape), dtype=dtype, pin_memory=self.pin_memory),
+                                  torch.empty((b, *ds.target_shape), dtype=torch.float32, pin_memory=self.pin_memory)))
+        if self.threads and self._executor is None:
+            self._executor = ThreadPoolExecutor(self.threads, thread_name_prefix="stage-reader")
+        for reader in self.dataset.stores.readers:
+            reader.env  # noqa: B018 (opens it in this process)
+
+    def close(self) -> None:
+        """End the current iteration and stop the reader threads (also done at garbage collection)."""
+        if self._active is not None:
+            self._active.close()
+            self._active = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+
+    def __del__(self) -> None:
+        # never block here: the cyclic GC may run this on any thread, even one of our own readers
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class _RingIterator:
+    """One epoch of a `ThreadLoader`: batch b is read into ring slot b % depth."""
+
+    def __init__(self, loader: ThreadLoader, batches: list[list[int]]):
+        self.loader = loader
+        self.batches = batches
+        self.submitted = 0  # batches handed to the threads
+        self.delivered = 0
+        self.pending: deque[list[Future]] = deque()
+        for _ in range(min(loader.prefetch, len(batches))):
+            self._submit()
+
+    def _slot(self, b: int) -> tuple[np.ndarray, np.ndarray]:
+        cbed, target = self.loader.ring[b % self.loader.depth]
+        return cbed.numpy(), target.numpy()
+
+    def _submit(self) -> None:
+        cbed, target = self._slot(self.submitted)
+        read = self.loader.dataset.read_into
+        executor = self.loader._executor
+        self.pending.append([executor.submit(read, idx, cbed[i], target[i])
+                             for i, idx in enumerate(self.batches[self.submitted])])
+        self.submitted += 1
+
+    def __iter__(self) -> _RingIterator:
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        b = self.delivered
+        if b >= len(self.batches):
+            raise StopIteration
+        # Batch b + prefetch goes into the slot of batch b - 2: the consumer may still hold b - 1.
+        if self.loader.threads and self.submitted < len(self.batches):
+            self._submit()
+        try:
+            if self.loader.threads:
+                for future in self.pending.popleft():
+                    future.result()
+            else:
+                cbed, target = self._slot(b)
+                for i, idx in enumerate(self.batches[b]):
+                    self.loader.dataset.read_into(idx, cbed[i], target[i])
+        except BaseException:
+            self.close()
+            raise
+        self.delivered += 1
+        return self._batch(b)
+
+    def _batch(self, b: int) -> dict[str, Any]:
+        """The batch dict of `collate_samples` (same keys, dtypes and shapes) over the ring slot."""
+        indices = self.batches[b]
+        n = len(indices)
+        cbed, target = self.loader.ring[b % self.loader.depth]
+        batch = {"cbed": cbed[:n], "target": target[:n], "index": torch.tensor(indices)}
+        ds = self.loader.dataset
+        if ds.raw_cbed:
+            # default_collate turns python floats into float64; a batch of one goes through torch.tensor
+            batch["cbed_scale"] = torch.tensor([ds.storage_scale] * n, dtype=torch.float32 if n == 1 else torch.float64)
+        return batch
+
+    def close(self) -> None:
+        """Cancel the reads not started and wait for the running ones (they write into the ring)."""
+        running = []
+        for futures in self.pending:
+            running += [f for f in futures if not f.cancel()]
+        self.pending.clear()
+        wait(running)
+        self.delivered = len(self.batches)
+
+
+def choose_loader(dataset: SampleDataset, data_cfg: DataConfig) -> str:
+    """``processes`` or ``threads`` for ``data_cfg.loader`` (resolving ``auto`` by sample size)."""
+    if data_cfg.loader != "auto":
+        return data_cfg.loader
+    sample_bytes = int(np.prod(dataset.cbed_shape)) * dataset.cbed_dtype.itemsize
+    return "threads" if sample_bytes >= THREADS_MIN_SAMPLE_BYTES else "processes"
+
+
 def make_loader(dataset: SampleDataset, data_cfg: DataConfig | None, batch_size: int, rank: int = 0,
                 world_size: int = 1, shuffle: bool = True, seed: int = 0, drop_last: bool | None = None,
-                shard_mode: str | None = None) -> StageLoader:
-    """The input pipeline recipe: sharded deterministic batches, worker processes, prefetch,
+                shard_mode: str | None = None) -> StageLoader | ThreadLoader:
+    """The input pipeline recipe: sharded deterministic batches, parallel reads, prefetch,
     pinned memory when CUDA is available.
 
-    ``drop_last`` defaults to ``shuffle`` (training drops the ragged batch, evaluation keeps it);
-    ``shard_mode`` defaults to ``data_cfg.shard_mode``.
+    ``data_cfg.loader`` picks worker processes (`StageLoader`) or reader threads over a ring of
+    reused buffers (`ThreadLoader`, the default for paper-sized samples; see `choose_loader`).
+    Both yield the same batches. ``drop_last`` defaults to ``shuffle`` (training drops the ragged
+    batch, evaluation keeps it); ``shard_mode`` defaults to ``data_cfg.shard_mode``.
     """
     cfg = data_cfg if data_cfg is not None else DataConfig()
     drop_last = shuffle if drop_last is None else drop_last
     sampler = ShardedBatchSampler(dataset, batch_size, rank=rank, world_size=world_size, shuffle=shuffle,
                                   seed=seed, drop_last=drop_last, shard_mode=shard_mode or cfg.shard_mode)
     workers = cfg.num_workers
+    pin = cfg.pin_memory and torch.cuda.is_available()
+    if choose_loader(dataset, cfg) == "threads":
+        return ThreadLoader(dataset, sampler, threads=workers, prefetch=cfg.prefetch_factor, pin_memory=pin)
     return StageLoader(dataset, batch_sampler=sampler, num_workers=workers, collate_fn=collate_samples,
-                       pin_memory=cfg.pin_memory and torch.cuda.is_available(),
-                       prefetch_factor=cfg.prefetch_factor if workers > 0 else None,
+                       pin_memory=pin, prefetch_factor=cfg.prefetch_factor if workers > 0 else None,
                        persistent_workers=workers > 0, worker_init_fn=_worker_init if workers > 0 else None)
 
 
