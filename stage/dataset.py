@@ -340,13 +340,15 @@ class ThreadLoader:
             reader.env  # noqa: B018 (opens it in this process)
 
     def close(self) -> None:
-        """End the current iteration and stop the reader threads (also done at garbage collection)."""
+        """End the current iteration, stop the reader threads and unmap the stores (the next
+        iteration restarts them)."""
         if self._active is not None:
             self._active.close()
             self._active = None
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
+        self.dataset.stores.close()
 
     def __del__(self) -> None:
         # never block here: the cyclic GC may run this on any thread, even one of our own readers
