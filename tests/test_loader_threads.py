@@ -119,3 +119,28 @@ def test_auto_picks_threads_for_paper_sized_samples(data_dir):
     assert 1024 * 256 * 256 * 4 >= THREADS_MIN_SAMPLE_BYTES
     assert choose_loader(ds, auto) == "threads"
     assert choose_loader(ds, stage.DataConfig(loader="processes")) == "processes"
+
+
+@pytest.mark.parametrize("where", ["cbed", "meta"])
+def test_checksum_verified_while_copying_catches_any_flipped_byte(tmp_path, where):
+    """read_into verifies the checksum during the copy (one pass): a flip in the bulk array
+    region or in the bytes between arrays must still fail, naming store and key."""
+    # 64 KiB records live in LMDB overflow pages, so their bytes occur exactly once in data.mdb
+    samples = [make_sample(f"mp-{i}", px=64) for i in range(2)]
+    with stage.StoreWriter(tmp_path / "s", config_hash=CONFIG_HASH,
+                           data_cfg=stage.DataConfig(cbed_dtype="float32")) as w:
+        for s in samples:
+            w.put(s)
+    if where == "cbed":
+        flip_byte_inside(tmp_path / "s", samples[1].cbed.tobytes()[40_000:40_064])
+    else:  # a letter of the sample id inside the record's JSON header: still parseable
+        with stage.open_store(tmp_path / "s") as reader:
+            record, _ = reader.read_raw(reader.ids().index(samples[1].id))
+        at = bytes(record).find(samples[1].id.encode())
+        flip_byte_inside(tmp_path / "s", bytes(record[at - 12: at + len(samples[1].id)]), offset=12 + 1)
+    ds = stage.SampleDataset(tmp_path / "s", None, None)
+    bad = [k for k in range(2) if ds.sample_id(k) == samples[1].id][0]
+    cbed, target = torch.empty((1, *ds.cbed_shape)), torch.empty((1, *ds.target_shape))
+    ds.read_into(1 - bad, cbed[0].numpy(), target[0].numpy())  # the intact record reads fine
+    with pytest.raises(stage.CorruptRecordError, match=samples[1].id):
+        ds.read_into(bad, cbed[0].numpy(), target[0].numpy())
