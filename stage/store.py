@@ -763,7 +763,9 @@ class StoreReader:
         ``physical``: undo the storage scale of float16 cbed (float32 intensities, total 1 per
         pattern); False returns the values as stored (see `stage.normalize.intensity_scale`).
         ``out`` maps names to preallocated arrays of the right shape to copy (and cast) into, so
-        the loader moves each byte from the page cache once, straight into shared memory.
+        the loader moves each byte from the page cache once, straight into its buffer; with
+        ``out`` and ``verify`` the checksum is computed piecewise during that copy (one pass
+        over memory; `_copy_out_verified`) and a mismatch raises before anything is returned.
         """
         sid = self._ids[i]
         verify = self.verify if verify is None else verify
