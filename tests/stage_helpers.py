@@ -57,3 +57,15 @@ def flip_byte_inside(store, needle: bytes, offset: int = 5) -> None:
     assert at >= 0 and raw.find(needle, at + 1) < 0, "needle must occur exactly once in data.mdb"
     raw[at + offset] ^= 0x40
     data_file.write_bytes(bytes(raw))
+
+
+def write_stores(root, n_stores: int, n_materials: int, data_cfg, variants: int = 2) -> None:
+    """``n_stores`` stores (one per writer) under ``root`` named w0, w1, ..., each holding
+    ``variants`` variants of ``n_materials`` materials named ``mp-<store><material>``."""
+    import stage
+
+    for w in range(n_stores):
+        with stage.StoreWriter(root / f"w{w}", config_hash=CONFIG_HASH, data_cfg=data_cfg) as writer:
+            for m in range(n_materials):
+                for v in range(variants):
+                    writer.put(make_sample(f"mp-{w}{m}", v))

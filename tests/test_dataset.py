@@ -11,7 +11,7 @@ import stage
 from namsa.errors import UserError
 from stage.dataset import ShardedBatchSampler, batch_to_device, collate_samples
 from stage.normalize import intensity_scale
-from stage_helpers import CONFIG_HASH, flip_byte_inside, make_sample
+from stage_helpers import CONFIG_HASH, flip_byte_inside, make_sample, write_stores
 
 CFG = stage.DataConfig(split_fractions=(0.6, 0.2, 0.2), num_workers=0)
 
@@ -20,11 +20,7 @@ CFG = stage.DataConfig(split_fractions=(0.6, 0.2, 0.2), num_workers=0)
 def data_dir(tmp_path_factory):
     """Three stores (three writers) of 2 variants x 6 materials each."""
     root = tmp_path_factory.mktemp("data")
-    for w in range(3):
-        with stage.StoreWriter(root / f"w{w}", config_hash=CONFIG_HASH, data_cfg=CFG) as writer:
-            for m in range(6):
-                for v in range(2):
-                    writer.put(make_sample(f"mp-{w}{m}", v))
+    write_stores(root, 3, 6, CFG)
     return root
 
 

@@ -9,7 +9,7 @@ import torch
 
 import stage
 from stage.dataset import THREADS_MIN_SAMPLE_BYTES, ThreadLoader, choose_loader
-from stage_helpers import CONFIG_HASH, flip_byte_inside, make_sample
+from stage_helpers import CONFIG_HASH, flip_byte_inside, make_sample, write_stores
 
 CFG = stage.DataConfig(split_fractions=(0.6, 0.2, 0.2), num_workers=0, loader="processes")
 
@@ -18,11 +18,7 @@ CFG = stage.DataConfig(split_fractions=(0.6, 0.2, 0.2), num_workers=0, loader="p
 def data_dir(tmp_path_factory):
     """Two stores (two writers) of 2 variants x 5 materials each."""
     root = tmp_path_factory.mktemp("data")
-    for w in range(2):
-        with stage.StoreWriter(root / f"w{w}", config_hash=CONFIG_HASH, data_cfg=CFG) as writer:
-            for m in range(5):
-                for v in range(2):
-                    writer.put(make_sample(f"mp-{w}{m}", v))
+    write_stores(root, 2, 5, CFG)
     return root
 
 
