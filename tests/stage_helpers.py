@@ -69,3 +69,17 @@ def write_stores(root, n_stores: int, n_materials: int, data_cfg, variants: int 
             for m in range(n_materials):
                 for v in range(variants):
                     writer.put(make_sample(f"mp-{w}{m}", v))
+
+
+def write_store_with_corrupt_density(path, n: int) -> list[Sample]:
+    """A float32 store at ``path`` of ``n`` 16 px samples whose second record has one flipped
+    byte inside its density array; returns the samples as written (the corrupt one is [1])."""
+    import stage
+
+    samples = [make_sample(f"mp-{i}", px=16) for i in range(n)]
+    with stage.StoreWriter(path, config_hash=CONFIG_HASH,
+                           data_cfg=stage.DataConfig(cbed_dtype="float32")) as writer:
+        for sample in samples:
+            writer.put(sample)
+    flip_byte_inside(path, samples[1].density.tobytes()[:64])
+    return samples

@@ -11,7 +11,7 @@ import stage
 from namsa.errors import UserError
 from stage.dataset import ShardedBatchSampler, batch_to_device, collate_samples
 from stage.normalize import intensity_scale
-from stage_helpers import CONFIG_HASH, flip_byte_inside, make_sample, write_stores
+from stage_helpers import CONFIG_HASH, make_sample, write_store_with_corrupt_density, write_stores
 
 CFG = stage.DataConfig(split_fractions=(0.6, 0.2, 0.2), num_workers=0)
 
@@ -142,12 +142,7 @@ def test_batches_are_deterministic_and_resumable(data_dir, mode):
 
 
 def test_dataset_skip_corrupt_substitutes_and_warns(tmp_path):
-    samples = [make_sample(f"mp-{i}", px=16) for i in range(3)]
-    with stage.StoreWriter(tmp_path / "s", config_hash=CONFIG_HASH,
-                           data_cfg=stage.DataConfig(cbed_dtype="float32")) as w:
-        for s in samples:
-            w.put(s)
-    flip_byte_inside(tmp_path / "s", samples[1].density.tobytes()[:64])
+    samples = write_store_with_corrupt_density(tmp_path / "s", 3)
     ds = stage.SampleDataset(tmp_path / "s", None, None, targets=("density",))
     bad = [k for k in range(3) if ds.sample_id(k) == samples[1].id][0]
     with pytest.raises(stage.CorruptRecordError, match=samples[1].id):

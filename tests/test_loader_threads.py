@@ -9,7 +9,8 @@ import torch
 
 import stage
 from stage.dataset import THREADS_MIN_SAMPLE_BYTES, ThreadLoader, choose_loader
-from stage_helpers import CONFIG_HASH, flip_byte_inside, make_sample, write_stores
+from stage_helpers import (CONFIG_HASH, flip_byte_inside, make_sample, write_store_with_corrupt_density,
+                           write_stores)
 
 CFG = stage.DataConfig(split_fractions=(0.6, 0.2, 0.2), num_workers=0, loader="processes")
 
@@ -89,12 +90,7 @@ def test_breaking_out_and_restarting_is_exact(data_dir):
 
 
 def test_corruption_raises_or_is_skipped_in_the_threads(tmp_path):
-    samples = [make_sample(f"mp-{i}", px=16) for i in range(4)]
-    with stage.StoreWriter(tmp_path / "s", config_hash=CONFIG_HASH,
-                           data_cfg=stage.DataConfig(cbed_dtype="float32")) as w:
-        for s in samples:
-            w.put(s)
-    flip_byte_inside(tmp_path / "s", samples[1].density.tobytes()[:64])
+    samples = write_store_with_corrupt_density(tmp_path / "s", 4)
     cfg = stage.DataConfig(loader="threads", num_workers=2)
     ds = stage.SampleDataset(tmp_path / "s", None, None, targets=("density",))
     with pytest.raises(stage.CorruptRecordError, match=samples[1].id):
