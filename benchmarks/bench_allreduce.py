@@ -106,7 +106,8 @@ def measure_you_runs(widths, batches, ranks, steps: int, warmup: int, repeats: i
     for _ in range(repeats):
         for w, b, p in configs:
             problem = BenchProblem(width=w, depth=4, batch=b, px=16)
-            r = measure_engine({"engine": "ddp", "timeout_s": 300}, p, problem.model, problem.make_batch, steps, warmup)
+            r = measure_engine({"engine": "ddp", "timeout_s": 300}, p, problem.model, problem.make_batch, steps, warmup,
+                               bind_cores=True)
             minima[(w, b, p)].append(r["step_min_s"])
             grad_bytes[w] = r["grad_bytes"]
     return [{"width": w, "batch": b, "ranks": p, "params": grad_bytes[w] // 4, "t": float(np.median(minima[(w, b, p)])),
@@ -115,9 +116,11 @@ def measure_you_runs(widths, batches, ranks, steps: int, warmup: int, repeats: i
 
 
 def bench_you(widths, batches, ranks, steps, repeats, cores) -> tuple[str, dict]:
-    """You et al.'s predictor on measured runs; x2 uses alpha/beta fitted at 2 ranks (<= cores)."""
+    """You et al.'s predictor on measured runs; x2 uses alpha/beta fitted at 2 ranks (<= cores).
+    Every rank is pinned to a core, round-robin (``run_local(bind_cores=True)``), so ranks share
+    cores in the fixed ceil(P/cores) pattern that x1 assumes."""
     sizes = [4e3, 64e3, 256e3, 1e6, 2e6]
-    samples = measure_allreduce(sizes, [2], repeats=15)
+    samples = measure_allreduce(sizes, [2], repeats=15, bind_cores=True)
     link, link_err = pm.fit_alpha_beta(samples)
     load_before = os.getloadavg()[0]
     runs = measure_you_runs(widths, batches, ranks, steps, 3, repeats)

@@ -114,6 +114,19 @@ def test_mismatch_across_ranks_is_detected_at_startup(what, message):
         assert message in text and "ranks [1] differ" in text and "\n" not in text
 
 
+def _affinity(rank: int) -> list[int]:
+    return sorted(os.sched_getaffinity(0))
+
+
+@pytest.mark.distributed
+def test_bind_cores_pins_ranks_round_robin():
+    cores = sorted(os.sched_getaffinity(0))
+    ranks = min(len(cores), 4) + 1  # on a machine of <= 4 cores the last rank wraps to the first core
+    bound = run_local(_affinity, ranks, timeout_s=60, bind_cores=True)
+    assert {r: v for r, (_, v) in bound.items()} == {r: [cores[r % len(cores)]] for r in range(ranks)}
+    assert run_local(_affinity, 1, timeout_s=60)[0][1] == cores  # unbound ranks keep every core
+
+
 def _backward_twice(rank: int) -> str:
     cfg = DistributedConfig(engine="bitvector", timeout_s=30)
     ctx = init_from_env(cfg)

@@ -35,11 +35,13 @@ def _time_allreduce(rank: int, sizes: list[float], repeats: int) -> list[float]:
     return out
 
 
-def measure_allreduce(sizes: list[float], ranks: list[int], repeats: int = 5) -> list[tuple[int, float, float]]:
-    """``(ranks, nbytes, seconds)``: the slowest rank's fastest fp32 all_reduce time per size."""
+def measure_allreduce(sizes: list[float], ranks: list[int], repeats: int = 5,
+                      bind_cores: bool = False) -> list[tuple[int, float, float]]:
+    """``(ranks, nbytes, seconds)``: the slowest rank's fastest fp32 all_reduce time per size.
+    ``bind_cores``: pin each rank to a core (``spawn.run_local``)."""
     samples = []
     for p in ranks:
-        results = run_local(_time_allreduce, p, list(sizes), repeats, timeout_s=300)
+        results = run_local(_time_allreduce, p, list(sizes), repeats, timeout_s=300, bind_cores=bind_cores)
         per_rank = np.array([v for _, (_, v) in sorted(results.items())])
         for nbytes, t in zip(sizes, per_rank.max(axis=0)):
             samples.append((p, float(nbytes), float(t)))
@@ -83,11 +85,13 @@ def _time_steps(rank: int, cfg_dict: dict, model_factory: Callable[[], nn.Module
 
 
 def measure_engine(cfg: DistributedConfig | dict, ranks: int, model_factory: Callable[[], nn.Module], make_batch,
-                   steps: int = 5, warmup: int = 2, timeout_s: float = 300) -> dict:
+                   steps: int = 5, warmup: int = 2, timeout_s: float = 300, bind_cores: bool = False) -> dict:
     """Median (``step_s``) and fastest (``step_min_s``) step time of the slowest rank, and mean
-    engine counters of rank 0, over ``steps`` after ``warmup``. ``make_batch(step, rank) -> (x, y)``."""
+    engine counters of rank 0, over ``steps`` after ``warmup``. ``make_batch(step, rank) -> (x, y)``.
+    ``bind_cores``: pin each rank to a core (``spawn.run_local``)."""
     raw = cfg.model_dump() if isinstance(cfg, DistributedConfig) else dict(cfg)
-    results = run_local(_time_steps, ranks, raw, model_factory, make_batch, steps, warmup, timeout_s=timeout_s)
+    results = run_local(_time_steps, ranks, raw, model_factory, make_batch, steps, warmup, timeout_s=timeout_s,
+                        bind_cores=bind_cores)
     values = [v for _, (_, v) in sorted(results.items())]
     return {**values[0], "step_s": max(v["step_s"] for v in values), "step_min_s": max(v["step_min_s"] for v in values)}
 

@@ -33,9 +33,20 @@ def _exit_with_parent(parent_pid: int) -> None:
             os._exit(70)
 
 
-def _child(fn, rank: int, nprocs: int, port: int, env: dict, args: tuple, results, parent_pid: int) -> None:
+def _bind(rank: int, cores: list[int]) -> None:
+    """Pin this rank (and every thread it starts later: gloo's, the parent-watch) to one core,
+    round-robin: rank r -> cores[r % len(cores)], as ``srun --cpu-bind=cores`` or ``mpirun
+    --bind-to core`` would. Ranks beyond the core count then share cores in a fixed pattern
+    (ceil(P/cores) on the busiest core) instead of migrating wherever the scheduler puts them."""
+    os.sched_setaffinity(0, {cores[rank % len(cores)]})
+
+
+def _child(fn, rank: int, nprocs: int, port: int, env: dict, args: tuple, results, parent_pid: int,
+           cores: list[int] | None) -> None:
     import threading
 
+    if cores:
+        _bind(rank, cores)
     threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(nprocs), "LOCAL_RANK": str(rank),
                        "LOCAL_WORLD_SIZE": str(nprocs), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
@@ -79,19 +90,21 @@ class RankFailure(RuntimeError):
 
 
 def run_local(fn: Callable[..., Any], nprocs: int, *args: Any, timeout_s: float = 120.0,
-              env: dict | None = None, allow_failures: bool = False) -> dict[int, tuple[str, Any]]:
+              env: dict | None = None, allow_failures: bool = False,
+              bind_cores: bool = False) -> dict[int, tuple[str, Any]]:
     """Start ``fn(rank, *args)`` on ``nprocs`` spawned processes; return ``{rank: (status, value)}``.
 
     ``status`` is ``ok`` (value = return value), ``error`` (value = traceback text) or ``exit``
     (the process died without reporting; value = exit code). ``env``: extra variables for every
     rank, or ``{rank: {...}}`` per rank. Unless ``allow_failures``, any non-ok rank raises
-    :class:`RankFailure`.
+    :class:`RankFailure`. ``bind_cores``: pin rank r to the r-th usable core, wrapping (see ``_bind``).
     """
     ctx = _context()
     results = ctx.Queue()
     port = free_port()
+    cores = sorted(os.sched_getaffinity(0)) if bind_cores else None
     # Not daemonic: a rank may start its own workers (DataLoader); run_local kills leftovers itself.
-    procs = [ctx.Process(target=_child, args=(fn, r, nprocs, port, env or {}, args, results, os.getpid()))
+    procs = [ctx.Process(target=_child, args=(fn, r, nprocs, port, env or {}, args, results, os.getpid(), cores))
              for r in range(nprocs)]
     for p in procs:
         p.start()
