@@ -95,7 +95,7 @@ YOU_RULES = {"width": "held out: runs at the 2nd and 4th of 5 widths, 2 <= P <= 
              "max-ranks": "held out: every run at the largest P (extrapolation in P; ceil(P/cores) term)"}
 
 
-def measure_you_runs(widths, batches, ranks, steps: int, warmup: int, repeats: int) -> list[dict]:
+def measure_you_runs(widths, batches, ranks, px: int, steps: int, warmup: int, repeats: int) -> list[dict]:
     """Step time of ddp on BenchNet per (width, batch, P): each of ``repeats`` independent launches
     gives its fastest step after ``warmup`` (on shared cores interference only adds time); the
     figure is the median of those minima. Launches go round-robin over all configurations, so a
@@ -105,7 +105,7 @@ def measure_you_runs(widths, batches, ranks, steps: int, warmup: int, repeats: i
     grad_bytes = {}
     for _ in range(repeats):
         for w, b, p in configs:
-            problem = BenchProblem(width=w, depth=4, batch=b, px=16)
+            problem = BenchProblem(width=w, depth=4, batch=b, px=px)
             r = measure_engine({"engine": "ddp", "timeout_s": 300}, p, problem.model, problem.make_batch, steps, warmup,
                                bind_cores=True)
             minima[(w, b, p)].append(r["step_min_s"])
@@ -115,7 +115,7 @@ def measure_you_runs(widths, batches, ranks, steps: int, warmup: int, repeats: i
              "spread": float(np.max(minima[(w, b, p)]) / np.min(minima[(w, b, p)]) - 1)} for w, b, p in configs]
 
 
-def bench_you(widths, batches, ranks, steps, repeats, cores) -> tuple[str, dict]:
+def bench_you(widths, batches, ranks, px, steps, repeats, cores) -> tuple[str, dict]:
     """You et al.'s predictor on measured runs; x2 uses alpha/beta fitted at 2 ranks (<= cores).
     Every rank is pinned to a core, round-robin (``run_local(bind_cores=True)``), so ranks share
     cores in the fixed ceil(P/cores) pattern that x1 assumes."""
@@ -123,7 +123,7 @@ def bench_you(widths, batches, ranks, steps, repeats, cores) -> tuple[str, dict]
     samples = measure_allreduce(sizes, [2], repeats=15, bind_cores=True)
     link, link_err = pm.fit_alpha_beta(samples)
     load_before = os.getloadavg()[0]
-    runs = measure_you_runs(widths, batches, ranks, steps, 3, repeats)
+    runs = measure_you_runs(widths, batches, ranks, px, steps, 3, repeats)
     load_after = os.getloadavg()[0]
     single = {(r["width"], r["batch"]): r["t"] for r in runs if r["ranks"] == 1}
     for r in runs:
@@ -230,10 +230,12 @@ def main() -> int:
         print(sections[-1], "\n", flush=True)
     if "you" in want:
         widths = [16, 32, 48, 64, 96]
-        batches, steps_you, repeats = ([2, 6], 6, 1) if args.quick else ([2, 6], 15, 5)
-        text, summary = bench_you(widths, batches, [1, 2, 3, 4], steps_you, repeats, cores)
+        # 32^2 inputs keep the smallest single-worker step above ~5 ms: below that a launch's
+        # fastest step varied by 40-65% between identical launches here (16^2 runs, RESULTS.md).
+        batches, px, steps_you, repeats = ([2, 6], 16, 6, 1) if args.quick else ([2, 6], 32, 15, 5)
+        text, summary = bench_you(widths, batches, [1, 2, 3, 4], px, steps_you, repeats, cores)
         (args.out / "you_runs.json").write_text(json.dumps(summary, indent=1))
-        sections.append(f"### You et al. linear model (ddp, BenchNet depth 4, 2 x 16^2 inputs, widths {widths}, batch "
+        sections.append(f"### You et al. linear model (ddp, BenchNet depth 4, 2 x {px}^2 inputs, widths {widths}, batch "
                         f"{batches}, P = 1-4 on {cores} cores; per configuration the median over {repeats} launches of "
                         f"the fastest of {steps_you} steps after 3 warm-up)\n\n" + text)
         print(sections[-1], "\n", flush=True)

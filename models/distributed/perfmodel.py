@@ -105,10 +105,11 @@ class LinearStepModel:
 
 def step_features(compute_1_s: float, ranks: int, grad_bytes: float, link: AlphaBeta, cores: int) -> tuple[float, float]:
     """(x1, x2) of one run, in seconds: x1 = the measured single-worker step ``compute_1_s`` times
-    ceil(P / cores), because with more ranks than cores the OS time-slices ceil(P/cores) ranks on
-    the busiest core and a synchronous step waits for its slowest rank (x1 = ``compute_1_s`` when
-    every rank has a core of its own, You et al.'s assumption); x2 = the alpha-beta ring time of
-    one all_reduce of the ``grad_bytes`` gradient over P ranks."""
+    ceil(P / cores), because with ranks bound to cores round-robin (``run_local(bind_cores=True)``,
+    ``srun --cpu-bind=cores``) the busiest core time-slices ceil(P/cores) ranks and a synchronous
+    step waits for its slowest rank (x1 = ``compute_1_s`` when every rank has a core of its own,
+    You et al.'s assumption; unbound ranks migrate and share cores unpredictably); x2 = the
+    alpha-beta ring time of one all_reduce of the ``grad_bytes`` gradient over P ranks."""
     return compute_1_s * math.ceil(ranks / cores), link.ring_allreduce(grad_bytes, ranks)
 
 
