@@ -247,14 +247,15 @@ class Trainer:
         import stage
 
         cfg, ctx = self.cfg, self.ctx
+        local = {"shard_mode": "local"} if self.local_data else {}
         self.train_loader = stage.make_loader(self.train_ds, self.data_cfg, cfg.batch_size, ctx.rank, ctx.world_size,
-                                              shuffle=True, seed=cfg.seed)
+                                              shuffle=True, seed=cfg.seed, samples_per_rank=self.train_per_rank,
+                                              **local)
         self.dev_loader = (stage.make_loader(self.dev_ds, self.data_cfg, cfg.batch_size, ctx.rank, ctx.world_size,
-                                             shuffle=False) if self.dev_ds is not None else None)
+                                             shuffle=False, **local) if self.dev_ds is not None else None)
 
     def _open_data(self, data_dirs: Any) -> None:
         import stage
-        from stage import EmptyStoreError
 
         dirs = _data_dir_list(data_dirs)
         paths: list[Path] = []
@@ -268,16 +269,55 @@ class Trainer:
         with stage.open_stores(paths) as stores:
             self.data_hash = manifest_hash(stores.manifests)
         self.normalizer = stage.Normalizer.fit(paths, self.data_cfg.transform)
-        targets = tuple(self.model_cfg.targets)
+        self.local_data = bool(self.data_cfg.node_local_dir)
+        read_paths = self._stage_locally(dirs) if self.local_data else paths
         # On a GPU the loader ships float16 cbed as stored (half the host-to-device bytes) and the
         # input transform runs on the device; on the CPU it runs in the loader.
         raw = self.device.type == "cuda"
-        self.train_ds = stage.SampleDataset(paths, "train", self.normalizer, targets,
-                                            max_samples=self.cfg.max_train_samples, raw_cbed=raw)
+        targets = tuple(self.model_cfg.targets)
+        self.train_ds = self._dataset(read_paths, "train", targets, raw, allow_empty=self.local_data)
+        self.dev_ds = self._dataset(read_paths, "dev", targets, raw, allow_empty=True)
+        self._agree_sample_counts()
+
+    def _stage_locally(self, dirs: list[Path]) -> list[Path]:
+        """``data.node_local_dir``: copy this rank's shard of the data there (verified; what is
+        already staged is kept) and read only that, as in the paper's node-local staging."""
+        import stage
+
+        if self.data_cfg.shard_mode == "shared":
+            raise TrainingError("data.shard_mode=shared has every rank read every store, which node-local staging "
+                                "(data.node_local_dir) rules out; use shard_mode: unique or unset node_local_dir")
+        ctx = self.ctx
+        return stage.stage_rank_shard(dirs, self.data_cfg.node_local_dir, self.data_hash, rank=ctx.rank,
+                                      world_size=ctx.world_size, threads=max(1, self.data_cfg.num_workers))
+
+    def _dataset(self, paths: list[Path], split: str, targets: tuple[str, ...], raw: bool, allow_empty: bool) -> Any:
+        """The split's `stage.SampleDataset`, or None when it has no samples and ``allow_empty``."""
+        import stage
+        from stage import EmptyStoreError
+
         try:
-            self.dev_ds = stage.SampleDataset(paths, "dev", self.normalizer, targets, raw_cbed=raw)
+            return stage.SampleDataset(paths, split, self.normalizer, targets, raw_cbed=raw,
+                                       max_samples=self.cfg.max_train_samples if split == "train" else None)
         except EmptyStoreError:
-            self.dev_ds = None
+            if allow_empty:
+                return None
+            raise
+
+    def _agree_sample_counts(self) -> None:
+        """Sample totals, and with per-rank staged data the training samples every rank uses per
+        epoch: the smallest rank's count, so every rank runs the same number of steps."""
+        from models.distributed.launch import all_gather_objects
+
+        mine = (len(self.train_ds) if self.train_ds is not None else 0, len(self.dev_ds) if self.dev_ds is not None else 0)
+        counts = all_gather_objects(self.ctx, mine) if self.local_data and self.ctx.world_size > 1 else [mine]
+        self.train_total, self.dev_total = (sum(c[i] for c in counts) for i in (0, 1))
+        self.train_per_rank = min(c[0] for c in counts) if self.local_data else None
+        if self.local_data and self.train_per_rank < self.cfg.batch_size:
+            raise TrainingError(f"the ranks' staged shards hold {[c[0] for c in counts]} training samples; the smallest "
+                                f"gives no full batch of {self.cfg.batch_size}: use fewer ranks, a smaller batch_size "
+                                "or more data")
+        if self.dev_total == 0:
             self.ctx.notice("no dev samples: no dev-set evaluation; the final weights are exported")
 
     def _check_data_shapes(self) -> None:
@@ -486,7 +526,7 @@ class Trainer:
         is_last = step >= self.total_steps
         row.update(step=step, skipped_steps=self.pos.skipped_steps, wall_s=self.pos.wall_s)
         evaluated = False
-        if self.dev_loader is not None and (step % cfg.eval_every == 0 or is_last):
+        if self.dev_total and (step % cfg.eval_every == 0 or is_last):
             row.update(self._evaluate())
             evaluated = True
         if self.bar is not None:
@@ -503,17 +543,24 @@ class Trainer:
 
     @torch.no_grad()
     def _evaluate(self) -> dict[str, float]:
-        """Dev-set MSE (the selection metric) and Huber loss, on standardised targets."""
+        """Dev-set MSE (the selection metric) and Huber loss, on standardised targets, of the
+        model rank 0 exports: every rank takes rank 0's buffers (batch-norm statistics), then runs
+        the bare model over its dev batches, so ranks may hold different numbers of dev batches
+        (staged shards; none at all) and only the final sums are reduced."""
+        from models.distributed.engines import broadcast_from_rank0
+
+        broadcast_from_rank0(list(self.model.buffers()), self.ctx)
         self.model.eval()
         sums = torch.zeros(3, dtype=torch.float64)
         delta = huber_delta(self.pos.epoch, self.cfg.huber_delta0, self.cfg.huber_decay)
-        self.dev_loader.generator = torch.Generator().manual_seed(self.cfg.seed)
-        for b, batch in enumerate(self.dev_loader):
+        if self.dev_loader is not None:
+            self.dev_loader.generator = torch.Generator().manual_seed(self.cfg.seed)
+        for b, batch in enumerate(self.dev_loader or ()):
             if self.cfg.max_dev_batches is not None and b >= self.cfg.max_dev_batches:
                 break
             x, y = self._to_device(batch)
             with autocast(self.cfg.precision, self.device):
-                pred = self.engine.module(x).float()
+                pred = self.model(x).float()
             n = y.numel()
             sums += torch.tensor([float((pred - y).pow(2).sum()), float(huber_loss(pred, y, delta)) * n, n],
                                  dtype=torch.float64)
@@ -582,8 +629,8 @@ class Trainer:
                              "checkpoint": source.name, "sustained_tflops": (self.timing.total_ops /
                              self.timing.total_s / 1e12 if self.timing.total_s else None),
                              "peak_tflops": self.timing.peak_tflops or None},
-                "data": {"dirs": [str(p) for p in self.store_paths], "train_samples": len(self.train_ds),
-                         "dev_samples": len(self.dev_ds) if self.dev_ds is not None else 0,
+                "data": {"dirs": [str(p) for p in self.store_paths], "train_samples": self.train_total,
+                         "dev_samples": self.dev_total, "node_local_dir": self.data_cfg.node_local_dir,
                          "input_shape": list(self.cbed_shape)},
                 "parameters": count_parameters(self.model),
                 "forward_conv_ops_per_sample": self.timing.ops_forward_per_sample}

@@ -15,7 +15,7 @@ from .splits import split_of
 from .store import SCHEMA_VERSION, StoreReader, StoreSet, StoreWriter, find_stores, open_store, open_stores
 
 _LAZY = {"SampleDataset": "dataset", "make_loader": "dataset", "ShardedBatchSampler": "dataset",
-         "stage_store": "staging", "inspect_store": "inspect"}
+         "stage_store": "staging", "stage_rank_shard": "staging", "inspect_store": "inspect"}
 
 
 def __getattr__(name: str) -> Any:
@@ -27,6 +27,6 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["DataConfig", "StoreWriter", "StoreReader", "StoreSet", "open_store", "open_stores", "find_stores",
-           "split_of", "Normalizer", "SampleDataset", "make_loader", "stage_store", "inspect_store",
+           "split_of", "Normalizer", "SampleDataset", "make_loader", "stage_store", "stage_rank_shard", "inspect_store",
            "SCHEMA_VERSION", "StoreError", "NotAStoreError", "StoreNotFoundError", "SchemaError",
            "EmptyStoreError", "StoreLockedError", "StoreFullError", "CorruptRecordError"]

@@ -37,8 +37,9 @@ class DataConfig(BaseModel):
                        sample), processes otherwise. See docs/store-format.md, "Loader".
     shard_mode:        ``unique``: each rank reads its own stores (node-local shards, the paper's
                        mode); ``shared``: all ranks read all stores through a DistributedSampler.
-    node_local_dir:    where `namsa stage` puts node-local copies (e.g. ``$TMPDIR``); None = the
-                       caller decides.
+    node_local_dir:    node-local storage (e.g. ``$TMPDIR``, NVMe; variables expanded): set, each
+                       training rank stages its own shard of the data there and reads only that
+                       (`stage.stage_rank_shard`); None = every rank reads the data dirs directly.
     map_size_mb:       initial LMDB map size; it doubles automatically when full.
     max_map_size_gb:   the map never grows beyond this; reaching it is a clear error.
     manifest_every_s:  a writer refreshes manifest.json at least this often (seconds); the

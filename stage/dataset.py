@@ -15,6 +15,10 @@ data-parallel training:
   assigned largest first to the least-loaded rank.
 * ``shared``: all ranks draw from all samples through a `torch.utils.data.DistributedSampler`,
   reshuffled globally every epoch.
+* ``local``: the dataset is this rank's own data (its shard staged to node-local storage, which
+  no other rank can read): the rank reads all of it, reshuffled each epoch, truncated (or
+  wrapped) to ``samples_per_rank``, a count the ranks agreed on (the smallest shard) so that
+  every rank runs the same number of steps.
 
 Both are deterministic given (seed, epoch), and ``skip_batches(k)`` skips the first k batches of
 the next epoch without reading them, so a resumed training run sees exactly the batches it would
@@ -178,13 +182,16 @@ class ShardedBatchSampler(Sampler[list[int]]):
     """
 
     def __init__(self, dataset: SampleDataset, batch_size: int, *, rank: int = 0, world_size: int = 1,
-                 shuffle: bool = True, seed: int = 0, drop_last: bool = True, shard_mode: str = "unique"):
+                 shuffle: bool = True, seed: int = 0, drop_last: bool = True, shard_mode: str = "unique",
+                 samples_per_rank: int | None = None):
         if batch_size < 1:
             raise UserError(f"batch_size must be >= 1, got {batch_size}")
         if not 0 <= rank < world_size:
             raise UserError(f"rank {rank} is outside world_size {world_size}")
-        if shard_mode not in ("unique", "shared"):
-            raise UserError(f"unknown shard_mode {shard_mode!r}; use 'unique' or 'shared'")
+        if shard_mode not in ("unique", "shared", "local"):
+            raise UserError(f"unknown shard_mode {shard_mode!r}; use 'unique', 'shared' or 'local'")
+        if samples_per_rank is not None and (shard_mode != "local" or samples_per_rank < 1):
+            raise UserError(f"samples_per_rank={samples_per_rank} needs shard_mode 'local' and a count >= 1")
         self.dataset = dataset
         self.batch_size = batch_size
         self.rank, self.world_size = rank, world_size
@@ -192,9 +199,12 @@ class ShardedBatchSampler(Sampler[list[int]]):
         self.shard_mode = shard_mode
         self.epoch = 0
         self._skip = 0
+        self.samples_per_rank = samples_per_rank
         if shard_mode == "shared":
             self.sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle,
                                               seed=seed, drop_last=drop_last)
+        elif shard_mode == "local":
+            self.shards = {rank: list(range(len(dataset)))}
         else:
             self.shards = self._unique_shards()
         n = self._per_rank()
@@ -218,6 +228,8 @@ class ShardedBatchSampler(Sampler[list[int]]):
     def _per_rank(self) -> int:
         if self.shard_mode == "shared":
             return len(self.sampler)
+        if self.shard_mode == "local":
+            return self.samples_per_rank or len(self.shards[self.rank])
         sizes = [len(s) for s in self.shards]
         return min(sizes) if self.drop_last else max(sizes)
 
@@ -436,19 +448,21 @@ def choose_loader(dataset: SampleDataset, data_cfg: DataConfig) -> str:
 
 def make_loader(dataset: SampleDataset, data_cfg: DataConfig | None, batch_size: int, rank: int = 0,
                 world_size: int = 1, shuffle: bool = True, seed: int = 0, drop_last: bool | None = None,
-                shard_mode: str | None = None) -> StageLoader | ThreadLoader:
+                shard_mode: str | None = None, samples_per_rank: int | None = None) -> StageLoader | ThreadLoader:
     """The input pipeline recipe: sharded deterministic batches, parallel reads, prefetch,
     pinned memory when CUDA is available.
 
     ``data_cfg.loader`` picks worker processes (`StageLoader`) or reader threads over a ring of
     reused buffers (`ThreadLoader`, the default for paper-sized samples; see `choose_loader`).
     Both yield the same batches. ``drop_last`` defaults to ``shuffle`` (training drops the ragged
-    batch, evaluation keeps it); ``shard_mode`` defaults to ``data_cfg.shard_mode``.
+    batch, evaluation keeps it); ``shard_mode`` defaults to ``data_cfg.shard_mode``;
+    ``samples_per_rank`` is the agreed per-rank count of ``shard_mode='local'``.
     """
     cfg = data_cfg if data_cfg is not None else DataConfig()
     drop_last = shuffle if drop_last is None else drop_last
     sampler = ShardedBatchSampler(dataset, batch_size, rank=rank, world_size=world_size, shuffle=shuffle,
-                                  seed=seed, drop_last=drop_last, shard_mode=shard_mode or cfg.shard_mode)
+                                  seed=seed, drop_last=drop_last, shard_mode=shard_mode or cfg.shard_mode,
+                                  samples_per_rank=samples_per_rank)
     workers = cfg.num_workers
     pin = cfg.pin_memory and torch.cuda.is_available()
     if choose_loader(dataset, cfg) == "threads":

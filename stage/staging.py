@@ -9,8 +9,9 @@ destination are skipped, so an interrupted staging run resumes where it stopped.
 Layout of the destination:
 * ``world_size == 1``: the source layout is mirrored (a store -> ``dst`` itself is the store; a
   data dir of stores -> ``dst/<the same relative paths>``).
-* ``world_size > 1``: rank r writes one store ``dst/shard-<r>-of-<world_size>`` holding the r-th
-  contiguous block of the source samples (sorted by store, then sample id).
+* ``world_size > 1``: rank r writes one store ``dst/shard-<r>-of-<world_size>`` holding every
+  world_size-th sample, from the r-th, of the source samples ordered by split, store and sample
+  id: disjoint shards with equal counts of each split to within one.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from namsa.errors import UserError
 from .codec import array_layout, decode_record
 from .config import DataConfig
 from .errors import CorruptRecordError, SchemaError
+from .splits import SPLITS
 from .store import StoreReader, StoreWriter, expand_store_paths, is_store
 
 
@@ -69,9 +71,12 @@ def _plan(src: Path, dst: Path, rank: int, world_size: int, readers: list[StoreR
             target = dst if is_store(src) else dst / r.path.relative_to(src)
             plan.append((target, [(r, i) for i in range(len(r))]))
         return plan
-    items = [(r, i) for r in readers for i in range(len(r))]
-    lo, hi = round(rank * len(items) / world_size), round((rank + 1) * len(items) / world_size)
-    return [(dst / f"shard-{rank:05d}-of-{world_size:05d}", items[lo:hi])]
+    # Every world_size-th sample of each split in turn: the ranks' shards then hold equal numbers
+    # of train (and dev, test) samples to within one, so training, which runs every rank for the
+    # smallest shard's count, drops at most one sample per rank. (Contiguous blocks of the id-sorted
+    # samples gave 2 and 6 training samples to two ranks of the tiny test set.)
+    items = [(r, i) for split in SPLITS for r in readers for i in r.indices(split)]
+    return [(dst / f"shard-{rank:05d}-of-{world_size:05d}", items[rank::world_size])]
 
 
 def _writer_for(target: Path, readers: list[StoreReader]) -> StoreWriter:
@@ -119,6 +124,33 @@ def stage_store(src: str | os.PathLike, dst: str | os.PathLike, *, threads: int 
     for r in readers:
         r.close()
     return report
+
+
+def stage_rank_shard(sources: list[Path], root: str | os.PathLike, data_hash: str, *, rank: int = 0,
+                     world_size: int = 1, threads: int = 4) -> list[Path]:
+    """Stage this rank's shard of every data dir in ``sources`` under node-local ``root`` and return
+    the staged stores: the only ones the rank then reads (training's ``data.node_local_dir``).
+
+    ``root`` may name environment variables (``$TMPDIR``). Each data dir i goes to
+    ``root/namsa-staged-<data_hash[:12]>/data<i>`` (the rank's ``shard-r-of-P`` store there, or a
+    mirror with one rank), so another dataset never mixes in and a restarted job finds its copy:
+    records already staged are skipped, the rest copied and verified. Raises `UserError` naming
+    what is wrong if a source record is corrupt or a copy fails verification."""
+    expanded = os.path.expandvars(str(root))
+    if "$" in expanded:
+        raise UserError(f"node-local directory {root!r} names an environment variable that is not set here "
+                        f"({expanded!r}); set it in the job script or give a path (data.node_local_dir)")
+    base = Path(expanded).expanduser() / f"namsa-staged-{data_hash[:12]}"
+    staged: list[Path] = []
+    for i, src in enumerate(sources):
+        report = stage_store(src, base / f"data{i}", threads=threads, rank=rank, world_size=world_size,
+                             progress=False)
+        if not report.ok:
+            bad = report.corrupt + report.failed_verify
+            raise UserError(f"rank {rank}: staging {src} into {base / f'data{i}'} found {len(bad)} bad record(s) "
+                            f"({', '.join(bad[:3])}); re-simulate or remove them, then rerun (staged records are kept)")
+        staged += report.destinations
+    return staged
 
 
 def _copy(items: list[tuple[StoreReader, int]], writer: StoreWriter, threads: int, report: StageReport,

@@ -141,6 +141,30 @@ def test_batches_are_deterministic_and_resumable(data_dir, mode):
     assert batches(2, skip=2) == first[2:]
 
 
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_local_mode_reads_the_whole_private_shard_to_the_agreed_count(data_dir, drop_last):
+    """shard_mode='local': the dataset is this rank's staged shard; every sample of it is read,
+    reshuffled per epoch and rank, truncated (or wrapped) to the count the ranks agreed on."""
+    paths = stage.find_stores(data_dir)
+    own = stage.SampleDataset(paths[:1], None, None)  # rank 1's private data
+    whole = [i for b in stage.make_loader(own, CFG, 3, rank=1, world_size=2, seed=5, drop_last=drop_last,
+                                          shard_mode="local").batch_sampler for i in b]
+    assert sorted(whole) == list(range(len(own)))
+    agreed = len(own) - 2
+    loader = stage.make_loader(own, CFG, 3, rank=1, world_size=2, seed=5, drop_last=drop_last, shard_mode="local",
+                               samples_per_rank=agreed)
+    assert len(loader) == (agreed // 3 if drop_last else -(-agreed // 3))
+    indices = [i for b in loader.batch_sampler for i in b]
+    assert indices == whole[:agreed][:len(loader) * 3]
+    other_rank = stage.make_loader(own, CFG, 3, rank=0, world_size=2, seed=5, drop_last=drop_last, shard_mode="local")
+    assert [i for b in other_rank.batch_sampler for i in b] != whole  # each rank its own shuffle
+    longer = stage.make_loader(own, CFG, 3, rank=1, world_size=2, seed=5, drop_last=drop_last, shard_mode="local",
+                               samples_per_rank=len(own) + 2)
+    assert [i for b in longer.batch_sampler for i in b] == (whole + whole[:2])[:len(longer) * 3]
+    with pytest.raises(UserError, match="samples_per_rank"):
+        stage.make_loader(own, CFG, 3, shard_mode="unique", samples_per_rank=4)
+
+
 def test_dataset_skip_corrupt_substitutes_and_warns(tmp_path):
     samples = write_store_with_corrupt_density(tmp_path / "s", 3)
     ds = stage.SampleDataset(tmp_path / "s", None, None, targets=("density",))

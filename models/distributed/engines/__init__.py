@@ -1,6 +1,7 @@
 """Gradient-reduction engines; ``build_engine`` picks one from the config."""
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from models.distributed.config import DistributedConfig
@@ -43,12 +44,32 @@ def build_engine(cfg: DistributedConfig, model: nn.Module, ctx: DistContext) -> 
             "set engine: horovod or launch with torchrun/mpiexec/srun")
     digest = structure_digest(model, make_groups(model, cfg))
     _check_same_config(ctx, all_gather_objects(ctx, digest), "the model structure or gradient grouping")
-    if ctx.backend != "horovod":
-        import torch.distributed as dist
-
-        for tensor in list(model.parameters()) + list(model.buffers()):
-            dist.broadcast(tensor.data, src=0)
+    if ctx.backend != "horovod":  # Horovod's engine broadcasts through Horovod itself
+        broadcast_from_rank0(list(model.parameters()) + list(model.buffers()), ctx)
     return _engine_class(cfg.engine)(cfg, model, ctx)
 
 
-__all__ = ["Engine", "NoopEngine", "build_engine", "make_groups"]
+def broadcast_from_rank0(tensors: list[torch.Tensor], ctx: DistContext) -> None:
+    """Overwrite ``tensors`` (in place) on every rank with rank 0's values; a no-op with one rank.
+    One collective per dtype: the tensors are flattened into one buffer each."""
+    if ctx.world_size == 1 or not tensors:
+        return
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for t in tensors:
+        by_dtype.setdefault(t.dtype, []).append(t)
+    for group in by_dtype.values():
+        flat = torch.cat([t.detach().reshape(-1) for t in group])
+        if ctx.backend == "horovod":
+            import horovod.torch as hvd
+
+            flat = hvd.broadcast(flat, root_rank=0)
+        else:
+            import torch.distributed as dist
+
+            dist.broadcast(flat, src=0)
+        with torch.no_grad():
+            for t, part in zip(group, torch.split(flat, [t.numel() for t in group])):
+                t.copy_(part.view_as(t))
+
+
+__all__ = ["Engine", "NoopEngine", "broadcast_from_rank0", "build_engine", "make_groups"]
