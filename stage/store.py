@@ -7,7 +7,8 @@ Layout of a store directory (docs/store-format.md has the full description)::
         index     sample id -> sealed JSON {split, material_id, nbytes, stats}
         info      b"store"  -> sealed JSON {schema_version, config_hash, arrays, ...}
     <store>/manifest.json       human-readable summary, written atomically (temp + rename)
-    <store>/writer.lock         flock'ed by the one writer allowed at a time
+    <store>/writer.lock         flock'ed by the one writer allowed at a time; holds "<pid> <host>"
+                                while it is open (emptied on close)
 
 A record and its index entry are committed in one LMDB transaction, so a kill never leaves a
 partial sample, and the manifest is always derivable from the LMDB contents: the writer rebuilds
@@ -22,6 +23,7 @@ import json
 import os
 import resource
 import shutil
+import socket
 import tempfile
 import struct
 import time
@@ -342,13 +344,13 @@ class StoreWriter:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             fh.seek(0)
-            holder = fh.read().strip() or "unknown"
+            holder = " on ".join(fh.read().split()) or "unknown"
             fh.close()
             raise StoreLockedError(f"store {self.path} is already open by another writer (pid {holder}); "
                                    f"give every writer its own store directory") from None
         fh.seek(0)
         fh.truncate()
-        fh.write(str(os.getpid()))
+        fh.write(f"{os.getpid()} {socket.gethostname()}")
         fh.flush()
         self._lock_fh = fh
 
@@ -528,6 +530,7 @@ class StoreWriter:
         finally:
             self._env = None
             if self._lock_fh is not None:
+                self._lock_fh.truncate(0)  # readers: no writer any more (see writer_active)
                 fcntl.flock(self._lock_fh, fcntl.LOCK_UN)
                 self._lock_fh.close()
                 self._lock_fh = None
@@ -546,14 +549,44 @@ class StoreWriter:
 READAHEAD_MIN_RECORD_BYTES = 1 << 20
 
 
-def _open_readonly_env(path: Path, readahead: bool = False) -> lmdb.Environment:
+def writer_active(path: Path) -> str | None:
+    """``"pid N on HOST"`` when a `StoreWriter` may have the store at ``path`` open, else None.
+
+    Read from writer.lock without locking it (taking even a shared flock would make a writer
+    starting at that moment fail): a live pid on this host, or any pid recorded by another host
+    (whose liveness cannot be checked from here), counts as open; a writer killed with -9 on
+    this host leaves a dead pid, which does not."""
     try:
-        return lmdb.open(str(path), readonly=True, lock=False, readahead=readahead, max_dbs=len(_DBS),
-                         subdir=True, max_spare_txns=1)
-    except PermissionError as exc:
-        raise StoreError(f"permission denied reading store {path}; fix its permissions") from exc
-    except lmdb.Error as exc:
-        if "Permission denied" in str(exc):
+        holder = (path / LOCK_NAME).read_text().split()
+    except OSError:
+        return None
+    if not holder or not holder[0].isdigit():
+        return None
+    host = holder[1] if len(holder) > 1 else socket.gethostname()
+    if host == socket.gethostname():
+        try:
+            os.kill(int(holder[0]), 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass  # alive, another user's
+    return f"pid {holder[0]} on {host}"
+
+
+def _open_readonly_env(path: Path, readahead: bool = False) -> lmdb.Environment:
+    """Lock-free when no writer is open (no reader table to update: cheapest, and works on
+    read-only copies); with a writer open, LMDB's reader table (``lock=True``) so the writer never
+    reuses pages of the snapshot this reader is reading (lock-free readers would read them torn)."""
+    writer = writer_active(path)
+    try:
+        return lmdb.open(str(path), readonly=True, lock=writer is not None, readahead=readahead,
+                         max_dbs=len(_DBS), subdir=True, max_spare_txns=1)
+    except (PermissionError, lmdb.Error) as exc:
+        denied = isinstance(exc, PermissionError) or "Permission denied" in str(exc)
+        if denied and writer:
+            raise StoreError(f"store {path} is being written ({writer}) and its lock.mdb is not writable by you, "
+                             "so it cannot be read safely now; wait for the writer to finish") from exc
+        if denied:
             raise StoreError(f"permission denied reading store {path}; fix its permissions") from exc
         raise StoreError(f"cannot open store {path}: {exc}; is it a namsa store?") from exc
 

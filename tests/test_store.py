@@ -392,6 +392,61 @@ def test_a_writer_in_another_process_is_refused(tmp_path):
         pass  # the lock is released with its holder
 
 
+WRITING_CHILD = """
+import sys
+import stage
+from stage_helpers import CONFIG_HASH, make_samples
+samples = make_samples(6)
+with stage.StoreWriter(sys.argv[1], config_hash=CONFIG_HASH) as w:
+    for s in samples[:3]:
+        w.put(s)
+    w.commit()
+    print("written", flush=True)
+    sys.stdin.readline()
+    for s in samples[3:]:
+        w.put(s)
+    w.commit()
+    print("more", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_readers_of_a_store_being_written_use_lmdbs_reader_table(tmp_path):
+    """A lock-free LMDB reader may read pages the writer is reusing; while a writer holds the
+    store, readers register in LMDB's reader table instead, and read a consistent snapshot."""
+    path = tmp_path / "s"
+    child = run_child(WRITING_CHILD, str(path), stdin=subprocess.PIPE)
+    try:
+        assert child.stdout.readline().strip() == "written"
+        assert stage.store.writer_active(path) == f"pid {child.pid} on {os.uname().nodename}"
+        with stage.open_store(path) as reader:
+            assert reader.env.flags()["lock"] is True
+            first = [reader[i].id for i in range(len(reader))]
+            child.stdin.write("\n")
+            child.stdin.flush()
+            assert child.stdout.readline().strip() == "more"
+            assert [reader[i].id for i in range(len(reader))] == first  # its snapshot, verified
+        with stage.open_store(path) as reader:
+            assert len(reader) == 6
+    finally:
+        child.communicate("\n", timeout=60)
+    assert stage.store.writer_active(path) is None  # closed: the lock file is emptied
+    with stage.open_store(path) as reader:
+        assert reader.env.flags()["lock"] is False and len(reader) == 6
+
+
+def test_a_writer_killed_with_9_does_not_count_as_writing(tmp_path):
+    path = tmp_path / "s"
+    child = run_child(WRITING_CHILD, str(path), stdin=subprocess.PIPE)
+    assert child.stdout.readline().strip() == "written"
+    child.kill()
+    child.wait(timeout=60)
+    assert (path / "writer.lock").read_text().split()[0] == str(child.pid)
+    assert stage.store.writer_active(path) is None
+    with stage.open_store(path) as reader:
+        assert reader.env.flags()["lock"] is False and len(reader) == 3
+
+
 DENIED_CHILD = """
 import os, sys
 import stage
