@@ -114,6 +114,23 @@ def test_mismatch_across_ranks_is_detected_at_startup(what, message):
         assert message in text and "ranks [1] differ" in text and "\n" not in text
 
 
+def _broadcast(rank: int) -> list:
+    from models.distributed.engines import broadcast_from_rank0
+
+    ctx = init_from_env(DistributedConfig(timeout_s=60))
+    tensors = [torch.full((2, 3), float(rank + 1)), torch.tensor([10 * rank], dtype=torch.int64),
+               torch.full((4,), float(rank), dtype=torch.float64)]
+    broadcast_from_rank0(tensors, ctx)
+    return [t.tolist() for t in tensors]
+
+
+@pytest.mark.distributed
+def test_broadcast_from_rank0_overwrites_every_dtype_in_place():
+    results = run_local(_broadcast, 3, timeout_s=60)
+    for rank in range(3):
+        assert results[rank][1] == [[[1.0] * 3] * 2, [0], [0.0] * 4]
+
+
 def _affinity(rank: int) -> list[int]:
     return sorted(os.sched_getaffinity(0))
 

@@ -49,7 +49,20 @@ def worker(out_dir: str) -> None:
         r = train_one(DistributedConfig(**raw, timeout_s=60), ctx, ctx.rank, ctx.world_size)
         results[i] = {"params": r["params"].tolist(), "stats": r["stats"]}
     Path(out_dir, f"rank{ctx.rank}.json").write_text(json.dumps(
-        {"results": results, "knobs": knobs, "backend": ctx.backend, "world": ctx.world_size}))
+        {"results": results, "knobs": knobs, "backend": ctx.backend, "world": ctx.world_size,
+         "broadcast": _broadcast_buffers(ctx)}))
+
+
+def _broadcast_buffers(ctx) -> list:
+    """Rank-specific float and integer tensors after `broadcast_from_rank0` (what the trainer does
+    to batch-norm buffers before dev evaluation)."""
+    import torch
+
+    from models.distributed.engines import broadcast_from_rank0
+
+    tensors = [torch.full((2, 3), float(ctx.rank + 1)), torch.tensor([10 * ctx.rank], dtype=torch.int64)]
+    broadcast_from_rank0(tensors, ctx)
+    return [t.tolist() for t in tensors]
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +99,8 @@ def test_horovod_knobs_come_from_the_config(horovod_run):
                      "HOROVOD_CACHE_CAPACITY": "512"}
     stats = horovod_run[0]["results"]["0"]["stats"][-1]
     assert stats["collectives"] == 4 and stats["bytes_sent"] > 0  # one grouped allreduce per block
+
+
+def test_broadcast_from_rank0_through_horovod(horovod_run):
+    for rank in (0, 1):
+        assert horovod_run[rank]["broadcast"] == [[[1.0] * 3] * 2, [0]]
