@@ -296,9 +296,11 @@ class Trainer:
         import stage
         from stage import EmptyStoreError
 
+        cap = self.cfg.max_train_samples if split == "train" else None
+        if cap is not None and self.local_data:
+            cap = max(1, cap // self.ctx.world_size)  # the cap is global: each rank holds 1/P of the data
         try:
-            return stage.SampleDataset(paths, split, self.normalizer, targets, raw_cbed=raw,
-                                       max_samples=self.cfg.max_train_samples if split == "train" else None)
+            return stage.SampleDataset(paths, split, self.normalizer, targets, raw_cbed=raw, max_samples=cap)
         except EmptyStoreError:
             if allow_empty:
                 return None

@@ -50,7 +50,7 @@ def test_shared_shard_mode_cannot_read_node_local_data(tiny_data_dir, tmp_path):
         _train(tiny_data_dir, tmp_path / "run", _staged_cfg(tmp_path / "local", shard_mode="shared"), max_steps=2)
 
 
-def _rank_train(rank: int, data_dir: str, out: str, local: str, batch_size: int) -> dict:
+def _rank_train(rank: int, data_dir: str, out: str, local: str, batch_size: int, cap: int | None = None) -> dict:
     import torch
 
     from _train_helpers import DATA_CFG, tiny_train_cfg
@@ -60,7 +60,8 @@ def _rank_train(rank: int, data_dir: str, out: str, local: str, batch_size: int)
     data_cfg = DATA_CFG.model_copy(update={"node_local_dir": local})
     try:
         result = models.train(models.ModelConfig(preset="tiny"),
-                              tiny_train_cfg(max_steps=None, epochs=2, batch_size=batch_size, eval_every=2),
+                              tiny_train_cfg(max_steps=None, epochs=2, batch_size=batch_size, eval_every=2,
+                                             max_train_samples=cap),
                               DistributedConfig(engine="ddp", timeout_s=60), data_cfg, [data_dir], out, resume=False)
     except TrainingError as exc:
         return {"error": str(exc)}
@@ -94,3 +95,12 @@ def test_shards_too_small_for_a_batch_fail_on_every_rank(tiny_data_dir, tmp_path
     for rank in (0, 1):
         message = results[rank][1]["error"]
         assert "no full batch of 64" in message and "fewer ranks" in message and "\n" not in message
+
+
+@pytest.mark.distributed
+def test_max_train_samples_stays_a_global_cap_on_staged_shards(tiny_data_dir, tmp_path):
+    results = run_local(_rank_train, 2, str(tiny_data_dir), str(tmp_path / "run"), str(tmp_path / "local"), 1, 4,
+                        timeout_s=240)
+    assert results[0][1] == results[1][1] and results[0][1]["steps"] == 2 * 2  # 2 epochs of 4 / 2 ranks
+    card = json.loads((tmp_path / "run" / "model" / "model_card.json").read_text())
+    assert card["data"]["train_samples"] == 4
