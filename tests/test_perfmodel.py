@@ -122,6 +122,25 @@ def test_paper_scaling_prediction():
     assert all(math.isclose(r["efficiency_bitvector"], 1.0) for r in pm.paper_scaling(overlap=1.0))
 
 
+def test_cli_scaling_predicts_your_own_job(capsys):
+    """A measured single-GPU step and a preset's gradient size on your links, not the paper's."""
+    assert pm.preset_parameters("small") == 3_045_088
+    argv = ["scaling", "--preset", "small", "--step-s", "0.05", "--gpus-per-node", "4", "--nodes", "1", "8", "64",
+            "--bandwidth", "12.5e9", "--grad-bytes", "4"]
+    assert pm.main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("3,045,088 parameters x 4 B per gradient, 4 GPUs per node, single-GPU step 0.05 s")
+    rows = [line.split(" | ") for line in out.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    inter, intra = pm.AlphaBeta.from_bandwidth(2e-6, 12.5e9), pm.AlphaBeta.from_bandwidth(5e-6, 50e9)
+    for row, nodes in zip(rows, (1, 8, 64)):
+        assert float(row[2]) == 0.05
+        assert float(row[3]) == pytest.approx(pm.hierarchical_allreduce(3_045_088 * 4, nodes, 4, intra, inter), abs=1e-4)
+    eff = [float(r[6]) for r in rows]
+    assert eff == sorted(eff, reverse=True) and eff[0] < 1
+    with pytest.raises(SystemExit):
+        pm.main(["scaling", "--preset", "small", "--params", "10"])
+
+
 def test_cli_coordination_writes_figure(tmp_path, capsys):
     assert pm.main(["coordination", "--plot", str(tmp_path / "coord.png")]) == 0
     assert (tmp_path / "coord.png").stat().st_size > 1000

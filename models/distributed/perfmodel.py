@@ -188,11 +188,13 @@ def paper_scaling(nodes: tuple[int, ...] = PAPER_NODES, gpus_per_node: int = PAP
                   params: int = PAPER_PARAMS, bytes_per_grad: int = 2, ops_per_sample: float = PAPER_OPS_PER_SAMPLE,
                   flops_per_gpu: float = PAPER_SUSTAINED_FLOPS, batch_per_gpu: int = 1, overlap: float = 0.0,
                   groups: int = 7, cycles_per_step: int = 7, intra: AlphaBeta | None = None,
-                  inter: AlphaBeta | None = None) -> list[dict]:
-    """Predicted weak-scaling efficiency t(1 GPU) / t(P) for the paper's model.
+                  inter: AlphaBeta | None = None, compute_s: float | None = None) -> list[dict]:
+    """Predicted weak-scaling efficiency t(1 GPU) / t(P), by default for the paper's model.
 
     t(P) = compute + max(0, allreduce + coordination - overlap * backward), backward = 2/3 of
-    compute (the paper counts a step as 3 forwards: 1 forward + 2 in backward). Gradients are fp16
+    compute (the paper counts a step as 3 forwards: 1 forward + 2 in backward). ``compute_s``: a
+    measured single-GPU step (s), as You et al. predict from; otherwise batch_per_gpu x
+    ``ops_per_sample`` / ``flops_per_gpu``. Gradients of ``params`` values are fp16
     (``bytes_per_grad``=2, mixed precision as in the paper), reduced hierarchically.
     ``overlap``=0 exposes all communication (a pessimistic bound); 1 hides it behind backward.
     Coordination: ``cycles_per_step`` cycles (one per group in the worst case) with the bitvector or
@@ -200,7 +202,7 @@ def paper_scaling(nodes: tuple[int, ...] = PAPER_NODES, gpus_per_node: int = PAP
     """
     intra = intra or AlphaBeta.from_bandwidth(**SUMMIT_INTRA)
     inter = inter or AlphaBeta.from_bandwidth(**SUMMIT_INTER)
-    compute = batch_per_gpu * ops_per_sample / flops_per_gpu
+    compute = compute_s if compute_s is not None else batch_per_gpu * ops_per_sample / flops_per_gpu
     nbytes = params * bytes_per_grad
     rows = []
     for n in nodes:
@@ -279,6 +281,31 @@ def _link(args) -> AlphaBeta:
     return AlphaBeta.from_bandwidth(args.alpha, args.bandwidth)
 
 
+def preset_parameters(preset: str) -> int:
+    """Learnable parameters of a model preset, counted on the meta device (no memory allocated)."""
+    import torch
+
+    from models import ModelConfig, build_model
+    from models.fcdensenet import count_parameters
+
+    with torch.device("meta"):
+        return count_parameters(build_model(ModelConfig(preset=preset)))
+
+
+def _print_scaling(args: argparse.Namespace) -> None:
+    params = args.params or (preset_parameters(args.preset) if args.preset else PAPER_PARAMS)
+    intra = AlphaBeta.from_bandwidth(args.intra_alpha, args.intra_bandwidth)
+    inter = _link(args)
+    rows = paper_scaling(tuple(args.nodes), args.gpus_per_node, params, args.grad_bytes,
+                         batch_per_gpu=args.batch_per_gpu, overlap=args.overlap, intra=intra, inter=inter,
+                         compute_s=args.step_s)
+    print(f"{params:,} parameters x {args.grad_bytes} B per gradient, {args.gpus_per_node} GPUs per node, "
+          f"single-GPU step {rows[0]['compute_s']:.4g} s, overlap {args.overlap:g}; in-node alpha "
+          f"{intra.alpha_s * 1e6:g} us, {1 / intra.beta_s_per_B / 1e9:g} GB/s; between nodes alpha "
+          f"{inter.alpha_s * 1e6:g} us, {1 / inter.beta_s_per_B / 1e9:g} GB/s\n")
+    print(markdown_table(rows, SCALING_COLUMNS, SCALING_FORMATS))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m models.distributed.perfmodel", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -287,10 +314,20 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--sizes", type=float, nargs="+", default=[4e3, 64e3, 1e6, 4e6], help="bytes")
     m.add_argument("--repeats", type=int, default=5)
     m.add_argument("--out", type=Path)
-    s = sub.add_parser("scaling", help="predicted scaling efficiency of the paper's model")
+    s = sub.add_parser("scaling", help="predicted scaling efficiency (default: the paper's model on Summit)")
     s.add_argument("--nodes", type=int, nargs="+", default=list(PAPER_NODES))
-    s.add_argument("--overlap", type=float, default=0.0)
+    s.add_argument("--gpus-per-node", type=int, default=PAPER_GPUS_PER_NODE)
+    s.add_argument("--overlap", type=float, default=0.0, help="fraction of backward that hides communication")
     s.add_argument("--batch-per-gpu", type=int, default=1)
+    s.add_argument("--step-s", type=float, help="measured single-GPU training step (s) of your job "
+                   "(default: the paper's 5.151e13 ops per sample at 59.67 TFLOP/s)")
+    size = s.add_mutually_exclusive_group()
+    size.add_argument("--preset", choices=["tiny", "small", "paper"], help="gradient size of this model preset")
+    size.add_argument("--params", type=int, help="gradient size in parameters (default: the paper's)")
+    s.add_argument("--grad-bytes", type=int, default=2, choices=[2, 4], help="bytes per reduced gradient value")
+    s.add_argument("--intra-alpha", type=float, default=SUMMIT_INTRA["alpha_s"], help="in-node latency (s)")
+    s.add_argument("--intra-bandwidth", type=float, default=SUMMIT_INTRA["bandwidth_Bps"],
+                   help="in-node bandwidth per GPU (B/s)")
     _link_args(s)
     c = sub.add_parser("coordination", help="master-worker vs bitvector coordination from 1 to N ranks")
     c.add_argument("--max-ranks", type=int, default=27_600)
@@ -310,9 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.out:
             args.out.write_text(json.dumps(result, indent=1))
     elif args.command == "scaling":
-        inter = _link(args)
-        rows = paper_scaling(tuple(args.nodes), overlap=args.overlap, batch_per_gpu=args.batch_per_gpu, inter=inter)
-        print(markdown_table(rows, SCALING_COLUMNS, SCALING_FORMATS))
+        _print_scaling(args)
     else:
         rows = coordination_table(args.max_ranks, args.groups, _link(args))
         print(markdown_table(rows, COORDINATION_COLUMNS, COORDINATION_FORMATS))
