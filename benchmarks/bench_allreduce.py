@@ -50,20 +50,21 @@ def _rel(path: Path) -> str:
 
 
 def bench_engines(problem, ranks: int, steps: int) -> str:
+    """Each engine's step as a ratio to ddp; ranks bound to cores round-robin (``bind_cores``) so
+    that every engine sees the same placement (horovodrun places its own ranks)."""
+    def measure(raw: dict, n_steps: int, warmup: int) -> dict:
+        return measure_engine({**raw, "timeout_s": 300}, ranks, problem.model, problem.make_batch, steps=n_steps,
+                              warmup=warmup, bind_cores=True)
+
     # A discarded run first: the first ranks forked in a process were consistently slower.
-    measure_engine({"engine": "ddp", "timeout_s": 300}, ranks, problem.model, problem.make_batch, steps=2, warmup=1)
-    rows = []
-    for label, raw in ENGINES:
-        if raw.get("node_size") and ranks % raw["node_size"]:
-            continue
-        rows.append((label, measure_engine({**raw, "timeout_s": 300}, ranks, problem.model, problem.make_batch,
-                                           steps=steps, warmup=2)))
+    measure({"engine": "ddp"}, 2, 1)
+    rows = [(label, measure(raw, steps, 2)) for label, raw in ENGINES
+            if not (raw.get("node_size") and ranks % raw["node_size"])]
     if horovod_available():
         rows.append(("horovod", measure_horovod({"engine": "horovod", "timeout_s": 300}, ranks, problem, steps, 2)))
     # ddp again at the end: other jobs' load drifts during the run, so the reference is the
     # geometric mean of the first and last ddp runs (both shown).
-    rows.append(("ddp (again, last)", measure_engine({"engine": "ddp", "timeout_s": 300}, ranks, problem.model,
-                                                     problem.make_batch, steps=steps, warmup=2)))
+    rows.append(("ddp (again, last)", measure({"engine": "ddp"}, steps, 2)))
     ref = float(np.sqrt(rows[0][1]["step_s"] * rows[-1][1]["step_s"]))
     lines = [f"{problem.describe()}, {ranks} gloo ranks, median of {steps} steps after 2 warm-up",
              "", "| engine | step (x ddp) | comm s/step | coord s/step | wait s/step | collectives/step | "
