@@ -288,8 +288,12 @@ class Trainer:
             raise TrainingError("data.shard_mode=shared has every rank read every store, which node-local staging "
                                 "(data.node_local_dir) rules out; use shard_mode: unique or unset node_local_dir")
         ctx = self.ctx
-        return stage.stage_rank_shard(dirs, self.data_cfg.node_local_dir, self.data_hash, rank=ctx.rank,
-                                      world_size=ctx.world_size, threads=max(1, self.data_cfg.num_workers))
+        report = stage.stage_rank_shard(dirs, self.data_cfg.node_local_dir, self.data_hash, rank=ctx.rank,
+                                        world_size=ctx.world_size, threads=max(1, self.data_cfg.num_workers))
+        ctx.notice(f"staged rank {ctx.rank}'s shard of {ctx.world_size}: {report.copied} samples copied "
+                   f"({report.bytes_copied / 1e9:.3f} GB in {report.seconds:.1f} s), {report.skipped} already there, "
+                   f"into {report.destinations[0].parent.parent if report.destinations else self.data_cfg.node_local_dir}")
+        return report.destinations
 
     def _dataset(self, paths: list[Path], split: str, targets: tuple[str, ...], raw: bool, allow_empty: bool) -> Any:
         """The split's `stage.SampleDataset`, or None when it has no samples and ``allow_empty``."""

@@ -127,9 +127,10 @@ def stage_store(src: str | os.PathLike, dst: str | os.PathLike, *, threads: int 
 
 
 def stage_rank_shard(sources: list[Path], root: str | os.PathLike, data_hash: str, *, rank: int = 0,
-                     world_size: int = 1, threads: int = 4) -> list[Path]:
-    """Stage this rank's shard of every data dir in ``sources`` under node-local ``root`` and return
-    the staged stores: the only ones the rank then reads (training's ``data.node_local_dir``).
+                     world_size: int = 1, threads: int = 4) -> StageReport:
+    """Stage this rank's shard of every data dir in ``sources`` under node-local ``root``; the
+    report's ``destinations`` are the staged stores, the only ones the rank then reads (training's
+    ``data.node_local_dir``), its counts summed over the data dirs.
 
     ``root`` may name environment variables (``$TMPDIR``). Each data dir i goes to
     ``root/namsa-staged-<data_hash[:12]>/data<i>`` (the rank's ``shard-r-of-P`` store there, or a
@@ -141,7 +142,7 @@ def stage_rank_shard(sources: list[Path], root: str | os.PathLike, data_hash: st
         raise UserError(f"node-local directory {root!r} names an environment variable that is not set here "
                         f"({expanded!r}); set it in the job script or give a path (data.node_local_dir)")
     base = Path(expanded).expanduser() / f"namsa-staged-{data_hash[:12]}"
-    staged: list[Path] = []
+    total = StageReport()
     for i, src in enumerate(sources):
         report = stage_store(src, base / f"data{i}", threads=threads, rank=rank, world_size=world_size,
                              progress=False)
@@ -149,8 +150,11 @@ def stage_rank_shard(sources: list[Path], root: str | os.PathLike, data_hash: st
             bad = report.corrupt + report.failed_verify
             raise UserError(f"rank {rank}: staging {src} into {base / f'data{i}'} found {len(bad)} bad record(s) "
                             f"({', '.join(bad[:3])}); re-simulate or remove them, then rerun (staged records are kept)")
-        staged += report.destinations
-    return staged
+        total.destinations += report.destinations
+        total.copied, total.skipped = total.copied + report.copied, total.skipped + report.skipped
+        total.bytes_copied += report.bytes_copied
+        total.seconds += report.seconds
+    return total
 
 
 def _copy(items: list[tuple[StoreReader, int]], writer: StoreWriter, threads: int, report: StageReport,
