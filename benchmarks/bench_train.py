@@ -163,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     want = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    if want == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda, but this torch sees no CUDA GPU; use --device cpu or auto")
     device = torch.device(want)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
