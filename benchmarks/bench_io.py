@@ -9,7 +9,10 @@ For each pattern size P (paper shapes: 1024 x P x P float16 per sample) it
    "cold" (after fdatasync + posix_fadvise(DONTNEED) drops the file's clean pages; fincore
    reports how much stayed cached) and "warm" (the file in the page cache), and prints
    pipeline/raw as the ratio (goal >= 0.8);
-3. reads the compressed store through the pipeline (warm) to show what decompression costs.
+3. reads the compressed store through the pipeline (warm) to show what decompression costs;
+4. with ``--cuda``: feeds the GPU (thread loader over pinned buffers, non-blocking copy, log1p
+   + standardisation on the device) and reports GB/s of fp16 delivered against a bare pinned
+   host-to-device copy and the raw warm read of the same run (goal: ~5 GB/s per GPU).
 
 The pipeline is measured delivering fp16 stacks (``raw_cbed=True``: the transform runs on the
 GPU after an fp16 copy, the recommended GPU path) and, for reference, float32 stacks normalised
@@ -22,7 +25,7 @@ processes (every item in fresh shared memory) and reader threads over a ring of 
 (``DataConfig.loader = "threads"``, what ``auto`` picks for paper-sized samples).
 
 Usage:  python benchmarks/bench_io.py [--px 256 512] [--samples 6 3] [--workers 1 2] [--dir /tmp]
-        [--write-only] [--loaders processes threads] [--no-compare]
+        [--write-only] [--loaders processes threads] [--no-compare] [--cuda]
 """
 from __future__ import annotations
 
@@ -167,6 +170,60 @@ def pipeline_read(store: Path, workers: int, raw_cbed: bool, normalizer: stage.N
     return end - t, end - first, left
 
 
+def pinned_copy_rate(nbytes: int, repeats: int = 10) -> float:
+    """GB/s of a bare pinned host-to-device copy of ``nbytes`` (the PCIe/NVLink-C2C ceiling)."""
+    import torch
+
+    host = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
+    device = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    device.copy_(host, non_blocking=True)
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(repeats):
+        device.copy_(host, non_blocking=True)
+    torch.cuda.synchronize()
+    return nbytes * repeats / (time.perf_counter() - t) / GB
+
+
+def gpu_feed(store: Path, workers: int, normalizer: stage.Normalizer | None, device: str = "cuda"
+             ) -> tuple[float, int]:
+    """(seconds, fp16 bytes) of the loader's second epoch delivered onto the GPU: reader threads
+    fill a pinned ring, each batch is copied non-blocking and (with ``normalizer``) transformed
+    on the device, as the trainer does on a GPU; synchronised per batch."""
+    import torch
+
+    from stage.dataset import batch_to_device
+
+    ds = stage.SampleDataset(store, None, normalizer, raw_cbed=True)
+    cfg = stage.DataConfig(num_workers=workers, prefetch_factor=2, pin_memory=True, loader="threads")
+    loader = stage.make_loader(ds, cfg, batch_size=1, shuffle=False, drop_last=False)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    for epoch in range(2):
+        sync()
+        t, nbytes = time.perf_counter(), 0
+        for batch in loader:
+            out = batch_to_device(batch, device, normalizer)
+            sync()
+            nbytes += batch["cbed"].numel() * batch["cbed"].element_size()
+            del out
+    seconds = time.perf_counter() - t
+    loader.close()
+    return seconds, nbytes
+
+
+def bench_gpu_feed(store: Path, workers: list[int], normalizer: stage.Normalizer | None, raw_bytes: int) -> None:
+    data_file = store / "data.mdb"
+    raw = data_file.stat().st_size / raw_read(data_file) / GB
+    copy = pinned_copy_rate(raw_bytes)
+    print(f"GPU: bare pinned host-to-device copy {copy:5.2f} GB/s; raw warm read {raw:5.2f} GB/s (same run)")
+    for w in workers:
+        seconds, nbytes = gpu_feed(store, w, normalizer)
+        rate = nbytes / seconds / GB
+        print(f"  pipeline to the GPU, threads loader, {w} thread(s), warm, "
+              f"{'normalised on the device' if normalizer else 'fp16 copy only'}: {rate:5.2f} GB/s of fp16 "
+              f"delivered; /copy = {rate / copy:.2f}, /raw read = {rate / raw:.2f}")
+
+
 def write_store(path: Path, samples: list[Sample], compression: str) -> tuple[float, int]:
     cfg = stage.DataConfig(compression=compression, map_size_mb=1024)
     t = time.perf_counter()
@@ -199,7 +256,7 @@ def simulator_seconds_per_sample(px: int) -> float | None:
 
 
 def bench_size(px: int, n_samples: int, workers: list[int], root: Path, read: bool = True,
-               loaders: tuple[str, ...] = ("processes", "threads"), compare: bool = True) -> None:
+               loaders: tuple[str, ...] = ("processes", "threads"), compare: bool = True, cuda: bool = False) -> None:
     raw_bytes = 1024 * px * px * 2
     print(f"\n=== 1024 x {px} x {px} float16 = {raw_bytes / 2**20:.0f} MiB per sample, {n_samples} samples ===")
     samples = [make_sample(k, px) for k in range(n_samples)]
@@ -225,6 +282,9 @@ def bench_size(px: int, n_samples: int, workers: list[int], root: Path, read: bo
     with stage.open_store(stores["none"]) as reader:  # closed: an open map would pin the file's pages
         has_train = reader.manifest["counts"]["train"] > 0
     norm = stage.Normalizer.fit(stores["none"], "log1p", split="train") if has_train and compare else None
+    if cuda:
+        gpu_norm = stage.Normalizer.fit(stores["none"], "log1p", split="train") if has_train else None
+        bench_gpu_feed(stores["none"], workers, gpu_norm, raw_bytes)
     for state in ("cold", "warm"):
         left = drop_cache(data_file) if state == "cold" else cached(data_file)
         raw = file_bytes / raw_read(data_file) / GB
@@ -271,14 +331,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-compare", action="store_true",
                         help="skip the zstd store, the simulator timing and the CPU-normalised float32 reads "
                              "(fp16 read-pipeline figures only)")
+    parser.add_argument("--cuda", action="store_true", help="also feed the GPU (needs CUDA)")
     args = parser.parse_args(argv)
+    if args.cuda:
+        import torch
+
+        if not torch.cuda.is_available():
+            parser.error("--cuda, but this torch sees no CUDA GPU")
     counts = args.samples + [args.samples[-1]] * (len(args.px) - len(args.samples))
     print(f"bench_io: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, stores under {args.dir}")
     root = Path(tempfile.mkdtemp(prefix="bench_io-", dir=args.dir))
     try:
         for px, n in zip(args.px, counts):
             bench_size(px, n, args.workers, root, read=not args.write_only, loaders=tuple(args.loaders),
-                       compare=not args.no_compare)
+                       compare=not args.no_compare, cuda=args.cuda)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
