@@ -585,7 +585,8 @@ def _open_readonly_env(path: Path, readahead: bool = False) -> lmdb.Environment:
         denied = isinstance(exc, PermissionError) or "Permission denied" in str(exc)
         if denied and writer:
             raise StoreError(f"store {path} is being written ({writer}) and its lock.mdb is not writable by you, "
-                             "so it cannot be read safely now; wait for the writer to finish") from exc
+                             "so it cannot be read safely now; wait for the writer to finish (if that writer died, "
+                             "open and close a StoreWriter on the store once to clear writer.lock)") from exc
         if denied:
             raise StoreError(f"permission denied reading store {path}; fix its permissions") from exc
         raise StoreError(f"cannot open store {path}: {exc}; is it a namsa store?") from exc
