@@ -447,6 +447,40 @@ def test_a_writer_killed_with_9_does_not_count_as_writing(tmp_path):
         assert reader.env.flags()["lock"] is False and len(reader) == 3
 
 
+READ_AS_ANOTHER_USER_CHILD = """
+import os, sys
+import stage
+if os.geteuid() == 0:
+    os.setgid(65534)
+    os.setuid(65534)  # 'nobody': may read the store but not write its lock.mdb
+try:
+    stage.open_store(sys.argv[1])
+    print("NO ERROR")
+except stage.StoreError as exc:
+    print(exc)
+"""
+
+
+def test_a_reader_that_cannot_join_a_live_writers_lock_table_is_told_to_wait(tmp_path):
+    base = Path(tempfile.mkdtemp(prefix="namsa-live-")) if os.geteuid() == 0 else tmp_path
+    os.chmod(base, 0o755)
+    path = base / "s"
+    writer = run_child(WRITING_CHILD, str(path), stdin=subprocess.PIPE)
+    try:
+        assert writer.stdout.readline().strip() == "written"
+        os.chmod(path, 0o755)
+        for f in path.iterdir():
+            os.chmod(f, 0o644 if os.geteuid() == 0 else 0o444)
+        out, err = run_child(READ_AS_ANOTHER_USER_CHILD, str(path)).communicate(timeout=120)
+    finally:
+        writer.communicate("\n\n", timeout=60)
+        for f in path.iterdir():
+            os.chmod(f, 0o644)
+        if base != tmp_path:
+            shutil.rmtree(base)
+    assert f"is being written (pid {writer.pid} on " in out and "wait for the writer to finish" in out, out + err
+
+
 DENIED_CHILD = """
 import os, sys
 import stage
