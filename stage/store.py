@@ -759,8 +759,17 @@ class StoreReader:
         self.env  # noqa: B018 (opens the environment in this process if needed)
         return self._entry.dbs
 
+    def _txn(self) -> lmdb.Transaction:
+        """A read transaction. LMDB refuses to begin one (MapResizedError) when a writer has grown
+        the file beyond this process's map since it was opened: adopt the new size and begin again."""
+        try:
+            return self.env.begin(buffers=True)
+        except lmdb.MapResizedError:
+            self.env.set_mapsize(0)
+            return self.env.begin(buffers=True)
+
     def _check_first_record(self) -> None:
-        with self.env.begin(buffers=True) as txn:
+        with self._txn() as txn:
             raw = txn.get(self._keys[0], db=self._dbs[b"records"])
             if raw is None:
                 raise SchemaError(f"store {self.path}: index lists {self._ids[0]!r} but it has no record")
@@ -803,44 +812,39 @@ class StoreReader:
         """
         sid = self._ids[i]
         verify = self.verify if verify is None else verify
-        for attempt in range(2):
+        with self._txn() as txn:
+            raw = txn.get(self._keys[i], db=self._dbs[b"records"])
+            if raw is None:
+                raise CorruptRecordError(str(self.path), sid, "record missing from LMDB")
+            fused = verify and out is not None
             try:
-                with self.env.begin(buffers=True) as txn:
-                    raw = txn.get(self._keys[i], db=self._dbs[b"records"])
-                    if raw is None:
-                        raise CorruptRecordError(str(self.path), sid, "record missing from LMDB")
-                    fused = verify and out is not None
+                # with ``out``, the checksum is computed while copying (one pass over memory)
+                rec = codec.decode_record(raw, verify=verify and not fused, names=tuple(names))
+                if fused and any(e["codec"] == "zstd-shuffle" for e in rec.header["arrays"]):
+                    fused, rec = False, codec.decode_record(raw, verify=True, names=tuple(names))
+            except codec.RecordCorrupt as exc:
+                if fused:  # unparseable: let the checksum name the cause
+                    fused = False
                     try:
-                        # with ``out``, the checksum is computed while copying (one pass over memory)
-                        rec = codec.decode_record(raw, verify=verify and not fused, names=tuple(names))
-                        if fused and any(e["codec"] == "zstd-shuffle" for e in rec.header["arrays"]):
-                            fused, rec = False, codec.decode_record(raw, verify=True, names=tuple(names))
-                    except codec.RecordCorrupt as exc:
-                        if fused:  # unparseable: let the checksum name the cause
-                            fused = False
-                            try:
-                                codec.unseal(raw)
-                            except codec.RecordCorrupt as sealed:
-                                raise CorruptRecordError(str(self.path), sid, str(sealed)) from exc
-                        raise CorruptRecordError(str(self.path), sid, str(exc)) from exc
-                    scales = {e["name"]: e.get("scale", 1.0) if physical else 1.0 for e in rec.header["arrays"]}
-                    if fused:
-                        arrays = _copy_out_verified(raw, rec, dtype, out, scales)
-                        if arrays is None:
-                            raise CorruptRecordError(str(self.path), sid, "checksum mismatch")
-                    self._check_header(sid, rec.header)
-                    if not fused:
-                        # Copy (or cast) inside the transaction: the views die with it.
-                        arrays = {n: _copy_out(a, dtype, (out or {}).get(n), scales[n]) for n, a in rec.arrays.items()}
-                return arrays, rec.meta
-            except lmdb.MapResizedError:
-                self.env.set_mapsize(0)  # a writer grew the file: adopt the new size and retry
-        raise StoreError(f"store {self.path} keeps growing under the reader; wait for the writer to finish")
+                        codec.unseal(raw)
+                    except codec.RecordCorrupt as sealed:
+                        raise CorruptRecordError(str(self.path), sid, str(sealed)) from exc
+                raise CorruptRecordError(str(self.path), sid, str(exc)) from exc
+            scales = {e["name"]: e.get("scale", 1.0) if physical else 1.0 for e in rec.header["arrays"]}
+            if fused:
+                arrays = _copy_out_verified(raw, rec, dtype, out, scales)
+                if arrays is None:
+                    raise CorruptRecordError(str(self.path), sid, "checksum mismatch")
+            self._check_header(sid, rec.header)
+            if not fused:
+                # Copy (or cast) inside the transaction: the views die with it.
+                arrays = {n: _copy_out(a, dtype, (out or {}).get(n), scales[n]) for n, a in rec.arrays.items()}
+        return arrays, rec.meta
 
     def read_raw(self, i: int, verify: bool = True) -> tuple[bytearray, dict[str, Any]]:
         """The sealed record bytes of sample ``i`` (checksum verified) and its index entry."""
         sid = self._ids[i]
-        with self.env.begin(buffers=True) as txn:
+        with self._txn() as txn:
             view = txn.get(self._keys[i], db=self._dbs[b"records"])
             if view is None:
                 raise CorruptRecordError(str(self.path), sid, "record missing from LMDB")

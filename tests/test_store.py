@@ -396,26 +396,29 @@ WRITING_CHILD = """
 import sys
 import stage
 from stage_helpers import CONFIG_HASH, make_samples
-samples = make_samples(6)
-with stage.StoreWriter(sys.argv[1], config_hash=CONFIG_HASH) as w:
-    for s in samples[:3]:
+first, total, px, map_mb = (int(a) for a in sys.argv[2:6])
+samples = make_samples(total, px=px)
+with stage.StoreWriter(sys.argv[1], config_hash=CONFIG_HASH,
+                       data_cfg=stage.DataConfig(cbed_dtype="float32", map_size_mb=map_mb)) as w:
+    for s in samples[:first]:
         w.put(s)
     w.commit()
     print("written", flush=True)
     sys.stdin.readline()
-    for s in samples[3:]:
+    for s in samples[first:]:
         w.put(s)
     w.commit()
     print("more", flush=True)
     sys.stdin.readline()
 """
+SMALL_WRITES = ("3", "6", "8", "256")  # 3 samples, then 3 more; 8 px; a 256 MiB map that never grows
 
 
 def test_readers_of_a_store_being_written_use_lmdbs_reader_table(tmp_path):
     """A lock-free LMDB reader may read pages the writer is reusing; while a writer holds the
     store, readers register in LMDB's reader table instead, and read a consistent snapshot."""
     path = tmp_path / "s"
-    child = run_child(WRITING_CHILD, str(path), stdin=subprocess.PIPE)
+    child = run_child(WRITING_CHILD, str(path), *SMALL_WRITES, stdin=subprocess.PIPE)
     try:
         assert child.stdout.readline().strip() == "written"
         assert stage.store.writer_active(path) == f"pid {child.pid} on {os.uname().nodename}"
@@ -435,9 +438,28 @@ def test_readers_of_a_store_being_written_use_lmdbs_reader_table(tmp_path):
         assert reader.env.flags()["lock"] is False and len(reader) == 6
 
 
+def test_reads_continue_after_a_live_writer_grows_the_map(tmp_path):
+    """LMDB refuses new read transactions once a writer has grown the file past the reader's map
+    (MapResizedError); every read path adopts the new size and goes on."""
+    path = tmp_path / "s"
+    child = run_child(WRITING_CHILD, str(path), "1", "40", "128", "1", stdin=subprocess.PIPE)  # 15 MB into 1 MiB
+    try:
+        assert child.stdout.readline().strip() == "written"
+        with stage.open_store(path) as reader:
+            before = reader.read_raw(0)[0]
+            child.stdin.write("\n")
+            child.stdin.flush()
+            assert child.stdout.readline().strip() == "more"
+            assert (path / "data.mdb").stat().st_size > 10 << 20  # beyond py-lmdb's default 10 MiB map
+            assert reader.read_raw(0)[0] == before
+            assert reader[0].id == reader.ids()[0]
+    finally:
+        child.communicate("\n", timeout=60)
+
+
 def test_a_writer_killed_with_9_does_not_count_as_writing(tmp_path):
     path = tmp_path / "s"
-    child = run_child(WRITING_CHILD, str(path), stdin=subprocess.PIPE)
+    child = run_child(WRITING_CHILD, str(path), *SMALL_WRITES, stdin=subprocess.PIPE)
     assert child.stdout.readline().strip() == "written"
     child.kill()
     child.wait(timeout=60)
@@ -465,7 +487,7 @@ def test_a_reader_that_cannot_join_a_live_writers_lock_table_is_told_to_wait(tmp
     base = Path(tempfile.mkdtemp(prefix="namsa-live-")) if os.geteuid() == 0 else tmp_path
     os.chmod(base, 0o755)
     path = base / "s"
-    writer = run_child(WRITING_CHILD, str(path), stdin=subprocess.PIPE)
+    writer = run_child(WRITING_CHILD, str(path), *SMALL_WRITES, stdin=subprocess.PIPE)
     try:
         assert writer.stdout.readline().strip() == "written"
         os.chmod(path, 0o755)
