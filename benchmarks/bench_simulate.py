@@ -154,6 +154,27 @@ def gpu_bound(gpts: int, n_slices: int, device: str) -> dict:
             "bound_patterns_per_s": bandwidth / per_pattern}
 
 
+def fft_plan_ratio(shapes=((16, 128, 128), (8, 256, 256), (4, 512, 512)), runs: int = 30) -> dict:
+    """Execution time of an FFTW_ESTIMATE plan (what namsa uses: the same plan in every process,
+    reproducible samples) over an FFTW_MEASURE plan (timed per process, fastest but not
+    reproducible) of the in-place batched complex64 2-D FFT, best of two plans of each."""
+    import pyfftw
+
+    ratios = {}
+    for shape in shapes:
+        best = {}
+        for flag in ("FFTW_ESTIMATE", "FFTW_MEASURE") * 2:
+            buf = pyfftw.empty_aligned(shape, dtype=np.complex64)
+            plan = pyfftw.FFTW(buf, buf, axes=(-2, -1), flags=(flag, "FFTW_DESTROY_INPUT"), threads=1)
+            buf[...] = np.random.default_rng(0).random(shape)
+            start = time.perf_counter()
+            for _ in range(runs):
+                plan.execute()
+            best[flag] = min(best.get(flag, np.inf), (time.perf_counter() - start) / runs)
+        ratios["x".join(map(str, shape))] = best["FFTW_ESTIMATE"] / best["FFTW_MEASURE"]
+    return ratios
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="16 x 16 scan, 256^2 only, no RSS runs")
@@ -168,7 +189,12 @@ def main() -> None:
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--rss-child", help=argparse.SUPPRESS)
     parser.add_argument("--budget-gb", type=float, default=2.0, help="memory budget for the RSS runs (GB)")
+    parser.add_argument("--fft-plans", action="store_true", help="only the FFTW estimate/measure plan ratio")
     args = parser.parse_args()
+    if args.fft_plans:
+        for shape, ratio in fft_plan_ratio().items():
+            print(f"FFT {shape} complex64, in place: FFTW_ESTIMATE / FFTW_MEASURE execution time = {ratio:.2f}")
+        return
     if args.rss_child:
         peak_rss_child(args.rss_child, args.budget_gb)
         return

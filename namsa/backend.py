@@ -5,7 +5,11 @@ module, and ``workspace(shape)`` gives a per-thread :class:`FFTWorkspace` holdin
 batch buffer with planned, in-place, *unnormalised* 2-D FFTs over its last two axes
 (``backward(forward(a)) == ny * nx * a``; callers fold the 1/N into their multipliers so no
 extra pass over the data is spent on normalisation). On CPU, pyFFTW plans are made once per
-shape (FFTW_MEASURE) and reused for every batch and slice; without pyFFTW, scipy.fft is used.
+shape and reused for every batch and slice; without pyFFTW, scipy.fft is used. Plans are made
+with FFTW_ESTIMATE, so a sample is bit-identical from run to run on one machine: FFTW_MEASURE
+times candidate algorithms and may pick a different one in every process, changing the last
+bits of every pattern (and, through training on them, a quickstart's figures by a few percent),
+for transforms that were 0-6% faster here (benchmarks/RESULTS.md, "FFT plans").
 cupy is imported lazily so that CPU machines never need it; its FFT plans are cached by cupy.
 """
 from __future__ import annotations
@@ -45,7 +49,7 @@ class Backend:
 
     name: str
     xp: Any
-    workspace: Callable[..., FFTWorkspace]   # (shape, measure=True) -> FFTWorkspace
+    workspace: Callable[..., FFTWorkspace]   # (shape) -> FFTWorkspace
     device_index: int | None = None
 
     def asnumpy(self, a: Any) -> np.ndarray:
@@ -86,13 +90,12 @@ def cpu_threads() -> int:
 _PLAN_LOCK = threading.Lock()   # FFTW's planner is not thread-safe
 
 
-def _pyfftw_workspace(shape: tuple[int, int, int], measure: bool = True) -> FFTWorkspace:
+def _pyfftw_workspace(shape: tuple[int, int, int]) -> FFTWorkspace:
     import pyfftw
 
     buffer = pyfftw.empty_aligned(shape, dtype=np.complex64)
-    # FFTW_MEASURE times candidate algorithms (seconds, once per shape per process: wisdom is
-    # shared by later plans); worth it only when the plan is executed many times.
-    flags = ("FFTW_MEASURE" if measure else "FFTW_ESTIMATE", "FFTW_DESTROY_INPUT")
+    # FFTW_ESTIMATE: the same plan in every process, hence reproducible samples (module docstring)
+    flags = ("FFTW_ESTIMATE", "FFTW_DESTROY_INPUT")
     with _PLAN_LOCK:
         fwd = pyfftw.FFTW(buffer, buffer, axes=(-2, -1), direction="FFTW_FORWARD", flags=flags, threads=1)
         bwd = pyfftw.FFTW(buffer, buffer, axes=(-2, -1), direction="FFTW_BACKWARD", flags=flags, threads=1)
@@ -109,7 +112,7 @@ def _pyfftw_workspace(shape: tuple[int, int, int], measure: bool = True) -> FFTW
     return FFTWorkspace(buffer=buffer, forward=forward, backward=backward)
 
 
-def _scipy_workspace(shape: tuple[int, int, int], measure: bool = True) -> FFTWorkspace:
+def _scipy_workspace(shape: tuple[int, int, int]) -> FFTWorkspace:
     buffer = np.zeros(shape, dtype=np.complex64)
     return FFTWorkspace(
         buffer=buffer,
@@ -143,7 +146,7 @@ def _cuda_backend(index: int) -> Backend:
         raise DeviceError(f"device='cuda:{index}' does not exist ({count} CUDA devices); pick 0..{count - 1}")
     cupy.cuda.Device(index).use()
 
-    def workspace(shape: tuple[int, int, int], measure: bool = True) -> FFTWorkspace:
+    def workspace(shape: tuple[int, int, int]) -> FFTWorkspace:
         return FFTWorkspace(
             buffer=cupy.zeros(shape, dtype=cupy.complex64),
             forward=lambda a: cupy.fft.fft2(a, axes=(-2, -1), overwrite_x=True, norm="backward"),

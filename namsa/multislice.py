@@ -104,7 +104,6 @@ def run_multislice(probe_k: np.ndarray, positions_A: np.ndarray, sampling: tuple
     props = [scaled[id(p)] for p in propagators]
     n_slices = transmissions.shape[0]
     inv_n = np.float32(1.0 / n_pixels)
-    measure = len(positions_A) * n_slices >= 4000   # FFTW planning pays off only for long runs
     local = threading.local()
 
     def one_batch(start: int) -> np.ndarray:
@@ -113,7 +112,7 @@ def run_multislice(probe_k: np.ndarray, positions_A: np.ndarray, sampling: tuple
         if used < batch_size:   # pad the last batch: the planned transforms have a fixed shape
             pos = np.concatenate([pos, np.repeat(pos[-1:], batch_size - used, axis=0)])
         if not hasattr(local, "ws"):
-            local.ws = backend.workspace((batch_size, *gpts), measure)
+            local.ws = backend.workspace((batch_size, *gpts))
         ws = local.ws
         phase_y, phase_x = shift_phases(pos, gpts, sampling)
         psi = ws.buffer

@@ -184,7 +184,7 @@ def build_periodic(tile_positions: np.ndarray, tile_numbers: np.ndarray, cell_A,
             phase = np.exp(-1j * np.pi * wavelength * d * k2 + 2j * np.pi * d * (ky[:, None] * ty_ + kx[None, :] * tx_))
             props[d] = backend.asarray((phase * inside / m_pixels).astype(np.complex64))
         if not hasattr(local, "ws"):
-            local.ws = backend.workspace((max_beams, *tile.gpts), True)
+            local.ws = backend.workspace((max_beams, *tile.gpts))
         ws = local.ws
         psi = ws.buffer
         psi[...] = 0

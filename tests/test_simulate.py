@@ -72,6 +72,27 @@ def test_same_inputs_same_sample_and_variants_differ():
     assert a.id != c.id
 
 
+REPRODUCE = """
+import hashlib, sys
+from namsa import SimulationConfig, simulate_sample
+cfg = SimulationConfig(scan_shape=(32, 32), pattern_px=32, target_px=32, cell_lateral_A=12.0, thickness_A=40.0,
+                       variations={"frozen_phonon": sys.argv[1] == "phonon"})
+print(hashlib.sha256(simulate_sample("Si-diamond", (1, 1, 0), cfg).cbed.tobytes()).hexdigest())
+"""
+
+
+@pytest.mark.parametrize("kind", ["perfect", "phonon"])  # the S-matrix and the multislice paths
+def test_a_sample_is_bit_identical_in_every_process(kind):
+    """FFT plans are chosen without timing (FFTW_ESTIMATE): FFTW_MEASURE picked different
+    algorithms in different processes and changed the last bits of the patterns."""
+    import subprocess
+    import sys
+
+    hashes = {subprocess.run([sys.executable, "-c", REPRODUCE, kind], capture_output=True, text=True,
+                             check=True, timeout=300).stdout.strip() for _ in range(2)}
+    assert len(hashes) == 1, hashes
+
+
 def test_tilt_variation_is_recorded_and_bounded():
     cfg = SimulationConfig(**SMALL, variations={"tilt_mrad": 5.0})
     s = simulate_sample("Si-diamond", (1, 1, 0), cfg, variant=3)
