@@ -12,7 +12,9 @@ Prints markdown tables (paste into benchmarks/RESULTS.md):
 5. coordination cost from 1 to 27,600 ranks, master-worker vs bitvector (table + PNG);
 6. a grid search over bucket size / group count (and Horovod fusion threshold / cycle time)
    writing the best settings to a JSON file `distributed.tuned_settings` can point at.
-Ranks beyond the core count share cores: ratios within one rank count are what to compare.
+Ranks are bound to cores round-robin (``run_local(bind_cores=True)``; horovodrun places its own),
+so ranks beyond the core count share cores in a fixed pattern: ratios within one rank count are
+what to compare.
 """
 from __future__ import annotations
 
