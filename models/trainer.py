@@ -247,12 +247,12 @@ class Trainer:
         import stage
 
         cfg, ctx = self.cfg, self.ctx
-        local = {"shard_mode": "local"} if self.local_data else {}
+        mode = "local" if self.local_data else None  # None: data.shard_mode
         self.train_loader = stage.make_loader(self.train_ds, self.data_cfg, cfg.batch_size, ctx.rank, ctx.world_size,
-                                              shuffle=True, seed=cfg.seed, samples_per_rank=self.train_per_rank,
-                                              **local)
+                                              shuffle=True, seed=cfg.seed, shard_mode=mode,
+                                              samples_per_rank=self.train_per_rank)
         self.dev_loader = (stage.make_loader(self.dev_ds, self.data_cfg, cfg.batch_size, ctx.rank, ctx.world_size,
-                                             shuffle=False, **local) if self.dev_ds is not None else None)
+                                             shuffle=False, shard_mode=mode) if self.dev_ds is not None else None)
 
     def _open_data(self, data_dirs: Any) -> None:
         import stage
@@ -290,9 +290,9 @@ class Trainer:
         ctx = self.ctx
         report = stage.stage_rank_shard(dirs, self.data_cfg.node_local_dir, self.data_hash, rank=ctx.rank,
                                         world_size=ctx.world_size, threads=max(1, self.data_cfg.num_workers))
-        ctx.notice(f"staged rank {ctx.rank}'s shard of {ctx.world_size}: {report.copied} samples copied "
-                   f"({report.bytes_copied / 1e9:.3f} GB in {report.seconds:.1f} s), {report.skipped} already there, "
-                   f"into {report.destinations[0].parent.parent if report.destinations else self.data_cfg.node_local_dir}")
+        ctx.notice(f"staged rank {ctx.rank}'s shard of {ctx.world_size} into {self.data_cfg.node_local_dir}: "
+                   f"{report.copied} samples copied ({report.bytes_copied / 1e9:.3f} GB in {report.seconds:.1f} s), "
+                   f"{report.skipped} already there")
         return report.destinations
 
     def _dataset(self, paths: list[Path], split: str, targets: tuple[str, ...], raw: bool, allow_empty: bool) -> Any:

@@ -9,7 +9,7 @@ shape and reused for every batch and slice; without pyFFTW, scipy.fft is used. P
 with FFTW_ESTIMATE, so a sample is bit-identical from run to run on one machine: FFTW_MEASURE
 times candidate algorithms and may pick a different one in every process, changing the last
 bits of every pattern (and, through training on them, a quickstart's figures by a few percent),
-for transforms that were 0-6% faster here (benchmarks/RESULTS.md, "FFT plans").
+for transforms that were 0-9% faster here (benchmarks/RESULTS.md, "FFT plans").
 cupy is imported lazily so that CPU machines never need it; its FFT plans are cached by cupy.
 """
 from __future__ import annotations
@@ -49,7 +49,7 @@ class Backend:
 
     name: str
     xp: Any
-    workspace: Callable[..., FFTWorkspace]   # (shape) -> FFTWorkspace
+    workspace: Callable[[tuple[int, int, int]], FFTWorkspace]   # (batch, ny, nx) -> FFTWorkspace
     device_index: int | None = None
 
     def asnumpy(self, a: Any) -> np.ndarray:

@@ -199,15 +199,19 @@ class ShardedBatchSampler(Sampler[list[int]]):
         self.shard_mode = shard_mode
         self.epoch = 0
         self._skip = 0
-        self.samples_per_rank = samples_per_rank
         if shard_mode == "shared":
             self.sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle,
                                               seed=seed, drop_last=drop_last)
+            self.per_rank = len(self.sampler)
         elif shard_mode == "local":
-            self.shards = {rank: list(range(len(dataset)))}
+            self.shard = list(range(len(dataset)))  # this rank's own data, whole
+            self.per_rank = samples_per_rank or len(self.shard)
         else:
             self.shards = self._unique_shards()
-        n = self._per_rank()
+            self.shard = self.shards[rank]
+            sizes = [len(s) for s in self.shards]
+            self.per_rank = min(sizes) if drop_last else max(sizes)
+        n = self.per_rank
         if n == 0 or (drop_last and n < batch_size):
             raise EmptyStoreError(f"{len(dataset)} {dataset.split} samples give rank {rank} of {world_size} no full "
                                   f"batch of {batch_size}; lower the batch size or add data")
@@ -225,14 +229,6 @@ class ShardedBatchSampler(Sampler[list[int]]):
         bounds = [round(r * n / self.world_size) for r in range(self.world_size + 1)]
         return [list(range(bounds[r], bounds[r + 1])) for r in range(self.world_size)]
 
-    def _per_rank(self) -> int:
-        if self.shard_mode == "shared":
-            return len(self.sampler)
-        if self.shard_mode == "local":
-            return self.samples_per_rank or len(self.shards[self.rank])
-        sizes = [len(s) for s in self.shards]
-        return min(sizes) if self.drop_last else max(sizes)
-
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
         if self.shard_mode == "shared":
@@ -246,11 +242,11 @@ class ShardedBatchSampler(Sampler[list[int]]):
         """Dataset indices this rank visits in the current epoch, in order."""
         if self.shard_mode == "shared":
             return list(self.sampler)
-        shard = self.shards[self.rank]
+        shard = self.shard
         if self.shuffle:
             g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch * 101 + self.rank)
             shard = [shard[i] for i in torch.randperm(len(shard), generator=g).tolist()]
-        n = self._per_rank()
+        n = self.per_rank
         if len(shard) >= n:
             return shard[:n]
         return [shard[i % len(shard)] for i in range(n)]
@@ -262,7 +258,7 @@ class ShardedBatchSampler(Sampler[list[int]]):
             yield indices[b * self.batch_size: (b + 1) * self.batch_size]
 
     def __len__(self) -> int:
-        n = self._per_rank()
+        n = self.per_rank
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
 

@@ -45,6 +45,16 @@ class StageReport:
     corrupt: list[str] = field(default_factory=list)
     failed_verify: list[str] = field(default_factory=list)
 
+    def add(self, other: "StageReport") -> None:
+        """Fold another run's report into this one (destinations and problems listed, counts summed)."""
+        self.destinations += other.destinations
+        self.corrupt += other.corrupt
+        self.failed_verify += other.failed_verify
+        self.copied += other.copied
+        self.skipped += other.skipped
+        self.bytes_copied += other.bytes_copied
+        self.seconds += other.seconds
+
     @property
     def ok(self) -> bool:
         return not self.corrupt and not self.failed_verify
@@ -150,10 +160,7 @@ def stage_rank_shard(sources: list[Path], root: str | os.PathLike, data_hash: st
             bad = report.corrupt + report.failed_verify
             raise UserError(f"rank {rank}: staging {src} into {base / f'data{i}'} found {len(bad)} bad record(s) "
                             f"({', '.join(bad[:3])}); re-simulate or remove them, then rerun (staged records are kept)")
-        total.destinations += report.destinations
-        total.copied, total.skipped = total.copied + report.copied, total.skipped + report.skipped
-        total.bytes_copied += report.bytes_copied
-        total.seconds += report.seconds
+        total.add(report)
     return total
 
 

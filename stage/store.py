@@ -344,9 +344,10 @@ class StoreWriter:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             fh.seek(0)
-            holder = " on ".join(fh.read().split()) or "unknown"
+            holder = _lock_holder(fh.read())
             fh.close()
-            raise StoreLockedError(f"store {self.path} is already open by another writer (pid {holder}); "
+            who = f"pid {holder[0]} on {holder[1]}" if holder else "pid unknown"
+            raise StoreLockedError(f"store {self.path} is already open by another writer ({who}); "
                                    f"give every writer its own store directory") from None
         fh.seek(0)
         fh.truncate()
@@ -549,6 +550,15 @@ class StoreWriter:
 READAHEAD_MIN_RECORD_BYTES = 1 << 20
 
 
+def _lock_holder(text: str) -> tuple[int, str] | None:
+    """(pid, host) that writer.lock records, or None when it is empty (no writer open). Stores
+    written before the host was recorded hold a pid alone: this host's."""
+    fields = text.split()
+    if not fields or not fields[0].isdigit():
+        return None
+    return int(fields[0]), fields[1] if len(fields) > 1 else socket.gethostname()
+
+
 def writer_active(path: Path) -> str | None:
     """``"pid N on HOST"`` when a `StoreWriter` may have the store at ``path`` open, else None.
 
@@ -557,20 +567,20 @@ def writer_active(path: Path) -> str | None:
     (whose liveness cannot be checked from here), counts as open; a writer killed with -9 on
     this host leaves a dead pid, which does not."""
     try:
-        holder = (path / LOCK_NAME).read_text().split()
+        holder = _lock_holder((path / LOCK_NAME).read_text())
     except OSError:
         return None
-    if not holder or not holder[0].isdigit():
+    if holder is None:
         return None
-    host = holder[1] if len(holder) > 1 else socket.gethostname()
+    pid, host = holder
     if host == socket.gethostname():
         try:
-            os.kill(int(holder[0]), 0)
+            os.kill(pid, 0)
         except ProcessLookupError:
             return None
         except PermissionError:
             pass  # alive, another user's
-    return f"pid {holder[0]} on {host}"
+    return f"pid {pid} on {host}"
 
 
 def _open_readonly_env(path: Path, readahead: bool = False) -> lmdb.Environment:

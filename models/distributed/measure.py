@@ -143,8 +143,11 @@ class PresetProblem(BenchProblem):
     inputs, S from the preset (1024 patterns for ``small``)."""
 
     def __init__(self, preset: str = "small", batch: int = 1, px: int = 32):
+        from models import ModelConfig
+
         super().__init__(batch=batch, px=px)
         self.preset = preset
+        self.channels = ModelConfig(preset=preset).architecture().in_channels  # once, not per (timed) batch
 
     def model(self) -> nn.Module:
         from models import ModelConfig, build_model
@@ -152,17 +155,11 @@ class PresetProblem(BenchProblem):
         return build_model(ModelConfig(preset=self.preset))
 
     def make_batch(self, step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-        channels = self.model_channels()
         g = torch.Generator().manual_seed(step * 1009 + rank)
-        return (torch.randn(self.batch, channels, self.px, self.px, generator=g),
+        return (torch.randn(self.batch, self.channels, self.px, self.px, generator=g),
                 torch.randn(self.batch, 1, self.px, self.px, generator=g))
-
-    def model_channels(self) -> int:
-        from models import ModelConfig
-
-        return ModelConfig(preset=self.preset).architecture().in_channels
 
     def describe(self) -> str:
         n = sum(p.numel() for p in self.model().parameters())
         return (f"FC-DenseNet '{self.preset}' preset ({n:,} params), batch {self.batch} x "
-                f"{self.model_channels()} x {self.px}^2 per rank")
+                f"{self.channels} x {self.px}^2 per rank")
