@@ -5,9 +5,24 @@ default, so ``DataConfig()`` is a working configuration for a CPU laptop.
 """
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from namsa.errors import UserError
+
+
+def expand_path(text: str, key: str) -> Path:
+    """A configured path with ``$VARS`` and ``~`` expanded where this process runs (a job's
+    ``$TMPDIR``, ``$SCRATCH``); a variable that is not set here is a `UserError` naming ``key``,
+    not a directory literally called ``$TMPDIR``."""
+    expanded = os.path.expandvars(str(text))
+    if "$" in expanded:
+        raise UserError(f"{key} {text!r} names an environment variable that is not set here ({expanded!r}); "
+                        "set it in the job script or give a path")
+    return Path(expanded).expanduser()
 
 #: paper split: 90/5/5 train/dev/test (Laanait et al. 2019, Sec. 3).
 DEFAULT_SPLIT_FRACTIONS: tuple[float, float, float] = (0.90, 0.05, 0.05)

@@ -26,7 +26,7 @@ from typing import Any
 from namsa.errors import UserError
 
 from .codec import array_layout, decode_record
-from .config import DataConfig
+from .config import DataConfig, expand_path
 from .errors import CorruptRecordError, SchemaError
 from .splits import SPLITS
 from .store import StoreReader, StoreWriter, expand_store_paths, is_store
@@ -147,11 +147,7 @@ def stage_rank_shard(sources: list[Path], root: str | os.PathLike, data_hash: st
     mirror with one rank), so another dataset never mixes in and a restarted job finds its copy:
     records already staged are skipped, the rest copied and verified. Raises `UserError` naming
     what is wrong if a source record is corrupt or a copy fails verification."""
-    expanded = os.path.expandvars(str(root))
-    if "$" in expanded:
-        raise UserError(f"node-local directory {root!r} names an environment variable that is not set here "
-                        f"({expanded!r}); set it in the job script or give a path (data.node_local_dir)")
-    base = Path(expanded).expanduser() / f"namsa-staged-{data_hash[:12]}"
+    base = expand_path(str(root), "data.node_local_dir") / f"namsa-staged-{data_hash[:12]}"
     total = StageReport()
     for i, src in enumerate(sources):
         report = stage_store(src, base / f"data{i}", threads=threads, rank=rank, world_size=world_size,

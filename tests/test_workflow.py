@@ -277,3 +277,15 @@ def test_stores_go_to_execution_data_dir_with_a_link_in_the_run(tmp_path, monkey
     assert len(stored(tmp_path / "scratch" / "data")) == MICRO_IDS  # $VARS expanded, stores there
     link = run_dir / "data"
     assert link.is_symlink() and link.resolve() == (tmp_path / "scratch" / "data").resolve()
+
+
+def test_unset_variable_in_the_data_dir_is_a_clear_error(tmp_path, monkeypatch):
+    from namsa.errors import UserError
+    from workflow.dag import RunPaths
+
+    monkeypatch.delenv("NAMSA_UNSET_SCRATCH", raising=False)
+    cfg = load_config(None, overrides=["execution.data_dir=$NAMSA_UNSET_SCRATCH/data"])
+    with pytest.raises(UserError, match="execution.data_dir .*NAMSA_UNSET_SCRATCH.*not set"):
+        RunPaths.for_config(cfg, tmp_path / "run")
+    monkeypatch.setenv("NAMSA_UNSET_SCRATCH", str(tmp_path / "scratch"))
+    assert RunPaths.for_config(cfg, tmp_path / "run").data == (tmp_path / "scratch" / "data").resolve()

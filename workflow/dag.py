@@ -21,7 +21,6 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import json
-import os
 import shlex
 import sys
 import time
@@ -33,6 +32,7 @@ from typing import Any, Callable, Sequence
 import parsl
 
 from namsa.errors import UserError
+from stage.config import expand_path
 
 from . import runners
 from .apps import evaluate_app, simulate_app, train_app
@@ -76,8 +76,7 @@ class RunPaths:
     def for_config(cls, cfg: PipelineConfig, run_dir: str | Path | None) -> "RunPaths":
         root = Path(run_dir) if run_dir is not None else Path("runs") / cfg.name
         # execution.data_dir may name $SCRATCH, $TMPDIR, ~ ... (expanded where the driver runs)
-        data = Path(os.path.expandvars(cfg.execution.data_dir)).expanduser() if cfg.execution.data_dir \
-            else root / "data"
+        data = expand_path(cfg.execution.data_dir, "execution.data_dir") if cfg.execution.data_dir else root / "data"
         return cls(root=root.resolve(), data=data.resolve())
 
     @property
