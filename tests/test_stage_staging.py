@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import pytest
 
 import stage
@@ -65,6 +66,18 @@ def test_reshard_two_ranks_disjoint_union_is_everything(src, tmp_path):
         assert abs(counts[0] - counts[1]) <= 1, (split, counts)
     merged = {**raw_records(shards[0]), **raw_records(shards[1])}
     assert merged == {**raw_records(root / "w0"), **raw_records(root / "w1")}
+
+
+def test_stage_rank_shard_sums_its_data_dirs_and_keeps_what_is_staged(src, tmp_path):
+    root, samples = src
+    dirs = [root / "w0", root / "w1"]  # two data dirs (each a store), 5 + 3 samples
+    first = stage.stage_rank_shard(dirs, tmp_path / "local", "abcdef0123456789", rank=1, world_size=2)
+    assert first.ok and first.skipped == 0 and first.copied == 5 // 2 + 3 // 2  # every 2nd sample, from the 2nd
+    assert [p.relative_to(tmp_path / "local") for p in first.destinations] == [
+        Path("namsa-staged-abcdef012345") / f"data{i}" / "shard-00001-of-00002" for i in (0, 1)]
+    assert first.bytes_copied == sum(len(b) for d in first.destinations for b in raw_records(d).values())
+    again = stage.stage_rank_shard(dirs, tmp_path / "local", "abcdef0123456789", rank=1, world_size=2)
+    assert again.copied == 0 and again.skipped == first.copied and again.destinations == first.destinations
 
 
 def test_corrupt_source_records_are_reported_not_copied(src, tmp_path):
