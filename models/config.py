@@ -12,6 +12,7 @@ learnable affine (a learnable scale/shift would add 2 x (512 + 1024 + 2048) = 7,
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -20,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from namsa.errors import UserError
 
 TargetName = Literal["potential", "density"]
-PresetName = Literal["paper", "small", "tiny"]
+PresetName = Literal["paper", "small", "tiny", "scan"]
 
 
 class ModelConfigError(UserError):
@@ -50,6 +51,15 @@ class Architecture:
     dropout:          dropout probability after each dense-layer and transition-down conv.
     head_input:       ``all``: the head sees the whole output of the last block (its input and its
                       new features, as in Jegou et al. 2017); ``new``: only the new features.
+    input_layout:     ``patterns`` (the paper's): the S patterns are the channels and the pattern
+                      pixels (ky, kx) the spatial axes; the output map has the pattern's size.
+                      ``scan``: the probe positions (y, x) are the spatial axes and each pattern,
+                      averaged down to ``pattern_bins`` x ``pattern_bins`` pixels, gives the
+                      channels (Friedrich et al. 2022, Microsc. Microanal. 29, 395); a conv then
+                      sees the patterns of adjacent probe positions together, and the output map
+                      has the scan's size, pixel (i, j) at probe position (i, j).
+    pattern_bins:     side of the binned pattern in the scan layout (channels = pattern_bins^2).
+    scan_shape:       (scan_y, scan_x) of the scan layout; S = scan_y * scan_x.
     """
 
     in_channels: int
@@ -70,17 +80,63 @@ class Architecture:
     tu_stride: int
     dropout: float
     head_input: str
+    input_layout: str = "patterns"
+    pattern_bins: int = 0
+    scan_shape: tuple[int, int] = (0, 0)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["layers_per_block"] = list(self.layers_per_block)
         data["td_channels"] = None if self.td_channels is None else list(self.td_channels)
+        data["scan_shape"] = list(self.scan_shape)
         return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Architecture":
+        """The inverse of `to_dict` (a model card's ``architecture``); cards written before the
+        scan layout existed lack its three keys and get the patterns layout."""
+        data = dict(data)
+        for key in ("layers_per_block", "td_channels", "scan_shape"):
+            if data.get(key) is not None:
+                data[key] = tuple(data[key])
+        return cls(**data)
 
     @property
     def size_multiple(self) -> int:
-        """Pattern sizes P must be a multiple of this (every level divides by tu_stride)."""
+        """The network's spatial sizes (pattern px, or scan positions in the scan layout) must be
+        a multiple of this (every level divides by tu_stride)."""
         return self.tu_stride ** self.levels
+
+    @property
+    def stem_channels(self) -> int:
+        """Input channels of the first conv: S patterns, or pattern_bins^2 binned pattern pixels."""
+        return self.in_channels if self.input_layout == "patterns" else self.pattern_bins ** 2
+
+    def data_mismatch(self, patterns: int, pattern_px: int, target_px: int) -> str | None:
+        """Why data of ``patterns`` patterns of ``pattern_px`` px with ``target_px`` targets cannot
+        train this network (a one-line hint naming the setting to change), or None if it can."""
+        m = self.size_multiple
+        if patterns != self.in_channels:
+            return (f"the data has {patterns} patterns per sample but the model expects in_channels="
+                    f"{self.in_channels}; set model.in_channels={patterns} or simulate a matching scan")
+        if self.input_layout == "patterns":
+            if pattern_px % m:
+                return (f"pattern_px={pattern_px} is not a multiple of {m} (tu_stride^levels); change "
+                        "simulation.pattern_px or lower model.levels")
+            if target_px != pattern_px:
+                return (f"the patterns layout maps (S, P, P) to (C, P, P), but targets are {target_px} px and "
+                        f"patterns {pattern_px} px: set simulation.target_px = pattern_px, or model.input_layout: scan")
+            return None
+        if min(self.scan_shape) % m:
+            return (f"scan {list(self.scan_shape)} is not a multiple of {m} (tu_stride^levels) on both axes; "
+                    "change simulation.scan_shape or lower model.levels")
+        if pattern_px % self.pattern_bins:
+            return (f"pattern_px={pattern_px} is not a multiple of model.pattern_bins={self.pattern_bins}; "
+                    f"choose pattern_bins dividing {pattern_px}")
+        if self.scan_shape != (target_px, target_px):
+            return (f"the scan layout maps a {self.scan_shape[0]}x{self.scan_shape[1]} scan to maps of the same size, "
+                    f"but targets are {target_px}x{target_px}: set simulation.target_px to the scan size")
+        return None
 
 
 #: Presets. ``paper``: Laanait et al. 2019 (FACTS.md), 220,399,104 parameters. ``small``: the same
@@ -99,6 +155,13 @@ PRESETS: dict[str, dict[str, Any]] = {
                  levels=2, layers_per_block=(1, 2, 2, 2, 1), td_channels=None, skip=True,
                  dense_bn=False, td_bn=True, bn_affine=True, pool="avg", tu_kernel=1, tu_stride=2,
                  dropout=0.0, head_input="all"),
+    # The scan-space layout (see Architecture.input_layout): 16 x 16 binned patterns as channels
+    # over a 32 x 32 scan, two pooling levels; 0.56 M parameters, a model a CPU trains on
+    # thousands of samples in an hour (the study and the quickstart: docs/evaluation.md).
+    "scan": dict(in_channels=1024, init_channels=48, init_bias=True, growth_rate=16, kernel_size=3,
+                 levels=2, layers_per_block=(3, 4, 5, 4, 3), td_channels=None, skip=True,
+                 dense_bn=False, td_bn=True, bn_affine=True, pool="avg", tu_kernel=1, tu_stride=2,
+                 dropout=0.0, head_input="all", input_layout="scan", pattern_bins=16),
 }
 
 
@@ -130,6 +193,9 @@ class ModelConfig(BaseModel):
     tu_stride: int | None = Field(None, ge=2)
     dropout: float | None = Field(None, ge=0.0, lt=1.0)
     head_input: Literal["all", "new"] | None = None
+    input_layout: Literal["patterns", "scan"] | None = None
+    pattern_bins: int | None = Field(None, ge=1)
+    scan_shape: tuple[int, int] | None = None
 
     @field_validator("targets")
     @classmethod
@@ -141,13 +207,24 @@ class ModelConfig(BaseModel):
     def architecture(self) -> Architecture:
         """The preset with this config's overrides applied, checked for consistency."""
         values = dict(PRESETS[self.preset])
-        for name in values:
-            override = getattr(self, name)
+        for name in Architecture.__dataclass_fields__:
+            override = getattr(self, name, None)
             if override is not None:
                 values[name] = tuple(override) if isinstance(override, list) else override
+        if values.get("input_layout") == "scan":
+            values.setdefault("pattern_bins", 16)
+            values["scan_shape"] = values.get("scan_shape") or _square_scan(values["in_channels"])
         arch = Architecture(out_channels=len(self.targets), **values)
         _check_architecture(arch)
         return arch
+
+
+def _square_scan(patterns: int) -> tuple[int, int]:
+    side = math.isqrt(patterns)
+    if side * side != patterns:
+        raise ModelConfigError(f"model.in_channels={patterns} patterns is not a square scan; set model.scan_shape "
+                               "to the scan's [scan_y, scan_x] for the scan layout")
+    return (side, side)
 
 
 def _check_architecture(arch: Architecture) -> None:
@@ -157,6 +234,9 @@ def _check_architecture(arch: Architecture) -> None:
         raise ModelConfigError(
             f"model.layers_per_block={list(arch.layers_per_block)} needs 2 * levels + 1 = {2 * arch.levels + 1} "
             f"positive numbers (encoder blocks, bottleneck, decoder blocks) for levels={arch.levels}")
+    if arch.input_layout == "scan" and arch.scan_shape[0] * arch.scan_shape[1] != arch.in_channels:
+        raise ModelConfigError(f"model.scan_shape={list(arch.scan_shape)} holds {arch.scan_shape[0] * arch.scan_shape[1]} "
+                               f"positions but model.in_channels={arch.in_channels}; make them agree")
     if arch.td_channels is not None and (len(arch.td_channels) != arch.levels or min(arch.td_channels) < 1):
         raise ModelConfigError(f"model.td_channels={list(arch.td_channels)} needs one positive width per level "
                                f"({arch.levels}), or null to keep each input width")

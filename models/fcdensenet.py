@@ -1,8 +1,12 @@
 """FC-DenseNet ("Tiramisu", Jegou et al. 2017) as used by Laanait, Romero et al. (2019).
 
-Maps a stack of S diffraction patterns, (B, S, P, P), to C target maps, (B, C, P, P), axes
-[batch, channel, row = y, col = x]. Layout (all sizes from `Architecture`):
+Maps a stack of S diffraction patterns, (B, S, P, P), to C target maps, axes [batch, channel,
+row = y, col = x]: (B, C, P, P) in the paper's ``patterns`` input layout, where the S patterns are
+the channels; (B, C, scan_y, scan_x) in the ``scan`` layout, where the patterns are binned to
+b x b pixels and rearranged to (B, b^2, scan_y, scan_x) first (`ScanSpaceInput`). Layout (all
+sizes from `Architecture`):
 
+    [scan layout: bin patterns, probe positions -> spatial axes]
     initial conv (R x R, bias)                              -> init_channels
     encoder level i:  dense block (n_i layers) -> skip_i -> transition down (/ tu_stride)
     bottleneck:       dense block; only its new features go up
@@ -99,6 +103,22 @@ class TransitionUp(nn.ConvTranspose2d):
                          bias=False)
 
 
+class ScanSpaceInput(nn.Module):
+    """(B, S, P, P) stacks -> (B, b^2, scan_y, scan_x): each pattern averaged over (P/b) x (P/b)
+    pixel bins, its b^2 bins become channels at its probe position. Patterns are in scan order,
+    row-major (index s = i * scan_x + j at scan row i, column j; `namsa.optics.scan_positions`),
+    and bins keep the pattern's (ky, kx) order in the channel index (c = u * b + v)."""
+
+    def __init__(self, scan_shape: tuple[int, int], bins: int):
+        super().__init__()
+        self.scan_shape, self.bins = tuple(scan_shape), bins
+
+    def forward(self, x: Tensor) -> Tensor:
+        b, s, p, _ = x.shape
+        binned = nn.functional.avg_pool2d(x.reshape(b * s, 1, p, p), p // self.bins)
+        return binned.reshape(b, *self.scan_shape, self.bins ** 2).permute(0, 3, 1, 2).contiguous()
+
+
 class FCDenseNet(nn.Module):
     """The reconstructor network; ``arch`` fixes every size (see `models.config.Architecture`)."""
 
@@ -106,7 +126,8 @@ class FCDenseNet(nn.Module):
         super().__init__()
         self.arch = arch
         k = arch.kernel_size
-        self.stem = nn.Conv2d(arch.in_channels, arch.init_channels, k, padding=k // 2, bias=arch.init_bias)
+        self.layout = ScanSpaceInput(arch.scan_shape, arch.pattern_bins) if arch.input_layout == "scan" else None
+        self.stem = nn.Conv2d(arch.stem_channels, arch.init_channels, k, padding=k // 2, bias=arch.init_bias)
         enc_layers = arch.layers_per_block[:arch.levels]
         dec_layers = arch.layers_per_block[arch.levels + 1:]
         self.down_blocks, self.transitions_down = nn.ModuleList(), nn.ModuleList()
@@ -133,7 +154,7 @@ class FCDenseNet(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         self._check_input(x)
-        x = self.stem(x)
+        x = self.stem(x if self.layout is None else self.layout(x))
         skips: list[Tensor] = []
         for block, td in zip(self.down_blocks, self.transitions_down):
             x, _ = block(x)
@@ -147,15 +168,14 @@ class FCDenseNet(nn.Module):
 
     def _check_input(self, x: Tensor) -> None:
         arch = self.arch
-        if x.ndim != 4 or x.shape[1] != arch.in_channels:
+        if x.ndim != 4 or x.shape[1] != arch.in_channels or x.shape[-1] != x.shape[-2]:
             raise ModelConfigError(
                 f"model input must be (B, S={arch.in_channels}, P, P) diffraction stacks, got {tuple(x.shape)}; "
                 f"set model.in_channels to the data's patterns per sample (scan_y * scan_x)")
-        m = arch.size_multiple
-        if x.shape[-1] % m or x.shape[-2] % m:
-            raise ModelConfigError(
-                f"pattern size {tuple(x.shape[-2:])} is not a multiple of {m} (= tu_stride^levels); "
-                f"simulate patterns of a multiple of {m} px or lower model.levels")
+        target_px = x.shape[-1] if arch.input_layout == "patterns" else arch.scan_shape[0]
+        problem = arch.data_mismatch(x.shape[1], x.shape[-1], target_px)
+        if problem:
+            raise ModelConfigError(problem)
 
     def set_activation_checkpointing(self, enabled: bool) -> None:
         """Recompute dense-layer inputs in the backward pass instead of storing them (less memory,

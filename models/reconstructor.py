@@ -104,11 +104,7 @@ def load_reconstructor(path: str | Path, device: str | torch.device | None = Non
     if not path.exists():
         raise ReconstructorInputError(f"model path {path} does not exist; pass the --out of `namsa train`")
     folder, card = _resolve(path)
-    arch_dict = dict(card["architecture"])
-    arch_dict["layers_per_block"] = tuple(arch_dict["layers_per_block"])
-    if arch_dict.get("td_channels") is not None:
-        arch_dict["td_channels"] = tuple(arch_dict["td_channels"])
     dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = FCDenseNet(Architecture(**arch_dict))
+    model = FCDenseNet(Architecture.from_dict(card["architecture"]))
     model.load_state_dict(load_file(str(folder / ckpt.MODEL_FILE)))
     return Reconstructor(model.to(dev), card, dev, batch_size)

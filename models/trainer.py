@@ -329,19 +329,10 @@ class Trainer:
     def _check_data_shapes(self) -> None:
         s, p, p2 = self.train_ds.cbed_shape
         c, t, t2 = self.train_ds.target_shape
-        arch = self.arch
-        if s != arch.in_channels:
-            raise DataShapeError(
-                f"the data has {s} patterns per sample but the model expects in_channels={arch.in_channels} "
-                f"(preset {self.model_cfg.preset}); set model.in_channels={s} or simulate a matching scan")
-        if p % arch.size_multiple:
-            raise DataShapeError(
-                f"the data's patterns are {p}x{p2} px, not a multiple of {arch.size_multiple} "
-                f"(tu_stride^levels); simulate pattern_px as a multiple of {arch.size_multiple} or lower model.levels")
-        if (t, t2) != (p, p2):
-            raise DataShapeError(
-                f"the data's targets are {t}x{t2} but its patterns {p}x{p2}; the network maps (S, P, P) to (C, P, P): "
-                f"simulate with target_px == pattern_px")
+        problem = (self.arch.data_mismatch(s, p, t) if p == p2 and t == t2
+                   else f"patterns {p}x{p2} or targets {t}x{t2} are not square")
+        if problem:
+            raise DataShapeError(f"{problem} (model preset {self.model_cfg.preset})")
         self.cbed_shape = (s, p, p2)
 
     def _identity(self) -> dict[str, Any]:

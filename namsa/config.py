@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .generator import GeneratorConfig
 from .sample import config_hash
 
 #: bump when the simulator's physics changes in a way that changes samples (part of physics_hash)
@@ -39,17 +40,31 @@ class Variations(BaseModel):
     tilt_mrad: float = Field(0.0, ge=0.0, le=50.0)
     #: C1 (Angstrom) drawn uniformly from [lo, hi] and added to ``aberrations.C1_A``
     defocus_range_A: tuple[float, float] = (0.0, 0.0)
+    #: specimen thickness (Angstrom) drawn uniformly from [lo, hi] instead of ``thickness_A``;
+    #: None = always ``thickness_A``. The box still holds whole beam repeats (>= the drawn value).
+    thickness_range_A: tuple[float, float] | None = None
+    #: expected electrons per Angstrom^2 of the scanned area; each pattern then holds Poisson counts
+    #: (divided by the pattern's expected total, so the intensity scale is unchanged); None = no noise
+    dose_e_per_A2: float | None = Field(None, gt=0.0)
 
-    @field_validator("defocus_range_A")
+    @field_validator("defocus_range_A", "thickness_range_A")
     @classmethod
-    def _ordered(cls, v: tuple[float, float]) -> tuple[float, float]:
-        if v[0] > v[1]:
-            raise ValueError(f"defocus_range_A must be (low, high) with low <= high, got {v}")
+    def _ordered(cls, v: tuple[float, float] | None, info) -> tuple[float, float] | None:
+        if v is not None and v[0] > v[1]:
+            raise ValueError(f"{info.field_name} must be (low, high) with low <= high, got {list(v)}")
+        if v is not None and info.field_name == "thickness_range_A" and v[0] <= 0:
+            raise ValueError(f"thickness_range_A must be positive (Angstrom), got {list(v)}")
         return v
 
     @property
     def any(self) -> bool:
-        return self.frozen_phonon or self.tilt_mrad > 0 or self.defocus_range_A[0] != self.defocus_range_A[1]
+        return (self.frozen_phonon or self.tilt_mrad > 0 or self.defocus_range_A[0] != self.defocus_range_A[1]
+                or (self.thickness_range_A is not None and self.thickness_range_A[0] != self.thickness_range_A[1])
+                or self.dose_e_per_A2 is not None)
+
+
+#: Variations fields added after stores were first written (left out of physics_hash while None)
+_LATER_VARIATIONS: tuple[str, ...] = ("thickness_range_A", "dose_e_per_A2")
 
 
 class SimulationConfig(BaseModel):
@@ -91,6 +106,9 @@ class SimulationConfig(BaseModel):
     # -- dataset plan ---------------------------------------------------------------------------
     materials: list[str] | Literal["library"] = "library"
     cif_dir: str | None = None
+    #: generated materials (library prototypes x element substitutions x lattice jitter), added to
+    #: ``materials``; see namsa.generator
+    generator: GeneratorConfig = GeneratorConfig()
     zone_axes: list[tuple[int, int, int]] | Literal["auto"] = "auto"
     max_zone_axes: int = Field(3, ge=1)
     variants: int = Field(1, ge=1)
@@ -118,9 +136,6 @@ class SimulationConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "SimulationConfig":
-        if self.target_px != self.pattern_px:
-            raise ValueError(f"target_px ({self.target_px}) must equal pattern_px ({self.pattern_px}): "
-                             "the network maps a (S, P, P) stack to a (P, P) map")
         if self.sampling_A is None and self.gpts is None:
             raise ValueError("set sampling_A (Angstrom/pixel) or gpts (pixels per side)")
         if self.scan_fov_A is not None:
@@ -135,6 +150,11 @@ class SimulationConfig(BaseModel):
     def physics_hash(self) -> str:
         """sha256 over every field that changes a sample (not device, memory, workers or the plan)."""
         payload = self.model_dump(mode="json", exclude={"device", "memory_budget_gb", "workers", "materials",
-                                                        "cif_dir", "zone_axes", "max_zone_axes", "variants"})
+                                                        "cif_dir", "generator", "zone_axes", "max_zone_axes",
+                                                        "variants"})
+        # Variations added later enter the hash only when set, so earlier stores keep their ids.
+        for key in _LATER_VARIATIONS:
+            if payload["variations"][key] is None:
+                del payload["variations"][key]
         payload["physics_schema"] = PHYSICS_SCHEMA
         return config_hash(payload)

@@ -320,18 +320,22 @@ def _material(structure_or_id: Any) -> tuple[Any, str | None]:
     return structure_or_id, None
 
 
-def _formula(structure: Any, numbers: np.ndarray) -> str:
-    composition = getattr(structure, "composition", None)
-    if composition is not None:
-        return str(composition.reduced_formula)
-    from pymatgen.core import Composition
+def _thickness_A(cfg: SimulationConfig, seed: int) -> float:
+    """The requested specimen thickness (Angstrom): ``thickness_A``, or a uniform draw from
+    ``variations.thickness_range_A`` on a stream of its own (the other draws stay as they were)."""
+    lo_hi = cfg.variations.thickness_range_A
+    if lo_hi is None:
+        return cfg.thickness_A
+    return float(np.random.default_rng([seed, 1]).uniform(*lo_hi))
 
-    from .kirkland import symbol
 
-    counts: dict[str, float] = {}
-    for z in numbers:
-        counts[symbol(int(z))] = counts.get(symbol(int(z)), 0) + 1
-    return Composition(counts).reduced_formula
+def _poisson_noise(cbed: np.ndarray, electrons_per_pattern: float, seed: int) -> np.ndarray:
+    """Shot noise of a finite dose: each pattern (intensities summing to ~1) becomes Poisson counts
+    of ``electrons_per_pattern`` incident electrons, divided by that number again, so noisy and
+    noise-free stacks share one intensity scale. Its own random stream (see `_thickness_A`)."""
+    rng = np.random.default_rng([seed, 2])
+    counts = rng.poisson(np.clip(cbed, 0.0, None).astype(np.float64) * electrons_per_pattern)
+    return (counts / electrons_per_pattern).astype(np.float32)
 
 
 def resolve_fov(cfg: SimulationConfig, cell_A: Sequence[float]) -> tuple[float, float, float, float]:
@@ -355,15 +359,17 @@ def simulate_sample(structure_or_id: Any, zone_axis: Sequence[int], cfg: Simulat
     Raises UserError (one line) for bad input. Deterministic for a given (material, axis, variant,
     cfg.physics_hash()).
     """
-    from .structures import orient_supercell, thermal_displace
+    from .structures import load_structure, normalize_zone_axis, orient_supercell, thermal_displace
 
     structure, material_id = _material(structure_or_id)
-    supercell = orient_supercell(structure, zone_axis, cfg.cell_lateral_A, cfg.thickness_A, material_id=material_id)
-    material_id = material_id or supercell.material_id or _formula(structure, np.asarray(supercell.numbers))
-    axis = [int(i) for i in supercell.zone_axis]
+    structure = load_structure(structure)
+    material_id = material_id or structure.properties["material_id"]
+    axis = list(normalize_zone_axis(zone_axis))
     seed = _sample_seed(cfg, material_id, axis, variant)
     rng = np.random.default_rng(seed)
     var = cfg.variations
+    supercell = orient_supercell(structure, axis, cfg.cell_lateral_A, _thickness_A(cfg, seed),
+                                 material_id=material_id)
     if var.frozen_phonon:
         sigma = var.thermal_sigma_A
         if isinstance(sigma, (int, float)):
@@ -393,6 +399,8 @@ def simulate_sample(structure_or_id: Any, zone_axis: Sequence[int], cfg: Simulat
         return reducer(intensity)
 
     cbed = np.concatenate(sim.run(positions, reduce_and_count), axis=0).astype(np.float32)
+    if var.dose_e_per_A2 is not None:
+        cbed = _poisson_noise(cbed, var.dose_e_per_A2 * fov[2] * fov[3] / len(positions), seed)
     potential = projected_potential_map(sim.potential, fov, cfg.target_px, cfg.band_limit)
     density = projected_density_map(sim.potential, fov, cfg.target_px, cfg.band_limit)
     config_hash = cfg.physics_hash()
@@ -403,7 +411,7 @@ def simulate_sample(structure_or_id: Any, zone_axis: Sequence[int], cfg: Simulat
     meta = {
         "sample_id": sample_id(material_id, axis, variant, config_hash),
         "material_id": material_id,
-        "formula": _formula(structure, numbers),
+        "formula": structure.composition.reduced_formula,
         "elements": sorted({symbol(int(z)) for z in numbers}),
         "zone_axis": axis,
         "variant": int(variant),
@@ -425,6 +433,7 @@ def simulate_sample(structure_or_id: Any, zone_axis: Sequence[int], cfg: Simulat
         "slice_thickness_A": float(sim.info["slice_thickness_A"]),
         "tilt_mrad": [float(t) for t in tilt],
         "frozen_phonon": bool(var.frozen_phonon),
+        "dose_e_per_A2": var.dose_e_per_A2,
         "pattern_dk_inv_A": float(dk_out),
         "pattern_mrad_per_px": float(dk_out * lam * 1e3),
         "target_sampling_A": [float(fov[2]) / cfg.target_px, float(fov[3]) / cfg.target_px],
@@ -466,14 +475,15 @@ class Plan:
 
 
 def _plan_sources(cfg: SimulationConfig, plan: Plan) -> dict[str, Any]:
-    from . import library
+    from . import generator, library
     from .structures import load_cif_dir
 
     structures: dict[str, Any] = {}
     ids = library.list_ids() if cfg.materials == "library" else list(cfg.materials)
-    for material_id in ids:
+    for material_id in ids + generator.generated_ids(cfg.generator):
         try:
-            structures[material_id] = library.get(material_id)
+            structures[material_id] = (generator.build(material_id) if generator.is_generated_id(material_id)
+                                       else library.get(material_id))
             plan.sources[material_id] = material_id
         except UserError as exc:
             plan.failures.append((material_id, str(exc)))

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 from pymatgen.core import Element, IStructure, Structure
 
-from . import library
+from . import generator, library
 from .errors import UserError
 
 #: default upper bound on the atom count of one supercell (about 100 MB of float64 positions;
@@ -60,11 +60,11 @@ class ZoneAxisError(UserError):
 def load_structure(path_or_id: Any) -> Structure:
     """Load a crystal structure and check that namsa can simulate it.
 
-    ``path_or_id`` is a built-in library id (``namsa.library.list_ids()``), a CIF file path
-    (str or Path), a pymatgen ``Structure`` (copied) or an ase ``Atoms`` (converted with
+    ``path_or_id`` is a built-in library id (``namsa.library.list_ids()``), a generated material
+    id (``namsa.generator``, e.g. ``"NaCl-rocksalt:K,Br:1.0731"``), a CIF file path (str or Path), a pymatgen ``Structure`` (copied) or an ase ``Atoms`` (converted with
     pymatgen's AseAtomsAdaptor). The result is ordered, holds only real elements with
     Z <= 103, carries no oxidation states, and has ``properties["material_id"]`` set (library
-    id, CIF file stem, or the reduced formula).
+    or generated id, CIF file stem, or the reduced formula).
 
     Raises :class:`StructureError` (a ``UserError``) for unreadable or malformed CIFs, unknown
     elements, partial occupancies and unknown library ids.
@@ -136,6 +136,8 @@ def _from_path_or_id(source: str | os.PathLike) -> tuple[Structure, str]:
     text = str(source)
     if text in library.list_ids():
         return library.get(text), text
+    if generator.is_generated_id(text):
+        return generator.build(text), text
     if path.suffix.lower() == ".cif" or os.sep in text or isinstance(source, os.PathLike):
         raise StructureError(f"CIF file {text!r} not found; check the path")
     raise StructureError(f"unknown structure {text!r}: not a library id or an existing file; "

@@ -166,15 +166,13 @@ class PipelineConfig(_Section):
     def _sections_agree(self) -> "PipelineConfig":
         """The network must fit the simulated data: caught here, not an hour into a run."""
         arch = self.model.architecture()
-        scan_y, scan_x = self.simulation.scan_shape
-        if arch.in_channels != scan_y * scan_x:
-            raise ValueError(f"model.in_channels is {arch.in_channels} (preset {self.model.preset}) but "
-                             f"simulation.scan_shape {scan_y}x{scan_x} gives {scan_y * scan_x} patterns per "
-                             f"sample; set model.in_channels={scan_y * scan_x}")
-        if self.simulation.pattern_px % arch.size_multiple:
-            raise ValueError(f"simulation.pattern_px={self.simulation.pattern_px} must be a multiple of "
-                             f"{arch.size_multiple} for a model with {arch.levels} pooling levels; change "
-                             f"simulation.pattern_px or model.levels")
+        sim = self.simulation
+        problem = arch.data_mismatch(sim.scan_shape[0] * sim.scan_shape[1], sim.pattern_px, sim.target_px)
+        if problem is None and arch.input_layout == "scan" and tuple(sim.scan_shape) != arch.scan_shape:
+            problem = (f"model.scan_shape {list(arch.scan_shape)} differs from simulation.scan_shape "
+                       f"{list(sim.scan_shape)}; set model.scan_shape to the simulated scan")
+        if problem:
+            raise ValueError(f"{problem} (model preset {self.model.preset})")
         return self
 
 

@@ -1,0 +1,192 @@
+"""Generated crystal structures: library prototypes x element substitutions x lattice-constant jitter.
+
+The built-in library (`namsa.library`, 82 structures) is far too small to teach a reconstructor
+that generalises to unseen materials. This module derives as many new materials as a study needs
+from it: take a library structure as a *template* (its space group and Wyckoff sites), replace each
+of its distinct elements by another element, scale the lattice so that the closest contacts keep
+their distance relative to the sum of the atoms' radii, and jitter that lattice constant by a few
+percent.
+
+Every generated material has an id that *is* its recipe, e.g. ``"NaCl-rocksalt:K,Br:1.0731"``:
+template library id, the replacement of each distinct template element in order of first
+appearance, and the lattice scale factor. `build` turns an id back into the structure, so a
+sample's material can be rebuilt anywhere from its id alone (workers, resumed runs, evaluation),
+and splits by material (`stage.splits.split_of`) work on generated ids as on library ids. The
+lattice constant belongs to the material (drawn once per id), so no material appears in two splits
+with different lattice constants.
+
+Atomic radii: pymatgen's ``Element.atomic_radius``, the empirical radii of J. C. Slater,
+J. Chem. Phys. 41, 3199 (1964).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pymatgen.core import Element, Structure
+
+from . import library
+from .errors import UserError
+
+#: Default substitution pool: Li (Z=3) to Bi (Z=83), without noble gases and the radioactive
+#: elements Tc and Pm (no stable isotope; nobody images their crystals routinely).
+DEFAULT_ELEMENTS: tuple[str, ...] = tuple(
+    Element.from_Z(z).symbol for z in range(3, 84) if Element.from_Z(z).symbol not in
+    {"Ne", "Ar", "Kr", "Xe", "Tc", "Pm"})
+#: lattice scale factors outside this range are refused (a typo or a broken recipe)
+SCALE_LIMITS: tuple[float, float] = (0.5, 2.5)
+#: separates the parts of a generated id
+SEPARATOR = ":"
+
+
+class GeneratorError(UserError):
+    """A generator setting or a generated id that cannot be used."""
+
+
+class GeneratorConfig(BaseModel):
+    """How many materials to derive, from which templates, with which elements (``simulation.generator``).
+
+    count:          number of generated materials (each then gets the plan's zone axes and variants).
+    templates:      library ids used as templates, or ``all`` (every library structure).
+    elements:       substitution pool (element symbols); None = `DEFAULT_ELEMENTS`.
+    lattice_jitter: the radius-scaled lattice constant is multiplied by 1 + U(-j, j) (fraction).
+    seed:           the draw of the recipes; the same seed gives the same list of ids.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    count: int = Field(0, ge=0)
+    templates: list[str] | Literal["all"] = "all"
+    elements: list[str] | None = None
+    lattice_jitter: float = Field(0.04, ge=0.0, le=0.3)
+    seed: int = 0
+
+    @field_validator("templates")
+    @classmethod
+    def _known_templates(cls, value: list[str] | str) -> list[str] | str:
+        if value != "all":
+            known = set(library.list_ids())
+            bad = [t for t in value if t not in known]
+            if bad or not value:
+                raise ValueError(f"templates {bad or value} are not library ids; use ids from "
+                                 "namsa.library.list_ids() or 'all'")
+        return value
+
+    @field_validator("elements")
+    @classmethod
+    def _known_elements(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            bad = [s for s in value if not Element.is_valid_symbol(s) or _radius(s) is None]
+            if bad or len(set(value)) < 3:
+                raise ValueError(f"elements {bad or value}: need at least 3 distinct element symbols "
+                                 "with a known atomic radius, e.g. [Mg, O, Si, Ga, As]")
+        return value
+
+
+def is_generated_id(material_id: str) -> bool:
+    """True when ``material_id`` has the ``template:elements:scale`` form of a generated material."""
+    return isinstance(material_id, str) and material_id.count(SEPARATOR) == 2
+
+
+def generated_ids(cfg: GeneratorConfig) -> list[str]:
+    """The ``cfg.count`` generated material ids, a pure function of ``cfg`` (no duplicates, none
+    with the same prototype and formula as a library structure)."""
+    templates = library.list_ids() if cfg.templates == "all" else list(cfg.templates)
+    pool = list(cfg.elements or DEFAULT_ELEMENTS)
+    taken = {_chemistry(t, _template_elements(t)) for t in library.list_ids()}
+    rng = np.random.default_rng(cfg.seed)
+    ids: list[str] = []
+    # Every template with more distinct elements than the pool holds is skipped, so bound the draws.
+    for _ in range(50 * cfg.count + 100):
+        if len(ids) == cfg.count:
+            break
+        template = templates[rng.integers(len(templates))]
+        old = _template_elements(template)
+        if len(old) > len(pool):
+            continue
+        new = [str(s) for s in rng.choice(pool, size=len(old), replace=False)]
+        jitter = 1.0 + rng.uniform(-cfg.lattice_jitter, cfg.lattice_jitter)
+        scale = float(np.clip(_radius_ratio(template, old, new) * jitter, *SCALE_LIMITS))
+        material_id = SEPARATOR.join((template, ",".join(new), f"{scale:.4f}"))
+        if _chemistry(template, new) in taken:
+            continue
+        taken.add(_chemistry(template, new))
+        ids.append(material_id)
+    if len(ids) < cfg.count:
+        raise GeneratorError(f"could draw only {len(ids)} of generator.count={cfg.count} distinct materials from "
+                             f"{len(templates)} templates and {len(pool)} elements; add templates or elements")
+    return ids
+
+
+def build(material_id: str) -> Structure:
+    """The structure of a generated id (Angstrom; ``properties["material_id"]`` = the id).
+
+    Raises `GeneratorError` (one line) for a malformed id.
+    """
+    return _build(str(material_id)).copy()
+
+
+@lru_cache(maxsize=256)
+def _build(material_id: str) -> Structure:
+    template, new, scale = _parse(material_id)
+    structure = library.get(template)
+    structure.replace_species(dict(zip(_template_elements(template), new)))
+    structure.scale_lattice(structure.volume * scale ** 3)
+    structure.properties["material_id"] = material_id
+    return structure
+
+
+def _parse(material_id: str) -> tuple[str, list[str], float]:
+    parts = material_id.split(SEPARATOR)
+    hint = "generated ids look like 'NaCl-rocksalt:K,Br:1.0731' (template id, new elements, lattice scale)"
+    if len(parts) != 3:
+        raise GeneratorError(f"{material_id!r} is not a generated material id; {hint}")
+    template, elements, scale_text = parts
+    if template not in library.list_ids():
+        raise GeneratorError(f"{material_id!r}: template {template!r} is not a library id; {hint}")
+    new = elements.split(",")
+    old = _template_elements(template)
+    if len(new) != len(old) or len(set(new)) != len(new) or not all(Element.is_valid_symbol(s) for s in new):
+        raise GeneratorError(f"{material_id!r}: template {template} has elements {old}; give {len(old)} distinct "
+                             f"element symbols in that order; {hint}")
+    try:
+        scale = float(scale_text)
+    except ValueError:
+        raise GeneratorError(f"{material_id!r}: lattice scale {scale_text!r} is not a number; {hint}") from None
+    if not SCALE_LIMITS[0] <= scale <= SCALE_LIMITS[1]:
+        raise GeneratorError(f"{material_id!r}: lattice scale {scale} is outside {SCALE_LIMITS}; {hint}")
+    return template, new, scale
+
+
+@lru_cache(maxsize=None)
+def _template_elements(template: str) -> list[str]:
+    """Distinct elements of a library structure, in order of first appearance."""
+    return list(dict.fromkeys(site.specie.symbol for site in library.get(template)))
+
+
+def _chemistry(template: str, elements: list[str]) -> tuple[str, str]:
+    """(prototype, reduced formula): two materials with the same pair are the same material."""
+    structure = library.get(template)
+    structure.replace_species(dict(zip(_template_elements(template), elements)))
+    return library.info(template)["prototype"], structure.composition.reduced_formula
+
+
+def _radius(symbol: str) -> float | None:
+    radius = Element(symbol).atomic_radius
+    return None if radius is None else float(radius)
+
+
+def _radius_ratio(template: str, old: list[str], new: list[str]) -> float:
+    """Lattice scale that keeps the template's closest contacts as tight, relative to the atoms'
+    radii, as they were: the largest (r_a' + r_b') / (r_a + r_b) over the element pairs that
+    touch (nearest distance within 20% of the structure's shortest one; Slater radii)."""
+    rename = dict(zip(old, new))
+    structure = library.get(template)
+    distances = structure.distance_matrix + np.diag(np.full(len(structure), np.inf))
+    shortest = float(distances.min())
+    symbols = [site.specie.symbol for site in structure]
+    ratios = [(_radius(rename[a]) + _radius(rename[b])) / (_radius(a) + _radius(b))
+              for i, a in enumerate(symbols) for j, b in enumerate(symbols) if distances[i, j] <= 1.2 * shortest]
+    return float(max(ratios))
