@@ -16,7 +16,8 @@ from .config import Architecture, ModelConfig, ModelConfigError, TrainConfig
 from .fcdensenet import FCDenseNet, build_model, count_parameters
 
 _LAZY = {"train": "trainer", "TrainResult": "trainer", "load_reconstructor": "reconstructor",
-         "Reconstructor": "reconstructor", "forward_conv_ops": "flops"}
+         "Reconstructor": "reconstructor",
+         "pretrained_names": "reconstructor", "forward_conv_ops": "flops"}
 
 
 def __getattr__(name: str) -> Any:
@@ -28,4 +29,5 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["ModelConfig", "TrainConfig", "Architecture", "ModelConfigError", "FCDenseNet", "build_model",
-           "count_parameters", "train", "TrainResult", "load_reconstructor", "Reconstructor", "forward_conv_ops"]
+           "count_parameters", "train", "TrainResult", "load_reconstructor", "Reconstructor", "pretrained_names",
+           "forward_conv_ops"]

@@ -7,7 +7,7 @@ b x b pixels and rearranged to (B, b^2, scan_y, scan_x) first (`ScanSpaceInput`)
 sizes from `Architecture`):
 
     [scan layout: bin patterns, probe positions -> spatial axes]
-    initial conv (R x R, bias)                              -> init_channels
+    initial conv (stem_kernel or R, bias)                   -> init_channels
     encoder level i:  dense block (n_i layers) -> skip_i -> transition down (/ tu_stride)
     bottleneck:       dense block; only its new features go up
     decoder level i:  transition up (transposed conv, x tu_stride) on the previous block's new
@@ -127,7 +127,8 @@ class FCDenseNet(nn.Module):
         self.arch = arch
         k = arch.kernel_size
         self.layout = ScanSpaceInput(arch.scan_shape, arch.pattern_bins) if arch.input_layout == "scan" else None
-        self.stem = nn.Conv2d(arch.stem_channels, arch.init_channels, k, padding=k // 2, bias=arch.init_bias)
+        ks = arch.stem_kernel or k
+        self.stem = nn.Conv2d(arch.stem_channels, arch.init_channels, ks, padding=ks // 2, bias=arch.init_bias)
         enc_layers = arch.layers_per_block[:arch.levels]
         dec_layers = arch.layers_per_block[arch.levels + 1:]
         self.down_blocks, self.transitions_down = nn.ModuleList(), nn.ModuleList()

@@ -12,6 +12,7 @@ col = x], in the order of ``rec.targets``. Loading reads safetensors + JSON only
 from __future__ import annotations
 
 import json
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,9 @@ from .config import Architecture
 from .fcdensenet import FCDenseNet
 
 CARD_FILE = "model_card.json"
+#: ``load_reconstructor("pretrained:<name>")`` loads ``models/pretrained/<name>/`` (package data)
+PRETRAINED_PREFIX = "pretrained:"
+PRETRAINED_DIR = "pretrained"
 
 
 class Reconstructor:
@@ -92,15 +96,31 @@ def _resolve(path: Path) -> tuple[Path, dict[str, Any]]:
                                   f"dir ({ckpt.STATE_FILE}); pass the --out of `namsa train` or one of its folders")
 
 
+def pretrained_names() -> list[str]:
+    """Names of the reconstructors shipped with the package (``models/pretrained/<name>/``)."""
+    root = resources.files("models") / PRETRAINED_DIR
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and (p / CARD_FILE).is_file()) if root.is_dir() else []
+
+
+def _pretrained_path(name: str) -> Path:
+    if name not in pretrained_names():
+        raise ReconstructorInputError(f"no pretrained reconstructor {name!r}; shipped: "
+                                      f"{', '.join(pretrained_names()) or 'none'} (models.pretrained_names())")
+    return Path(str(resources.files("models") / PRETRAINED_DIR / name))
+
+
 def load_reconstructor(path: str | Path, device: str | torch.device | None = None,
                        batch_size: int = 8) -> Reconstructor:
-    """Load the reconstructor in ``path`` (a model dir, a training run dir, or a checkpoint dir).
+    """Load the reconstructor in ``path``: a model dir, a training run dir, a checkpoint dir, or
+    ``"pretrained:<name>"`` for one shipped with the package (`pretrained_names`; its card says
+    what it was trained on and how it scored on held-out materials).
 
     ``device``: None picks cuda when available, else cpu. ``batch_size``: stacks per forward pass.
     """
     from safetensors.torch import load_file
 
-    path = Path(path)
+    text = str(path)
+    path = _pretrained_path(text[len(PRETRAINED_PREFIX):]) if text.startswith(PRETRAINED_PREFIX) else Path(path)
     if not path.exists():
         raise ReconstructorInputError(f"model path {path} does not exist; pass the --out of `namsa train`")
     folder, card = _resolve(path)

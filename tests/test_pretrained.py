@@ -1,0 +1,60 @@
+"""Pretrained reconstructors: publishing a finished run, and the ones shipped with the package."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+import models
+from _models_fixture import tiny_trained_model  # noqa: F401  (session fixture)
+from models.evaluation import EvaluationConfig, evaluate
+from models.reconstructor import ReconstructorInputError
+from namsa.errors import UserError
+from workflow import pretrained
+from workflow.config import PipelineConfig, dump_config
+
+
+def test_publish_a_run_and_load_it_back(tiny_trained_model, tiny_data_dir, tiny_sim_config, tmp_path):  # noqa: F811
+    import shutil
+
+    import stage
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_trained_model.model_dir, run / "model")
+    evaluate(EvaluationConfig(n_bootstrap=20, n_panels=1, worst_k=1), stage.DataConfig(), [tiny_data_dir],
+             run / "model", run / "eval")
+    cfg = PipelineConfig(simulation=tiny_sim_config, model={"preset": "tiny", "in_channels": 64})
+    (run / "config.resolved.yaml").write_text(dump_config(cfg))
+    dest = pretrained.publish(run, "tiny-test", root=tmp_path / "shipped")
+    card = json.loads((dest / "model_card.json").read_text())
+    assert card["name"] == "tiny-test"
+    assert card["expects_input"]["scan_shape"] == [8, 8] and card["expects_input"]["energy_kv"] == 200.0
+    assert set(card["held_out_evaluation"]["headline"]["potential"]) >= {"network", "mean", "icom"}
+    assert str(tmp_path) not in json.dumps(card)               # no paths of the machine it was made on
+    rec = models.load_reconstructor(dest)
+    cbed = np.asarray(stage.open_stores([tiny_data_dir])[0].cbed, np.float32)
+    assert np.array_equal(rec.predict(cbed), models.load_reconstructor(tiny_trained_model.model_dir).predict(cbed))
+    with pytest.raises(UserError, match="run the whole pipeline first"):
+        pretrained.publish(tmp_path / "nothing", "x", root=tmp_path / "shipped")
+
+
+def test_shipped_reconstructors_load_and_say_what_they_expect():
+    names = models.pretrained_names()
+    assert names, "the package ships at least one pretrained reconstructor (make pretrained)"
+    for name in names:
+        rec = models.load_reconstructor(f"pretrained:{name}", device="cpu")
+        expects = rec.card["expects_input"]
+        sy, sx = expects["scan_shape"]
+        p = expects["pattern_px"]
+        out = rec.predict(np.full((sy * sx, p, p), 1.0 / (p * p), np.float32))
+        assert out.shape == (len(rec.targets), expects["target_px"], expects["target_px"])
+        assert np.isfinite(out).all()
+        headline = rec.card["held_out_evaluation"]["headline"]["potential"]
+        assert headline["network"]["rel_l2"] < headline["mean"]["rel_l2"]
+
+
+def test_unknown_pretrained_name_lists_the_shipped_ones():
+    with pytest.raises(ReconstructorInputError, match="no pretrained reconstructor 'nope'; shipped: "):
+        models.load_reconstructor("pretrained:nope")

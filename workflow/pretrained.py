@@ -1,0 +1,85 @@
+"""Publish a trained run as a pretrained reconstructor shipped with the package.
+
+    python -m workflow.pretrained runs/study study-scan      (what `make pretrained` runs)
+
+copies ``RUN/model/model.safetensors`` to ``models/pretrained/<name>/`` and writes its model card
+with what a user of the weights must know besides the weights: the simulation physics the model
+expects its input to have (beam energy, convergence angle, sampling, scan and pattern sizes: a
+scan taken under other conditions is outside what it learned), the data it was trained on, and
+its held-out scores against the baselines (``RUN/eval/metrics.json``). Then
+``models.load_reconstructor("pretrained:<name>")`` loads it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from models import checkpoint as ckpt
+from models.reconstructor import CARD_FILE, PRETRAINED_DIR
+from namsa.errors import UserError
+
+#: where `publish` writes (the package's data folder; see pyproject's package-data)
+PRETRAINED_ROOT = Path(__file__).resolve().parents[1] / "models" / PRETRAINED_DIR
+
+
+def publish(run_dir: str | Path, name: str, root: str | Path = PRETRAINED_ROOT) -> Path:
+    """Copy the run's exported model to ``root/name`` with an extended card; returns that folder."""
+    run = Path(run_dir)
+    model_dir, metrics_path, config_path = run / "model", run / "eval" / "metrics.json", run / "config.resolved.yaml"
+    for path in (model_dir / CARD_FILE, model_dir / ckpt.MODEL_FILE, metrics_path, config_path):
+        if not path.is_file():
+            raise UserError(f"{path} is missing; run the whole pipeline first (namsa run CONFIG --out {run})")
+    if not name or "/" in name or name.startswith("."):
+        raise UserError(f"pretrained name {name!r} must be a plain folder name, e.g. study-scan")
+    card = json.loads((model_dir / CARD_FILE).read_text())
+    card.update(_provenance(yaml.safe_load(config_path.read_text()), json.loads(metrics_path.read_text())))
+    card["name"] = name
+    dest = Path(root) / name
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(model_dir / ckpt.MODEL_FILE, dest / ckpt.MODEL_FILE)
+    (dest / CARD_FILE).write_text(json.dumps(_portable(card), indent=1, sort_keys=True) + "\n")
+    return dest
+
+
+def _provenance(config: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
+    sim = config["simulation"]
+    expects = {key: sim[key] for key in ("energy_kv", "semiangle_mrad", "sampling_A", "scan_shape", "pattern_px",
+                                         "target_px", "cell_lateral_A", "thickness_A", "aberrations", "band_limit",
+                                         "variations")}
+    return {"expects_input": expects,
+            "trained_on": {"config_name": config["name"], "materials": sim["materials"],
+                           "generator": sim["generator"], "zone_axes": sim["zone_axes"],
+                           "max_zone_axes": sim["max_zone_axes"], "variants": sim["variants"],
+                           "data": metrics["data"]},
+            "held_out_evaluation": {"split": metrics["config"]["split"], "headline": metrics["headline"],
+                                    "aggregates": metrics["aggregates"]}}
+
+
+def _portable(card: dict[str, Any]) -> dict[str, Any]:
+    """The card without this machine's paths (where the run lived means nothing to a user)."""
+    card = dict(card)
+    card.pop("metrics_csv", None)
+    if isinstance(card.get("data"), dict):
+        card["data"] = {k: v for k, v in card["data"].items() if k not in ("dirs", "node_local_dir")}
+    return card
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", help="a finished `namsa run` directory (model/, eval/, config.resolved.yaml)")
+    parser.add_argument("name", help="the pretrained name: load it as pretrained:<name>")
+    args = parser.parse_args(argv)
+    try:
+        print(publish(args.run_dir, args.name))
+    except UserError as exc:
+        parser.exit(2, f"namsa: error: {exc}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
