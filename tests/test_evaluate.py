@@ -20,7 +20,7 @@ def evaluated(tiny_trained_model, tiny_data_dir, tmp_path_factory):  # noqa: F81
     import stage
 
     out = tmp_path_factory.mktemp("eval")
-    cfg = EvaluationConfig(n_bootstrap=200, n_panels=2, worst_k=2)
+    cfg = EvaluationConfig(n_bootstrap=200, n_panels=2, worst_k=2, ptycho=True)
     result = evaluate(cfg, stage.DataConfig(), [tiny_data_dir], tiny_trained_model.model_dir, out,
                       train_metrics_csv=tiny_trained_model.metrics_csv)
     return result, json.loads(Path(result.metrics_json).read_text())
