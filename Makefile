@@ -9,11 +9,16 @@ PYTEST_ARGS ?= -m "not slow"
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "namsa needs Python 3.11 or newer; run e.g. make PYTHON=python3.11 $(MAKECMDGOALS)")'
+	@echo "make: creating the virtual environment $(VENV) ..."
 	$(PYTHON) -m venv $(VENV)
+	@echo "make: upgrading pip in $(VENV) ..."
 	$(PY) -m pip install -q --upgrade pip
-	# The CPU build of torch first, so nothing below pulls the CUDA wheels.
+	@# The CPU build of torch first, so nothing below pulls the CUDA wheels.
+	@echo "make: installing torch 2.13.0 (CPU build) ..."
 	$(PY) -m pip install -q torch==2.13.0
+	@echo "make: installing namsa (editable) with its test and baseline extras (numpy, pymatgen, abTEM, py4DSTEM, ...): about a minute, quiet until done ..."
 	$(PY) -m pip install -q -e '.[dev]'
+	@echo "make: $(VENV) is ready"
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -618,7 +618,8 @@ class Trainer:
                             "final_dev_loss": pos.last_dev_loss, "final_train_loss": pos.last_train_loss,
                             "dev_loss_definition": "mean squared error on standardised targets"},
                 "metrics_csv": str(self.out / METRICS_FILE),
-                "training": {"steps": pos.step, "epochs_completed": pos.epoch, "samples_seen": pos.samples_seen,
+                "training": {"steps": pos.step, "epochs_completed": pos.epoch, **self._length_facts(),
+                             "samples_seen": pos.samples_seen,
                              "skipped_steps": pos.skipped_steps, "wall_s": pos.wall_s,
                              "world_size": self.ctx.world_size, "optimizer": self.cfg.optimizer,
                              "precision": self.cfg.precision, "batch_size_per_rank": self.cfg.batch_size,
@@ -631,6 +632,21 @@ class Trainer:
                          "input_shape": list(self.cbed_shape)},
                 "parameters": count_parameters(self.model),
                 "forward_conv_ops_per_sample": self.timing.ops_forward_per_sample}
+
+    def _length_facts(self) -> dict[str, Any]:
+        """What bounded training: ``max_steps`` (wins when set) or ``epochs``, in words and numbers,
+        so a card's ``train_config.epochs`` is not read as the epochs actually run."""
+        cfg, per_epoch, steps = self.cfg, len(self.train_loader), self.pos.step
+        bound = "max_steps" if cfg.max_steps else "epochs"
+        if cfg.max_steps:
+            text = (f"max_steps={cfg.max_steps} set the length (it wins over epochs={cfg.epochs}, which was not used): "
+                    f"{steps} steps of {per_epoch} per epoch = {steps / per_epoch:.1f} epochs")
+        else:
+            text = f"epochs={cfg.epochs} set the length (max_steps unset): {cfg.epochs} x {per_epoch} steps"
+        if steps < self.total_steps:
+            text += f"; stopped at step {steps} of {self.total_steps}"
+        return {"length_bound_by": bound, "steps_planned": self.total_steps, "steps_per_epoch": per_epoch,
+                "length": text}
 
     # ------------------------------------------------------------------ logs
 
@@ -694,6 +710,16 @@ def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
     return [] if a == b else [prefix.rstrip(".") or "value"]
 
 
+def resolved_model_config(model_config: dict[str, Any], architecture: dict[str, Any]) -> dict[str, Any]:
+    """The model config as a card shows it: every field the preset decides (null in the config,
+    meaning "the preset's value") written out from the resolved architecture, and ``overrides``
+    naming the fields the config set itself. ``td_channels`` stays null when each transition down
+    keeps its input width (that is its resolved value)."""
+    out = {k: (architecture[k] if v is None and k in architecture else v) for k, v in model_config.items()}
+    out["overrides"] = sorted(k for k, v in model_config.items() if v is not None and k in architecture)
+    return out
+
+
 def export_model(checkpoint_dir: Path, model_dir: Path, extra: dict[str, Any]) -> Path:
     """Write ``model_dir`` (model.safetensors + model_card.json) from a checkpoint, atomically."""
     state = ckpt.verify_checkpoint(checkpoint_dir)
@@ -702,7 +728,8 @@ def export_model(checkpoint_dir: Path, model_dir: Path, extra: dict[str, Any]) -
     tmp.mkdir(parents=True)
     shutil.copyfile(checkpoint_dir / ckpt.MODEL_FILE, tmp / ckpt.MODEL_FILE)
     card = {"format": "namsa-reconstructor", "format_version": ckpt.FORMAT_VERSION,
-            "model_config": state["model_config"], "architecture": state["architecture"],
+            "model_config": resolved_model_config(state["model_config"], state["architecture"]),
+            "architecture": state["architecture"],
             "targets": state["targets"], "target_units": {t: TARGET_UNITS[t] for t in state["targets"]},
             "normalizer": state["normalizer"], "data_manifest_hash": state["data_manifest_hash"],
             "code_version": state["code_version"], "train_config": state["train_config"],

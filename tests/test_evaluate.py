@@ -20,7 +20,7 @@ def evaluated(tiny_trained_model, tiny_data_dir, tmp_path_factory):  # noqa: F81
     import stage
 
     out = tmp_path_factory.mktemp("eval")
-    cfg = EvaluationConfig(n_bootstrap=200, n_panels=2, worst_k=2)
+    cfg = EvaluationConfig(n_bootstrap=200, n_panels=2, worst_k=2, ptycho=True)
     result = evaluate(cfg, stage.DataConfig(), [tiny_data_dir], tiny_trained_model.model_dir, out,
                       train_metrics_csv=tiny_trained_model.metrics_csv)
     return result, json.loads(Path(result.metrics_json).read_text())
@@ -41,7 +41,10 @@ def test_evaluate_writes_metrics_figures_and_report(evaluated, tiny_data_dir):
         assert ci["low"] <= ci["value"] <= ci["high"]
     names = {Path(p).name for p in result.figures}
     assert {"hist_rel_l2_potential.png", "rel_l2_vs_thickness_potential.png", "learning_curves.png",
-            "sample_0_potential.png", "worst_0_potential.png"} <= names
+            "sample_0_potential.png"} <= names
+    first = [r["index"] for r in doc["samples"][:2]]
+    for rank, index in enumerate(doc["worst"]["potential"]):   # a worst case already drawn is not drawn again
+        assert (f"worst_{rank}_potential.png" in names) == (index not in first)
     for path in result.figures:
         image = imread(path)   # decodes as PNG or raises
         assert image.ndim == 3 and image.shape[0] > 50 and image.shape[1] > 50
@@ -50,6 +53,7 @@ def test_evaluate_writes_metrics_figures_and_report(evaluated, tiny_data_dir):
 def test_report_names_baselines_and_links_figures(evaluated):
     result, doc = evaluated
     html = result.report_html.read_text()
+    assert "no class" not in html
     for text in ("mean training target", "iCoM", "least squares", "network", "Worst cases", "is better on most",
                  "By material", "By zone axis", "element content", "Model card", "Data manifest"):
         assert text in html, text
@@ -178,3 +182,87 @@ def test_evaluate_rejects_data_without_the_split(tiny_trained_model, tiny_data_d
     data = _restore(tiny_data_dir, tmp_path / "data", (1.0, 0.0, 0.0))
     with pytest.raises(EvaluationInputError, match="no 'test' samples"):
         evaluate(EvaluationConfig(), stage.DataConfig(), [data], tiny_trained_model.model_dir, tmp_path / "eval")
+
+
+def test_ptycho_baseline_and_compute_times_reach_metrics_and_report(evaluated):
+    from models.evaluation.report import METHOD_NAMES
+
+    result, doc = evaluated
+    assert "ptycho" in result.headline["potential"] and "ptycho" in doc["methods"]["potential"]
+    for r in doc["samples"]:
+        fit = r["ptycho_fit"]
+        assert np.isfinite(fit["scale"]) and fit["seconds"] > 0 and np.isfinite(fit["error"])
+        assert set(r["seconds"]) == {"network", "icom", "ptycho"} and min(r["seconds"].values()) > 0
+        assert r["seconds"]["ptycho"] == fit["seconds"]
+        assert set(r["metrics"]["potential"]["ptycho"]["physical"]) == set(r["metrics"]["potential"]["icom"]["physical"])
+    times = doc["compute_seconds"]
+    assert set(times) == {"network", "icom", "ptycho"} and result.compute_seconds == times
+    assert times["ptycho"]["n"] == len(doc["samples"])
+    assert times["ptycho"]["mean"] == pytest.approx(np.mean([r["seconds"]["ptycho"] for r in doc["samples"]]))
+    html = result.report_html.read_text()
+    for method in ("network", "icom", "ptycho"):
+        assert f"{METHOD_NAMES[method]}: compute time per sample" in html
+    assert "ptychography rel L2" in html
+
+
+def test_verdicts_are_the_verdict_rule_applied_to_the_aggregates(evaluated):
+    from models.evaluation.verdict import verdict
+
+    result, doc = evaluated
+    verdicts = doc["verdicts"]["potential"]
+    assert set(verdicts) == {"mean", "icom", "ptycho"} and result.verdicts == doc["verdicts"]
+    html = result.report_html.read_text()
+    for baseline, v in verdicts.items():
+        assert v == verdict(doc["aggregates"]["potential"], baseline).as_dict()
+        assert v["sentence"] in html
+
+
+def test_report_says_plainly_when_no_class_favours_the_network():
+    from models.evaluation.report import _versus_section
+
+    group = {"n": 2, "network_wins": 0, "win_rate": 0.0, "mean_rel_l2_gap": 0.1}
+    doc = {"network_vs_icom": {"potential": {"overall": group, "z_class": {"light (Z<=14)": group},
+                                             "thickness_class": {"0-50 A": group}}}}
+    html = _versus_section(doc)
+    assert "no class" not in html
+    assert "The network is better on most samples of no element or thickness class." in html
+    assert "iCoM is better on most samples of: <b>light (Z&lt;=14) (network wins 0%); 0-50 A" in html
+
+
+def test_worst_cases_already_drawn_are_not_drawn_twice(tiny_trained_model, tiny_data_dir, tmp_path):  # noqa: F811
+    import stage
+
+    result = evaluate(EvaluationConfig(n_bootstrap=20, n_panels=50, worst_k=2), stage.DataConfig(), [tiny_data_dir],
+                      tiny_trained_model.model_dir, tmp_path)
+    doc = json.loads(result.metrics_json.read_text())
+    assert sum(name.startswith("sample_") for name in doc["figures"]) == len(doc["samples"])
+    assert not [name for name in doc["figures"] if name.startswith("worst_")]
+    assert not list((tmp_path / "figures").glob("worst_*.png"))
+    html = result.report_html.read_text()
+    assert html.count("is drawn above as per-sample panel") == len(doc["worst"]["potential"]) == 2
+
+
+def test_learning_curves_say_what_l2_loss_is(evaluated, tiny_trained_model):
+    from models.evaluation.figures import learning_curves_figure
+
+    result, _ = evaluated
+    fig = learning_curves_figure(tiny_trained_model.metrics_csv)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert any(label.startswith("l2_loss: weight-decay term") for label in labels), labels
+    assert any(label.startswith("train_loss: Huber") for label in labels), labels
+    assert "weight-decay term 0.5 * weight_decay * sum(w^2)" in result.report_html.read_text()
+
+
+def test_evaluate_with_ptycho_but_no_py4dstem_fails_before_writing(tiny_trained_model, tiny_data_dir, tmp_path,
+                                                                  monkeypatch):  # noqa: F811
+    import sys
+
+    import stage
+
+    for name in [m for m in sys.modules if m == "py4DSTEM" or m.startswith("py4DSTEM.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "py4DSTEM", None)
+    with pytest.raises(UserError, match="namsa\\[baselines\\]"):
+        evaluate(EvaluationConfig(ptycho=True), stage.DataConfig(), [tiny_data_dir], tiny_trained_model.model_dir,
+                 tmp_path / "eval")
+    assert not (tmp_path / "eval" / "metrics.json").exists()

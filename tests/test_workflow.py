@@ -251,14 +251,24 @@ def test_changed_model_config_retrains_and_keeps_the_old_model(tmp_path):
     assert json.loads((run_dir / "model" / "model_card.json").read_text()) != json.loads(archived[0].read_text())
 
 
-def test_summary_says_whether_the_network_beats_the_mean_baseline():
+def test_summary_prints_the_evaluation_verdict_for_every_baseline():
+    """The closing lines repeat models.evaluation.verdict's sentences: a lower mean rel. L2 alone is no win."""
+    from models.evaluation.verdict import all_verdicts
     from workflow.dag import _headline_lines
 
-    better = _headline_lines({"potential": {"network": {"rel_l2": 0.5}, "mean": {"rel_l2": 0.7}, "icom": {}}})
-    assert better == ["potential relative L2 error on held-out samples (lower is better): network 0.500, mean 0.700",
-                      "  the network beats the mean-image baseline"]
-    worse = _headline_lines({"density": {"network": {"rel_l2": 0.9}, "mean": {"rel_l2": 0.7}}})
-    assert worse[1] == "  the network does NOT beat the mean-image baseline: train longer or on more samples"
+    def ci(value: float) -> dict:
+        return {"value": value, "low": value - 0.1, "high": value + 0.1, "n": 6}
+
+    net = {"rel_l2": ci(0.5), "psnr_db": ci(20.0), "ssim": ci(0.13), "pearson_r": ci(0.19)}
+    base = {"rel_l2": ci(0.55), "psnr_db": ci(19.9), "ssim": ci(0.19), "pearson_r": ci(0.21)}
+    verdicts = all_verdicts({"potential": {"network": {"physical": net}, "mean": {"physical": base}}},
+                            intervals=True, ci_level=0.95)
+    lines = _headline_lines({"potential": {"network": {"rel_l2": 0.5}, "mean": {"rel_l2": 0.55}, "icom": {}}}, verdicts)
+    assert lines == ["potential relative L2 error on held-out samples (lower is better): network 0.500, mean 0.550",
+                     "  the network does NOT beat the mean training target: better on rel. L2 and PSNR but intervals "
+                     "overlap; worse on SSIM and Pearson r (intervals overlap)"]
+    old = _headline_lines({"density": {"network": {"rel_l2": 0.9}, "mean": {"rel_l2": 0.7}}}, None)
+    assert old[1] == "  no verdict: this evaluation predates verdicts; run namsa evaluate again"
 
 
 @pytest.mark.slow  # the full quickstart: a few minutes on 2 cores

@@ -102,7 +102,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     cfg = _load(args)
     summary = runners.evaluate(cfg, args.data, args.model, args.out)
     print(f"metrics: {summary['metrics_json']}\nreport: {summary['report_html']}")
-    print("\n".join(_headline_lines(summary["headline"])))
+    print("\n".join(_headline_lines(summary["headline"], summary["verdicts"])))
     return 0
 
 

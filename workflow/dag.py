@@ -148,6 +148,7 @@ class RunSummary:
     metrics_json: str | None = None
     report_html: str | None = None
     headline: dict[str, Any] = field(default_factory=dict)
+    verdicts: dict[str, Any] | None = field(default_factory=dict)  # None: an evaluation from before verdicts
     timings: dict[str, float] = field(default_factory=dict)
     tasks: list[TaskTiming] = field(default_factory=list)
 
@@ -163,15 +164,16 @@ class RunSummary:
                             ("metrics", self.metrics_json), ("report", self.report_html)):
             if path:
                 lines.append(f"{label}: {path}")
-        lines += _headline_lines(self.headline)
+        lines += _headline_lines(self.headline, self.verdicts)
         if self.timings:
             lines.append("wall time: " + ", ".join(f"{k} {v:.1f} s" for k, v in self.timings.items()
                                                    if not k.endswith("fraction")))
         return "\n".join(lines)
 
 
-def _headline_lines(headline: dict[str, Any]) -> list[str]:
-    """Per target: the network against the baselines on the headline metric, and a verdict."""
+def _headline_lines(headline: dict[str, Any], verdicts: dict[str, Any] | None) -> list[str]:
+    """Per target: the relative L2 of every method, then the verdict against each baseline as
+    `models.evaluation.verdict` decided it (the report says the same)."""
     lines = []
     for target, methods in headline.items():
         errors = {method: (metrics or {}).get("rel_l2") for method, metrics in methods.items()}
@@ -180,10 +182,10 @@ def _headline_lines(headline: dict[str, Any]) -> list[str]:
             continue
         lines.append(f"{target} relative L2 error on held-out samples (lower is better): "
                      + ", ".join(f"{method} {value:.3f}" for method, value in errors.items()))
-        if "network" in errors and "mean" in errors:
-            beats = errors["network"] < errors["mean"]
-            lines.append(f"  the network {'beats' if beats else 'does NOT beat'} the mean-image baseline"
-                         + ("" if beats else ": train longer or on more samples"))
+        if verdicts is None:
+            lines.append("  no verdict: this evaluation predates verdicts; run namsa evaluate again")
+            continue
+        lines += [f"  {v['sentence']}" for v in verdicts.get(target, {}).values()]
     return lines
 
 
@@ -520,6 +522,7 @@ class Pipeline:
         self.summary.metrics_json = done.get("metrics_json")
         self.summary.report_html = done.get("report_html")
         self.summary.headline = done.get("headline", {})
+        self.summary.verdicts = done.get("verdicts")
 
     def _evaluate(self, train_future: concurrent.futures.Future | None, model_stamp: float) -> dict[str, Any]:
         started = time.time()

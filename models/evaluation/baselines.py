@@ -1,4 +1,4 @@
-"""The two baselines every network number is shown against.
+"""The baselines every network number is shown against.
 
 * **mean**: the pixel-wise mean of the training targets (physical units). A network that does not
   beat it has learned nothing about the individual sample.
@@ -8,6 +8,12 @@
   **This uses the truth, for these two scalars only**; the map itself comes from the CBED stack
   alone. The fit favours the baseline, so the comparison is conservative for the network.
   iCoM estimates the potential, so it is a baseline for ``potential`` only.
+* **ptycho**: single-slice ptychography of the same stack through py4DSTEM
+  (`models.evaluation.ptycho`): the iterative phase retrieval microscopists use. Its phase over
+  the interaction constant is a projected potential; it is put into the truth's units by the same
+  per-sample least-squares fit as iCoM (**uses the truth for two scalars**), for the same reason:
+  the reconstruction's scale drifts with the iteration count and its mean is undetermined.
+  Potential only; optional (``evaluation.ptycho``).
 """
 from __future__ import annotations
 
@@ -50,3 +56,18 @@ def icom_baseline(sample: Any, truth: np.ndarray) -> tuple[np.ndarray, dict[str,
     raw = icom_from_sample(sample, output_shape=truth.shape)
     scale, offset = fit_affine(raw, truth)
     return (scale * raw + offset).astype(np.float32), {"scale": scale, "offset": offset}
+
+
+def ptycho_baseline(sample: Any, truth: np.ndarray, iterations: int,
+                    batch_size: int) -> tuple[np.ndarray, dict[str, float]]:
+    """Ptychography of ``sample`` on the truth's grid, least-squares scaled and offset to ``truth``.
+
+    Returns the fitted map (units of the truth) and ``{"scale", "offset", "seconds", "error"}``:
+    the fit, py4DSTEM's compute time for this sample (s) and its final data error.
+    """
+    from .ptycho import ptycho_from_sample
+
+    result = ptycho_from_sample(sample, output_shape=truth.shape, iterations=iterations, batch_size=batch_size)
+    scale, offset = fit_affine(result.potential, truth)
+    fitted = (scale * result.potential.astype(np.float64) + offset).astype(np.float32)
+    return fitted, {"scale": scale, "offset": offset, "seconds": result.seconds, "error": result.error}

@@ -17,6 +17,12 @@ class EvaluationConfig(BaseModel):
     max_samples:       evaluate at most this many samples of the split (None = all), in store order.
     batch_size:        samples per `Reconstructor.predict` call.
     icom:              compute the integrated centre-of-mass baseline (potential only).
+    ptycho:            compute the single-slice ptychography baseline (potential only; py4DSTEM,
+                       ``pip install 'namsa[baselines]'``). Off by default: about 2 s per
+                       32x32-scan sample of 32x32 patterns on a 2-core CPU at the default iterations
+                       (docs/evaluation.md), more than the whole network evaluation.
+    ptycho_iterations: passes over every probe position of the ptychographic reconstruction.
+    ptycho_batch_size: probe positions per gradient update of the reconstruction.
     mean_baseline:     compute the mean-training-target baseline.
     n_panels:          samples drawn as per-sample panels (the first ones of the split).
     n_cbed_panels:     CBED patterns shown in each per-sample panel.
@@ -37,6 +43,9 @@ class EvaluationConfig(BaseModel):
     max_samples: int | None = Field(None, ge=1)
     batch_size: int = Field(4, ge=1)
     icom: bool = True
+    ptycho: bool = False
+    ptycho_iterations: int = Field(4, ge=1)
+    ptycho_batch_size: int = Field(64, ge=1)
     mean_baseline: bool = True
     n_panels: int = Field(3, ge=0)
     n_cbed_panels: int = Field(3, ge=0, le=8)

@@ -1,10 +1,12 @@
 """`evaluate`: score a trained reconstructor and its baselines on held-out samples.
 
 For each sample of the chosen split: the network's prediction (`models.load_reconstructor`), the
-mean-training-target baseline and the least-squares-scaled iCoM baseline are compared with the
-true projected potential / density, in physical units and after the training normalisation.
-Everything lands in ``out_dir``: ``metrics.json`` (per-sample records, aggregates with bootstrap
-confidence intervals, breakdowns), PNG figures and ``report.html``.
+mean-training-target baseline and the least-squares-scaled iCoM and (optional) ptychography
+baselines are compared with the true projected potential / density, in physical units and after
+the training normalisation, and each method's compute time per sample is recorded. Everything
+lands in ``out_dir``: ``metrics.json`` (per-sample records, aggregates with bootstrap confidence
+intervals, breakdowns, the verdict of the network against each baseline, compute times), PNG
+figures and ``report.html``.
 """
 from __future__ import annotations
 
@@ -21,14 +23,19 @@ from models import metrics as M
 from namsa.errors import UserError
 
 from . import figures, report
-from .baselines import icom_baseline, mean_training_targets
+from .baselines import icom_baseline, mean_training_targets, ptycho_baseline
 from .config import EvaluationConfig
+from .verdict import HEADLINE_METRICS, all_verdicts
 
 #: whole-map metrics, in the order the report shows them; True = higher is better.
-IMAGE_METRICS: dict[str, bool] = {"rel_l2": False, "psnr_db": True, "ssim": True, "pearson_r": True}
+IMAGE_METRICS: dict[str, bool] = HEADLINE_METRICS
 #: column-position metrics (physical units only: positions do not depend on normalisation).
 COLUMN_METRICS: dict[str, bool] = {"mean_error_A": False, "recall": True}
-METHODS: tuple[str, ...] = ("network", "mean", "icom")
+METHODS: tuple[str, ...] = ("network", "mean", "icom", "ptycho")
+#: methods computed from the CBED stack, whose compute time per sample is recorded.
+TIMED_METHODS: tuple[str, ...] = ("network", "icom", "ptycho")
+#: classical baselines put into the truth's units by a per-sample least-squares fit (potential only).
+FITTED_BASELINES: tuple[str, ...] = ("icom", "ptycho")
 UNITS: tuple[str, ...] = ("physical", "normalized")
 #: element classes of the breakdown by atomic number (heaviest element of the sample).
 Z_CLASSES: tuple[tuple[str, int], ...] = (("light (Z<=14)", 14), ("medium (15<=Z<=36)", 36), ("heavy (Z>=37)", 999))
@@ -43,7 +50,9 @@ class EvalResult:
     """What `evaluate` wrote and its headline numbers.
 
     headline[target][method] = {metric: mean over samples} (physical units), methods
-    ``network``, ``mean``, ``icom`` where computed.
+    ``network``, ``mean``, ``icom``, ``ptycho`` where computed.
+    verdicts[target][baseline] = `verdict.Verdict.as_dict()` (``beats``, ``sentence``, ...).
+    compute_seconds[method] = {mean, median, max, total, n}: seconds per sample.
     """
 
     out_dir: Path
@@ -52,6 +61,8 @@ class EvalResult:
     figures: list[Path] = field(default_factory=list)
     headline: dict[str, dict[str, dict[str, float | None]]] = field(default_factory=dict)
     n_samples: int = 0
+    verdicts: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    compute_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | Sequence[str | Path],
@@ -69,6 +80,10 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
     fig_dir = out / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
+    if eval_cfg.ptycho:
+        from .ptycho import require_py4dstem
+
+        require_py4dstem()   # fail before any work, and keep the one-off import out of the timings
     rec = load_reconstructor(model_dir)
     targets = _resolve_targets(eval_cfg.targets, list(rec.targets))
     with open_stores(_as_list(data_dirs)) as stores:
@@ -89,6 +104,8 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
     versus = {t: _network_vs_icom(records, t, eval_cfg) for t in targets if eval_cfg.icom and t == "potential"}
     headline = {t: {m: {k: v["physical"][k]["value"] for k in IMAGE_METRICS} for m, v in aggregates[t].items()}
                 for t in targets}
+    verdicts = all_verdicts(aggregates, intervals=eval_cfg.n_bootstrap > 0, ci_level=eval_cfg.ci_level)
+    timings = _compute_seconds(records)
     csv_path = _find_metrics_csv(train_metrics_csv, Path(model_dir), rec.card)
     figs = figures.draw_all(fig_dir, records, kept, targets, eval_cfg,
                             first=[r["index"] for r in records[: eval_cfg.n_panels]],
@@ -108,6 +125,8 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
         "aggregates": aggregates,
         "breakdowns": breakdowns,
         "network_vs_icom": versus,
+        "verdicts": verdicts,
+        "compute_seconds": timings,
         "worst": worst,
         "samples": records,
         "figures": {name: str(path.relative_to(out)) for name, path in figs.items()},
@@ -116,7 +135,7 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
     metrics_path = out / "metrics.json"
     _write_json(metrics_path, doc)
     html_path = report.write_report(out / "report.html", doc)
-    return EvalResult(out, metrics_path, html_path, list(figs.values()), headline, len(records))
+    return EvalResult(out, metrics_path, html_path, list(figs.values()), headline, len(records), verdicts, timings)
 
 
 CONVENTIONS = {
@@ -133,6 +152,13 @@ CONVENTIONS = {
     "ci": "percentile bootstrap over samples of the mean",
     "icom_fit": "iCoM map scaled and offset to the truth by least squares per sample (uses the truth "
                 "for these 2 scalars only)",
+    "ptycho_fit": "single-slice ptychography (py4DSTEM) phase / interaction constant, scaled and offset to "
+                  "the truth by least squares per sample (uses the truth for these 2 scalars only)",
+    "verdict": "the network 'beats' a baseline only when it is better on every headline metric (rel_l2, "
+               "psnr_db, ssim, pearson_r; physical units) with non-overlapping bootstrap intervals",
+    "compute_seconds": "wall seconds per sample in this process: network = Reconstructor.predict of a batch "
+                       "(normalisation included) / batch size; icom, ptycho = that sample's reconstruction "
+                       "(ptycho without the one-off py4DSTEM import)",
     "mean_baseline": "pixel-wise mean of the training-split targets",
 }
 
@@ -145,9 +171,9 @@ def _score_all(cfg: EvaluationConfig, stores: Any, indices: list[int], rec: Any,
     records: list[dict] = []
     kept: dict[int, dict] = {}
     for batch in _batches(indices, cfg.batch_size):
-        for index, sample, preds in _predict(stores, batch, rec, targets):
-            maps = _method_maps(cfg, sample, preds, targets, mean_maps)
-            records.append(_score_sample(cfg, index, sample, maps, rec.normalizer))
+        for index, sample, preds, net_s in _predict(stores, batch, rec, targets):
+            maps, seconds = _method_maps(cfg, sample, preds, targets, mean_maps)
+            records.append(_score_sample(cfg, index, sample, maps, rec.normalizer, {"network": net_s, **seconds}))
             if len(kept) < cfg.n_panels:
                 kept[index] = _keep(sample, maps, cfg.n_cbed_panels)
     return records, kept
@@ -157,42 +183,55 @@ def _recompute(cfg: EvaluationConfig, stores: Any, indices: list[int], rec: Any,
                mean_maps: dict[str, np.ndarray] | None) -> dict[int, dict]:
     """Arrays of a few samples again (the worst cases), rather than holding every map in memory."""
     kept = {}
-    for index, sample, preds in _predict(stores, indices, rec, targets):
-        kept[index] = _keep(sample, _method_maps(cfg, sample, preds, targets, mean_maps), cfg.n_cbed_panels)
+    for index, sample, preds, _ in _predict(stores, indices, rec, targets):
+        kept[index] = _keep(sample, _method_maps(cfg, sample, preds, targets, mean_maps)[0], cfg.n_cbed_panels)
     return kept
 
 
-def _predict(stores: Any, indices: list[int], rec: Any, targets: list[str]) -> Iterable[tuple[int, Any, dict]]:
+def _predict(stores: Any, indices: list[int], rec: Any,
+             targets: list[str]) -> Iterable[tuple[int, Any, dict, float]]:
+    """(index, sample, {target: prediction}, network seconds per sample) for each index."""
     if not indices:
         return
     samples = [stores[i] for i in indices]
     stack = np.stack([s.cbed.astype(np.float32) for s in samples])
-    out = np.asarray(_to_numpy(rec.predict(stack)), dtype=np.float32)
+    t0 = time.perf_counter()
+    out = np.asarray(_to_numpy(rec.predict(stack)), dtype=np.float32)   # to numpy: waits for a GPU
+    per_sample = (time.perf_counter() - t0) / len(samples)
     out = out.reshape(len(samples), len(rec.targets), *out.shape[-2:])
     names = list(rec.targets)
     for k, (index, sample) in enumerate(zip(indices, samples)):
-        yield index, sample, {t: out[k, names.index(t)] for t in targets}
+        yield index, sample, {t: out[k, names.index(t)] for t in targets}, per_sample
 
 
 def _method_maps(cfg: EvaluationConfig, sample: Any, preds: dict[str, np.ndarray], targets: list[str],
-                 mean_maps: dict[str, np.ndarray] | None) -> dict[str, dict[str, Any]]:
-    """maps[target] = {"truth", "network", "mean"?, "icom"?, "icom_fit"?}, physical units."""
+                 mean_maps: dict[str, np.ndarray] | None) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
+    """(maps, seconds): maps[target] = {"truth", "network", "mean"?, "icom"?, "ptycho"?, "<m>_fit"?}
+    in physical units; seconds[method] = compute time of the classical baselines for this sample."""
     maps: dict[str, dict[str, Any]] = {}
+    seconds: dict[str, float] = {}
     for t in targets:
         truth = np.asarray(getattr(sample, t), dtype=np.float32)
         entry: dict[str, Any] = {"truth": truth, "network": preds[t]}
         if mean_maps is not None:
             entry["mean"] = mean_maps[t]
         if cfg.icom and t == "potential":
+            t0 = time.perf_counter()
             entry["icom"], entry["icom_fit"] = icom_baseline(sample, truth)
+            seconds["icom"] = time.perf_counter() - t0
+        if cfg.ptycho and t == "potential":
+            entry["ptycho"], entry["ptycho_fit"] = ptycho_baseline(sample, truth, cfg.ptycho_iterations,
+                                                                   cfg.ptycho_batch_size)
+            seconds["ptycho"] = entry["ptycho_fit"]["seconds"]
         maps[t] = entry
-    return maps
+    return maps, seconds
 
 
 def _score_sample(cfg: EvaluationConfig, index: int, sample: Any, maps: dict[str, dict[str, Any]],
-                  normalizer: Any) -> dict[str, Any]:
+                  normalizer: Any, seconds: dict[str, float]) -> dict[str, Any]:
     meta = sample.meta
-    record = {"index": int(index), **_sample_facts(meta, cfg.thickness_bins_A), "metrics": {}, "icom_fit": None}
+    record = {"index": int(index), **_sample_facts(meta, cfg.thickness_bins_A), "metrics": {},
+              **{f"{m}_fit": None for m in FITTED_BASELINES}, "seconds": seconds}
     pixel = _pixel_size_A(meta, next(iter(maps.values()))["truth"].shape)
     for t, entry in maps.items():
         truth = entry["truth"]
@@ -210,8 +249,9 @@ def _score_sample(cfg: EvaluationConfig, index: int, sample: Any, maps: dict[str
                 "normalized": M.image_metrics(np.asarray(normalizer.target(est, t)), truth_n),
             }
         record["metrics"][t] = per_method
-        if "icom_fit" in entry:
-            record["icom_fit"] = entry["icom_fit"]
+        for m in FITTED_BASELINES:
+            if f"{m}_fit" in entry:
+                record[f"{m}_fit"] = entry[f"{m}_fit"]
     return _jsonable(record)
 
 
@@ -220,7 +260,7 @@ def _keep(sample: Any, maps: dict[str, dict[str, Any]], n_cbed: int) -> dict[str
     s = sample.cbed.shape[0]
     picks = sorted({int(round(v)) for v in np.linspace(0, s - 1, n_cbed)}) if n_cbed else []
     return {"sample_id": sample.id, "cbed": {i: np.asarray(sample.cbed[i], dtype=np.float32) for i in picks},
-            "maps": {t: {k: v for k, v in e.items() if k != "icom_fit"} for t, e in maps.items()},
+            "maps": {t: {k: v for k, v in e.items() if not k.endswith("_fit")} for t, e in maps.items()},
             "meta": sample.meta}
 
 
@@ -323,6 +363,17 @@ def _network_vs_icom(records: list[dict], target: str, cfg: EvaluationConfig) ->
         for r in records:
             groups.setdefault(str(r[key]), []).append(r)
         out[key] = {name: summary(rows) for name, rows in sorted(groups.items())}
+    return out
+
+
+def _compute_seconds(records: list[dict]) -> dict[str, dict[str, float]]:
+    """seconds[method] = {mean, median, max, total, n} of the per-sample compute times."""
+    out = {}
+    for method in TIMED_METHODS:
+        values = [r["seconds"][method] for r in records if r["seconds"].get(method) is not None]
+        if values:
+            out[method] = {"mean": float(np.mean(values)), "median": float(np.median(values)),
+                           "max": float(np.max(values)), "total": float(np.sum(values)), "n": len(values)}
     return out
 
 

@@ -14,8 +14,15 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-METHOD_LABELS = {"network": "network", "mean": "mean training target", "icom": "iCoM (LS-scaled)"}
-METHOD_COLORS = {"network": "tab:blue", "mean": "tab:gray", "icom": "tab:orange"}
+METHOD_LABELS = {"network": "network", "mean": "mean training target", "icom": "iCoM (LS-scaled)",
+                 "ptycho": "ptychography (LS-scaled)"}
+METHOD_COLORS = {"network": "tab:blue", "mean": "tab:gray", "icom": "tab:orange", "ptycho": "tab:green"}
+#: legend text of the training metrics CSV's loss columns (models.trainer.METRIC_COLUMNS): what each is.
+LOSS_LABELS = {
+    "train_loss": "train_loss: Huber on standardised targets (data term)",
+    "dev_loss": "dev_loss: MSE on standardised targets (held-out dev split)",
+    "l2_loss": "l2_loss: weight-decay term 0.5·wd·Σw² (added to train_loss in the objective; not a data error)",
+}
 UNIT_LABELS = {"potential": "V·Å", "density": "e/Å²"}
 #: x columns recognised in the training metrics CSV, first match wins.
 STEP_COLUMNS = ("step", "global_step", "iteration", "epoch")
@@ -41,7 +48,7 @@ def sample_panel(path: Path, kept: dict[str, Any], target: str, record: dict[str
     """One row: a few CBED patterns (log scale, one colour scale), truth, network, baselines (one
     colour scale, the truth's range), network - truth."""
     maps = kept["maps"][target]
-    methods = [m for m in ("network", "icom", "mean") if m in maps]
+    methods = [m for m in ("network", "icom", "ptycho", "mean") if m in maps]
     cbeds = list(kept["cbed"].items())
     n = len(cbeds) + 1 + len(methods) + 1
     fig = Figure(figsize=(2.2 * n, 2.6), layout="constrained")
@@ -131,31 +138,38 @@ def read_metrics_csv(path: Path) -> tuple[str | None, dict[str, np.ndarray]]:
 
 
 def learning_curves(path: Path, metrics_csv: Path) -> Path:
-    """Loss columns (log scale) and the learning rate against the step column of the CSV."""
+    """`learning_curves_figure` of ``metrics_csv`` saved as PNG at ``path``."""
+    return _save(learning_curves_figure(metrics_csv), path)
+
+
+def learning_curves_figure(metrics_csv: Path) -> Figure:
+    """Loss columns (log scale) and the learning rate against the step column of the CSV; the
+    legend (below the plot) says what each loss is (`LOSS_LABELS`), so the weight-decay term is
+    not read as an error."""
     x_name, cols = read_metrics_csv(metrics_csv)
     n_rows = len(next(iter(cols.values()))) if cols else 0
     x = cols[x_name] if x_name else np.arange(n_rows)
     # train_loss, dev_loss, l2_loss, ... but not bookkeeping such as loss_scale.
     losses = [c for c in cols if c.lower() == "loss" or c.lower().endswith("_loss")]
     lrs = [c for c in cols if c.lower() in ("lr", "learning_rate") or c.lower().startswith("lr")]
-    fig = Figure(figsize=(9 if lrs else 5, 3.4), layout="constrained")
+    fig = Figure(figsize=(9 if lrs else 5, 4.2), layout="constrained")
     axes = fig.subplots(1, 2 if lrs else 1, squeeze=False)[0]
     for c in losses:
         ok = np.isfinite(cols[c])
         if ok.any():
-            axes[0].plot(x[ok], cols[c][ok], marker="." if ok.sum() < 30 else None, label=c)
+            axes[0].plot(x[ok], cols[c][ok], marker="." if ok.sum() < 30 else None, label=LOSS_LABELS.get(c, c))
     if any(np.nanmin(cols[c]) > 0 for c in losses if np.isfinite(cols[c]).any()):
         axes[0].set_yscale("log")
     axes[0].set_xlabel(x_name or "row")
     axes[0].set_ylabel("loss")
-    axes[0].legend(fontsize=7)
+    axes[0].legend(fontsize=6, loc="upper left", bbox_to_anchor=(0.0, -0.18))
     axes[0].set_title("learning curves", fontsize=9)
     for c in lrs:
         axes[1].plot(x, cols[c], label=c)
         axes[1].set_xlabel(x_name or "row")
         axes[1].set_ylabel("learning rate")
         axes[1].legend(fontsize=7)
-    return _save(fig, path)
+    return fig
 
 
 def scaling_curve(path: Path, n_train: Sequence[int], value: Sequence[float | None],
@@ -193,7 +207,8 @@ def draw_all(fig_dir: Path, records: list[dict], kept: dict[int, dict], targets:
         out[f"thickness_{t}"] = error_vs_thickness(fig_dir / f"rel_l2_vs_thickness_{t}.png", records, t)
         for kind, indices in (("sample", first), ("worst", worst.get(t, []))):
             for rank, i in enumerate(indices):
-                if i in kept:
+                # A worst case that is also one of the first samples is drawn once, as sample_*.
+                if i in kept and not (kind == "worst" and i in first):
                     name = f"{kind}_{rank}_{t}"
                     out[name] = sample_panel(fig_dir / f"{name}.png", kept[i], t, by_index.get(i))
     if metrics_csv is not None:

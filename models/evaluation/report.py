@@ -1,9 +1,10 @@
 """``report.html``: the evaluation written for a person (plain HTML, images referenced relatively).
 
-Sections: what was trained on what (data manifest, model card), the headline table (network,
-mean-target and iCoM baselines side by side on the held-out split), where the network beats iCoM
-and where it does not, breakdowns by material / zone axis / element content / thickness, figures,
-the worst cases, and every sample.
+Sections: the headline table (network, mean-target, iCoM and ptychography baselines side by side
+on the held-out split), the verdict against each baseline (`verdict.verdict`: the one rule for
+"beats") and each method's compute time per sample, where the network beats iCoM and where it
+does not, what was trained on what (data manifest, model card), breakdowns by material / zone
+axis / element content / thickness, figures, the worst cases, and every sample.
 """
 from __future__ import annotations
 
@@ -20,9 +21,17 @@ BREAKDOWN_KEYS: dict[str, str] = {
     "heaviest_element": "heaviest element",
     "thickness_class": "thickness",
 }
-METHOD_NAMES = {"network": "network", "mean": "mean training target", "icom": "iCoM (least-squares scaled)"}
+METHOD_NAMES = {"network": "network", "mean": "mean training target", "icom": "iCoM (least-squares scaled)",
+                "ptycho": "ptychography (py4DSTEM, least-squares scaled)"}
 METRIC_NAMES = {"rel_l2": "relative L2 ↓", "psnr_db": "PSNR (dB) ↑", "ssim": "SSIM ↑", "pearson_r": "Pearson r ↑",
                 "mean_error_A": "column position error (Å) ↓", "recall": "columns found ↑"}
+
+LEARNING_CURVES_CAPTION = (
+    "Training metrics CSV: losses and learning rate. train_loss is the Huber data loss on standardised targets, "
+    "dev_loss the MSE on the dev split's standardised targets (it picks the exported checkpoint), and l2_loss the "
+    "weight-decay term 0.5 * weight_decay * sum(w^2) that the optimiser adds to train_loss: it measures the "
+    "size of the weights, not an error, and is 0 with adamw or weight_decay 0. A dev_loss that stays flat "
+    "while train_loss falls means the network is fitting the training samples, not learning to generalise.")
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1200px; margin: 2em auto; padding: 0 1em; color: #222; }
@@ -64,7 +73,7 @@ def _table(header: list[str], rows: list[list[str]], left: int = 1) -> str:
 
 def _headline(doc: dict[str, Any], target: str, units: str) -> str:
     agg = doc["aggregates"][target]
-    methods = [m for m in ("network", "mean", "icom") if m in agg]
+    methods = [m for m in METHOD_NAMES if m in agg]
     metrics = [k for k in METRIC_NAMES if k in agg[methods[0]][units]]
     rows = []
     for k in metrics:
@@ -81,9 +90,33 @@ def _headline(doc: dict[str, Any], target: str, units: str) -> str:
                        "evaluated data, or evaluation.mean_baseline is off)")
     if "icom" not in agg:
         missing.append("iCoM was not computed (it estimates the potential only; or evaluation.icom is off)")
+    if "ptycho" not in agg:
+        missing.append("ptychography was not computed (evaluation.ptycho is off, or the target is not the "
+                       "potential)")
     return _table(["metric"] + [METHOD_NAMES[m] for m in methods], rows) + \
         f"<p class='note'>{n} samples; mean over samples with a {int(doc['config']['ci_level'] * 100)}% " \
         f"bootstrap interval in brackets; best method in bold. {_e('; '.join(missing))}</p>"
+
+
+def _verdicts(doc: dict[str, Any], target: str) -> str:
+    """The verdict against each baseline, as `verdict.verdict` decided it (the CLI prints the same)."""
+    verdicts = doc.get("verdicts", {}).get(target, {})
+    if not verdicts:
+        return "<p>No baseline to compare with.</p>"
+    items = "".join(f"<li>{'✔' if v['beats'] else '✘'} {_e(v['sentence'])}</li>" for v in verdicts.values())
+    return (f"<p><b>Verdict</b> (claimed only when better on every headline metric with non-overlapping "
+            f"{int(round(doc['config']['ci_level'] * 100))}% intervals):</p><ul>{items}</ul>")
+
+
+def _compute_times(doc: dict[str, Any]) -> str:
+    """One line per method: compute time per sample."""
+    times = doc.get("compute_seconds", {})
+    if not times:
+        return ""
+    lines = "".join(f"<li>{_e(METHOD_NAMES.get(m, m))}: compute time per sample {_num(t['mean'], 3)} s "
+                    f"(median {_num(t['median'], 3)} s, {t['n']} samples)</li>" for m, t in times.items())
+    return (f"<p><b>Compute time per sample</b> <span class='note'>({_e(doc['conventions'].get('compute_seconds', ''))})"
+            f"</span></p><ul>{lines}</ul>")
 
 
 def _key_values(d: dict[str, Any]) -> str:
@@ -129,8 +162,7 @@ def _versus_section(doc: dict[str, Any]) -> str:
               if g["win_rate"] is not None]
     better = [f"{name} (network wins {100 * g['win_rate']:.0f}%)" for name, g in groups if g["win_rate"] >= 0.5]
     worse = [f"{name} (network wins {100 * g['win_rate']:.0f}%)" for name, g in groups if g["win_rate"] < 0.5]
-    parts.append(f"<p>The network is better on most samples of: <b>{_e('; '.join(better) or 'no class')}</b>. "
-                 f"iCoM is better on most samples of: <b>{_e('; '.join(worse) or 'no class')}</b>.</p>")
+    parts.append(f"<p>{_majority_sentence('The network', better)} {_majority_sentence('iCoM', worse)}</p>")
     for key, title in (("z_class", "element content"), ("thickness_class", "thickness")):
         rows = [[_e(name), _num(s["n"]), _num(s["network_wins"]),
                  "–" if s["win_rate"] is None else f"{100 * s['win_rate']:.0f}%", _num(s["mean_rel_l2_gap"])]
@@ -141,11 +173,18 @@ def _versus_section(doc: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
+def _majority_sentence(who: str, classes: list[str]) -> str:
+    """Who is better on most samples of which element / thickness classes, said plainly when none."""
+    if not classes:
+        return f"{who} is better on most samples of no element or thickness class."
+    return f"{who} is better on most samples of: <b>{_e('; '.join(classes))}</b>."
+
+
 def _breakdown_section(doc: dict[str, Any], target: str) -> str:
     parts = [f"<h2>Breakdowns ({_e(target)}, physical units)</h2>"]
     for key, title in BREAKDOWN_KEYS.items():
         table = doc["breakdowns"][target].get(key, {})
-        methods = [m for m in ("network", "mean", "icom") if any(m in g for g in table.values())]
+        methods = [m for m in METHOD_NAMES if any(m in g for g in table.values())]
         header = [title, "n"] + [f"{METHOD_NAMES[m]}<br>rel L2" for m in methods] + \
                  [f"{METHOD_NAMES[m]}<br>SSIM" for m in methods]
         rows = [[_e(name), _num(g["n"])] + [_num(g.get(m, {}).get("rel_l2")) for m in methods] +
@@ -174,18 +213,22 @@ def _figures_section(doc: dict[str, Any], target: str) -> str:
 
 def _worst_section(doc: dict[str, Any], target: str) -> str:
     by_id = {r["index"]: r for r in doc["samples"]}
+    first = [r["index"] for r in doc["samples"][: doc["config"]["n_panels"]]]
     rows, figs = [], []
     for rank, index in enumerate(doc["worst"].get(target, [])):
         r = by_id[index]
         m = r["metrics"][target]
         rows.append([_e(r["sample_id"]), _e(r["formula"]), _e(r["zone_axis"]), _num(r["thickness_A"]),
                      _num(m["network"]["physical"]["rel_l2"]),
-                     _num(m.get("icom", {}).get("physical", {}).get("rel_l2")),
-                     _num(m.get("mean", {}).get("physical", {}).get("rel_l2"))])
-        figs.append(_figure(doc, f"worst_{rank}_{target}", f"Worst case {rank + 1}: {r['sample_id']}"))
+                     *[_num(m.get(k, {}).get("physical", {}).get("rel_l2")) for k in ("icom", "ptycho", "mean")]])
+        if index in first and f"sample_{first.index(index)}_{target}" in doc["figures"]:
+            figs.append(f"<p class='note'>Worst case {rank + 1} ({_e(r['sample_id'])}) is drawn above as "
+                        f"per-sample panel {first.index(index) + 1}.</p>")
+        else:
+            figs.append(_figure(doc, f"worst_{rank}_{target}", f"Worst case {rank + 1}: {r['sample_id']}"))
     return (f"<h2>Worst cases ({_e(target)})</h2>" +
             _table(["sample", "formula", "zone", "thickness (Å)", "network rel L2", "iCoM rel L2",
-                    "mean rel L2"], rows) + "\n".join(figs))
+                    "ptychography rel L2", "mean rel L2"], rows) + "\n".join(figs))
 
 
 def _samples_section(doc: dict[str, Any], target: str) -> str:
@@ -193,20 +236,22 @@ def _samples_section(doc: dict[str, Any], target: str) -> str:
     for r in doc["samples"]:
         m = r["metrics"][target]
         rows.append([_e(r["sample_id"]), _e(r["formula"]), _e(r["zone_axis"]), _num(r["thickness_A"]),
-                     *[_num(m.get(k, {}).get("physical", {}).get("rel_l2")) for k in ("network", "icom", "mean")],
+                     *[_num(m.get(k, {}).get("physical", {}).get("rel_l2")) for k in ("network", "icom", "ptycho", "mean")],
                      _num(m["network"]["physical"]["ssim"]), _num(m["network"]["physical"]["mean_error_A"])])
     return (f"<h2>Every sample ({_e(target)})</h2>" +
             _table(["sample", "formula", "zone", "thickness (Å)", "network rel L2", "iCoM rel L2",
-                    "mean rel L2", "network SSIM", "network column error (Å)"], rows))
+                    "ptychography rel L2", "mean rel L2", "network SSIM", "network column error (Å)"], rows))
 
 
 def _conventions(doc: dict[str, Any]) -> str:
     items = "".join(f"<li><b>{_e(k)}</b>: {_e(json.dumps(v) if isinstance(v, dict) else v)}</li>"
                     for k, v in doc["conventions"].items())
     return ("<h2>How the numbers are computed</h2><p>Baselines: the <b>mean training target</b> (pixel-wise mean of "
-            "the training targets) and <b>iCoM</b> (integrated centre of mass of the same 4D stack, scaled and "
-            "offset to the truth by least squares per sample: it uses the truth for those two scalars only, which "
-            f"favours the baseline).</p><ul>{items}</ul>")
+            "the training targets), <b>iCoM</b> (integrated centre of mass of the same 4D stack) and, when "
+            "evaluation.ptycho is on, <b>ptychography</b> (single-slice, py4DSTEM, same stack, phase over the "
+            "interaction constant); iCoM and ptychography are scaled and offset to the truth by least squares per "
+            "sample: they use the truth for those two scalars only, which favours the baselines.</p>"
+            f"<ul>{items}</ul>")
 
 
 def render(doc: dict[str, Any]) -> str:
@@ -217,12 +262,14 @@ def render(doc: dict[str, Any]) -> str:
              f"<p class='note'>written {_e(doc['created'])}; {len(doc['samples'])} samples of the "
              f"'{_e(doc['data']['evaluated_split'])}' split; targets {_e(', '.join(doc['targets']))}.</p>"]
     for t in doc["targets"]:
-        parts.append(f"<h2>Headline: {_e(t)} (physical units)</h2>" + _headline(doc, t, "physical"))
+        parts.append(f"<h2>Headline: {_e(t)} (physical units)</h2>" + _headline(doc, t, "physical")
+                     + _verdicts(doc, t))
         parts.append(f"<h3>{_e(t)} after the training normalisation</h3>" + _headline(doc, t, "normalized"))
+    parts.append(_compute_times(doc))
     parts.append(_versus_section(doc))
     parts.append(_data_section(doc))
     if "learning_curves" in doc["figures"]:
-        parts.append("<h2>Training</h2>" + _figure(doc, "learning_curves", "Training metrics CSV: losses and learning rate."))
+        parts.append("<h2>Training</h2>" + _figure(doc, "learning_curves", LEARNING_CURVES_CAPTION))
     for t in doc["targets"]:
         parts += [_breakdown_section(doc, t), _figures_section(doc, t), _worst_section(doc, t)]
     parts.append(_conventions(doc))

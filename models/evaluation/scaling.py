@@ -71,7 +71,7 @@ def scaling_study(model_cfg: Any, train_cfg: Any, dist_cfg: Any, data_cfg: Any, 
         rows.append(row)
     target = next(iter(doc["targets"]))
     net = [r[target]["network"] for r in rows]
-    refs = {m: rows[-1][target][m]["value"] for m in ("icom", "mean") if m in rows[-1][target]}
+    refs = {m: rows[-1][target][m]["value"] for m in ("icom", "ptycho", "mean") if m in rows[-1][target]}
     fig = figures.scaling_curve(out / f"scaling_{metric}.png", [r["n_train"] for r in rows],
                                 [v["value"] for v in net], [v["low"] for v in net], [v["high"] for v in net],
                                 metric, target, refs)

@@ -1,0 +1,150 @@
+"""Single-slice ptychography of a sample's 4D-STEM stack through py4DSTEM (the microscopists'
+iterative baseline, beside iCoM).
+
+py4DSTEM's ``SingleslicePtychography`` (gradient-descent ePIE-family solver, CPU numpy) retrieves
+the specimen's phase and the probe from the same CBED stack the network sees; we hand it the
+sample's calibrations and read back the phase. For a thin specimen with transmission
+``exp(i sigma V_p)`` the phase is ``sigma * V_p`` (sigma: `namsa.constants.interaction_constant`),
+so dividing by sigma gives the projected potential in V * Angstrom.
+
+py4DSTEM is an optional dependency (``pip install 'namsa[baselines]'``, included in ``[dev]``)
+imported only when a reconstruction is asked for. We install the ``py4dstem-lite`` distribution
+(the same ``py4DSTEM`` package without the ``numpy<2`` pin of ``py4dstem`` 0.14.18, which
+cannot be installed beside abTEM and our numpy 2). py4DSTEM is GPL-3.0: we call it, never copy it.
+
+Geometry: our arrays are [row = y, col = x] for both the scan and the detector, k = 0 at pixel
+P // 2, so py4DSTEM's first axes ("x") are our rows; the detector is neither rotated nor
+transposed against the scan (namsa simulates it so), which we tell py4DSTEM instead of letting
+it search for a rotation.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from namsa.constants import interaction_constant, wavelength_A
+from namsa.errors import UserError
+
+#: what to install when py4DSTEM is missing (the one-line error names it).
+INSTALL_HINT = "pip install 'namsa[baselines]' (py4dstem-lite)"
+
+
+class PtychoError(UserError):
+    """Ptychography cannot run on the data given, or py4DSTEM is not installed."""
+
+
+@dataclass
+class PtychoResult:
+    """A reconstruction on the requested grid.
+
+    potential: (T, T) projected potential (V * Angstrom) over the scanned field of view, mean
+               undetermined (ptychography fixes the phase only up to a constant).
+    seconds:   wall time of py4DSTEM's preprocess + reconstruct (s), without the one-off import.
+    error:     py4DSTEM's final normalised data error (dimensionless; lower = data better explained).
+    """
+
+    potential: np.ndarray
+    seconds: float
+    error: float
+
+
+def require_py4dstem() -> None:
+    """Import py4DSTEM once, or raise a one-line `PtychoError` saying how to install it."""
+    try:
+        import py4DSTEM.process.phase  # noqa: F401  (heavy: ~3 s warm, more on a cold cache)
+    except ImportError as exc:
+        raise PtychoError(f"evaluation.ptycho needs py4DSTEM ({exc}); {INSTALL_HINT}, or set "
+                          "evaluation.ptycho: false") from None
+
+
+def ptycho_from_sample(sample: Any, output_shape: Sequence[int] | None = None, iterations: int = 4,
+                       batch_size: int = 64, seed: int = 0) -> PtychoResult:
+    """Single-slice ptychography of ``sample.cbed`` on the grid of its targets (V * Angstrom).
+
+    Reads ``scan_shape``, ``scan_positions_A``, ``fov_A``, ``energy_kv``, ``semiangle_mrad``,
+    ``aberrations`` (C1_A, C3_mm) and the detector sampling (``pattern_dk_inv_A`` or
+    ``pattern_mrad_per_px``) from ``sample.meta``. The probe starts as the aperture with the
+    sample's aberrations and is refined with the object (probe retrieval, as in practice).
+    iterations: passes over all probe positions; batch_size: positions per gradient update.
+    The target grid's pixel (0, 0) sits at the field-of-view origin ``fov_A[:2]`` (namsa.targets).
+    """
+    require_py4dstem()
+    from py4DSTEM import DataCube
+    from py4DSTEM.process.phase import SingleslicePtychography
+
+    meta = sample.meta
+    scan_y, scan_x = (int(v) for v in meta["scan_shape"])
+    cbed = np.asarray(sample.cbed, dtype=np.float32)
+    if cbed.ndim != 3 or cbed.shape[0] != scan_y * scan_x or cbed.shape[1] != cbed.shape[2]:
+        raise PtychoError(f"cbed shape {cbed.shape} does not hold a {scan_y}x{scan_x} scan of square patterns; "
+                          "pass the sample as namsa.simulate_sample wrote it")
+    p = cbed.shape[1]
+    positions = np.asarray(meta["scan_positions_A"], dtype=np.float64).reshape(-1, 2)
+    ab = meta.get("aberrations") or {}
+    started = time.perf_counter()
+    solver = SingleslicePtychography(
+        energy=float(meta["energy_kv"]) * 1e3, datacube=DataCube(data=cbed.reshape(scan_y, scan_x, p, p)),
+        semiangle_cutoff=float(meta["semiangle_mrad"]), rolloff=0.0,   # namsa's aperture has a hard edge
+        # Same convention as namsa.optics (psi(k) ~ exp(-i chi), chi = 2 pi / lambda (C1 a^2/2 + C3 a^4/4)).
+        polar_parameters={"C10": float(ab.get("C1_A", 0.0)), "C30": float(ab.get("C3_mm", 0.0)) * 1e7},
+        initial_scan_positions=positions.copy(), object_type="potential", verbose=False, device="cpu")
+    solver.preprocess(plot_center_of_mass=False, plot_rotation=False, plot_probe_overlaps=False,
+                      force_com_rotation=0.0, force_com_transpose=False, force_com_shifts=(p // 2, p // 2),
+                      force_reciprocal_sampling=_k_sampling_inv_A(meta),
+                      force_scan_sampling=float(meta["fov_A"][2]) / scan_y, object_fov_mask=True)
+    solver.reconstruct(num_iter=int(iterations), max_batch_size=int(batch_size), seed_random=int(seed),
+                       object_positivity=False, progress_bar=False, reset=True)
+    seconds = time.perf_counter() - started
+    phase = np.asarray(solver.object, dtype=np.float64)
+    shape = tuple(output_shape) if output_shape is not None else np.asarray(sample.potential).shape
+    grid = _object_coordinates(meta, shape, positions, np.asarray(solver.positions), solver.sampling)
+    potential = _resample(phase, grid, solver.sampling, meta, shape) / interaction_constant(float(meta["energy_kv"]))
+    return PtychoResult(potential.astype(np.float32), seconds, float(solver.error))
+
+
+def _k_sampling_inv_A(meta: dict) -> float:
+    """Detector pixel size in 1/Angstrom from the sample's meta."""
+    if meta.get("pattern_dk_inv_A") is not None:
+        return float(meta["pattern_dk_inv_A"])
+    if meta.get("pattern_mrad_per_px") is not None:
+        return float(meta["pattern_mrad_per_px"]) * 1e-3 / wavelength_A(float(meta["energy_kv"]))
+    raise PtychoError("the sample's meta has no detector sampling (pattern_dk_inv_A or pattern_mrad_per_px); "
+                      "ptychography needs it: re-simulate with a current namsa")
+
+
+def _object_coordinates(meta: dict, shape: Sequence[int], scan_A: np.ndarray, solver_A: np.ndarray,
+                        sampling: Sequence[float]) -> np.ndarray:
+    """(2, T, T) fractional object-pixel coordinates of the target pixels.
+
+    py4DSTEM pads the object and shifts the scan into it; the shift is read off the positions
+    (ours in the specimen frame, py4DSTEM's in the object frame, both Angstrom, unrefined).
+    """
+    y0, x0, height, width = (float(v) for v in meta["fov_A"])
+    ry = y0 + np.arange(shape[0]) * height / shape[0]
+    rx = x0 + np.arange(shape[1]) * width / shape[1]
+    offset = solver_A.mean(axis=0) - scan_A.mean(axis=0)
+    yy, xx = np.meshgrid((ry + offset[0]) / sampling[0], (rx + offset[1]) / sampling[1], indexing="ij")
+    return np.stack([yy, xx])
+
+
+def _resample(phase: np.ndarray, coords: np.ndarray, sampling: Sequence[float], meta: dict,
+              shape: Sequence[int]) -> np.ndarray:
+    """The phase at the target pixels: anti-aliased as skimage.transform.resize does (Gaussian
+    sigma = (factor - 1) / 2 object pixels), then cubic interpolation."""
+    from scipy.ndimage import gaussian_filter, map_coordinates
+
+    fov = meta["fov_A"]
+    factors = [float(fov[2]) / shape[0] / sampling[0], float(fov[3]) / shape[1] / sampling[1]]
+    sigma = [max(0.0, (f - 1.0) / 2.0) for f in factors]
+    smooth = gaussian_filter(phase, sigma) if any(s > 0 for s in sigma) else phase
+    out = map_coordinates(smooth, coords, order=3, mode="nearest")
+    if not np.all(np.isfinite(out)):
+        raise PtychoError("ptychography diverged (non-finite phase); lower evaluation.ptycho_iterations or "
+                          "raise evaluation.ptycho_batch_size")
+    return out
+
+
+__all__ = ["PtychoError", "PtychoResult", "ptycho_from_sample", "require_py4dstem", "INSTALL_HINT"]
