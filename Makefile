@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?= -m "not slow"
 
-.PHONY: venv demo test test-all horovod horovod-cached bench bench-workflow clean
+.PHONY: venv demo test test-all study pretrained horovod horovod-cached bench bench-workflow clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "namsa needs Python 3.11 or newer; run e.g. make PYTHON=python3.11 $(MAKECMDGOALS)")'
@@ -25,6 +25,18 @@ venv: $(STAMP)
 
 demo: venv
 	$(VENV)/bin/namsa run configs/quickstart.yaml --out runs/quickstart
+
+# The study (docs/evaluation.md): thousands of generated samples, the scan-space reconstructor, its
+# learning curve over 4 training-set sizes, and the held-out comparison with the mean image and iCoM.
+study: venv
+	$(VENV)/bin/namsa run configs/study.yaml --out runs/study
+	$(VENV)/bin/namsa scaling configs/study.yaml --data runs/study/data --out runs/study/scaling \
+	  --set training.max_steps=$(SCALING_STEPS)
+SCALING_STEPS ?= 400
+
+# Publish the study's reconstructor as the shipped pretrained:study-scan (models/pretrained/).
+pretrained: study
+	$(PY) -m workflow.pretrained runs/study study-scan
 
 test: venv horovod-cached
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
