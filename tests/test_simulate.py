@@ -114,16 +114,19 @@ def test_rebinning_conserves_intensity_and_puts_k0_at_p_half():
 
 def test_config_validation_and_hash():
     assert SimulationConfig() == SimulationConfig.model_validate({})
-    with pytest.raises(ValidationError, match="target_px"):
-        SimulationConfig(pattern_px=32, target_px=16)
+    # target and pattern sizes are independent here; whether a model can map one to the other is the
+    # pipeline config's check against the model's input layout (tests/test_scan_layout.py)
+    assert SimulationConfig(pattern_px=32, target_px=16).target_px == 16
     with pytest.raises(ValidationError, match="outside the cell"):
         SimulationConfig(scan_fov_fraction=1.5)
     with pytest.raises(ValidationError, match="extra"):
         SimulationConfig(energy_kev=200)
     base = SimulationConfig().physics_hash()
-    assert SimulationConfig(device="cuda:1", memory_budget_gb=64, materials=["Si-diamond"]).physics_hash() == base
+    assert SimulationConfig(device="cuda:1", memory_budget_gb=64, materials=["Si-diamond"],
+                            generator={"count": 5}).physics_hash() == base
     for change in ({"energy_kv": 300}, {"aberrations": {"C3_mm": 1.0}}, {"seed": 1},
-                   {"variations": {"frozen_phonon": True}}, {"slice_thickness_A": 1.0}):
+                   {"variations": {"frozen_phonon": True}}, {"slice_thickness_A": 1.0},
+                   {"variations": {"thickness_range_A": [20, 40]}}, {"variations": {"dose_e_per_A2": 1e4}}):
         assert SimulationConfig(**change).physics_hash() != base, change
 
 
