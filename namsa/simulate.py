@@ -147,10 +147,12 @@ def _prepare(structure: Any, *, energy_kv: float, semiangle_mrad: float,
                        slice_thickness_A: float = 2.0, aberrations: dict[str, float] | None = None,
                        band_limit: float = 2.0 / 3.0, tilt_mrad: tuple[float, float] = (0.0, 0.0),
                        device: str = "cpu", memory_budget_gb: float = 2.0, workers: int | None = None,
-                       n_positions: int = 1, max_batch: int = 64, method: str = "auto") -> Simulation:
+                       n_positions: int = 1, max_batch: int = 64, method: str = "auto",
+                       fft: str = "auto") -> Simulation:
     """Build what all probe positions share: probe, and transmission functions + propagators
     (multislice) or the exit waves of every aperture beam (periodic). ``method``: "auto" picks the
-    cheaper exact path, "multislice" or "periodic" force one."""
+    cheaper exact path, "multislice" or "periodic" force one; ``fft`` picks the CPU FFT
+    (:func:`namsa.backend.get_backend`)."""
     if method not in ("auto", "multislice", "periodic"):
         raise UserError(f"method must be 'auto', 'multislice' or 'periodic', got {method!r}")
     atoms = _as_atoms(structure)
@@ -169,7 +171,7 @@ def _prepare(structure: Any, *, energy_kv: float, semiangle_mrad: float,
         max_batch = min(max_batch, cpu_batch_cap(grid.gpts))
     batch = plan_batch(n_positions, grid.gpts, edges_n, budget / threads if threads > 1 else budget,
                        fixed_bytes=potential_bytes / threads, max_batch=max_batch)
-    backend = get_backend(device)
+    backend = get_backend(device, fft)
     batch = balanced_batch(n_positions, batch, threads)
     probe = probe_fourier(grid.gpts, grid.sampling, energy_kv, semiangle_mrad, ab["C1_A"], ab["C3_mm"], band_limit)
     sigma, lam = interaction_constant(energy_kv), wavelength_A(energy_kv)
