@@ -82,15 +82,19 @@ print(hashlib.sha256(simulate_sample("Si-diamond", (1, 1, 0), cfg).cbed.tobytes(
 
 
 @pytest.mark.parametrize("kind", ["perfect", "phonon"])  # the S-matrix and the multislice paths
-def test_a_sample_is_bit_identical_in_every_process(kind):
-    """FFT plans are chosen without timing (FFTW_ESTIMATE): FFTW_MEASURE picked different
-    algorithms in different processes and changed the last bits of the patterns."""
+def test_a_sample_is_bit_identical_in_every_process(kind, tmp_path):
+    """FFTW plans are measured (FFTW_PATIENT) once, by the first process, and every later process
+    plans from the wisdom it saved (namsa.fftplans): plans measured independently in each process
+    picked different algorithms and changed the last bits of the patterns."""
+    import os
     import subprocess
     import sys
 
-    hashes = {subprocess.run([sys.executable, "-c", REPRODUCE, kind], capture_output=True, text=True,
+    env = dict(os.environ, NAMSA_CACHE_DIR=str(tmp_path))   # empty: the first process measures
+    hashes = {subprocess.run([sys.executable, "-c", REPRODUCE, kind], capture_output=True, text=True, env=env,
                              check=True, timeout=300).stdout.strip() for _ in range(2)}
     assert len(hashes) == 1, hashes
+    assert list(tmp_path.glob("fftw-wisdom-*.json"))
 
 
 def test_tilt_variation_is_recorded_and_bounded():
