@@ -81,6 +81,10 @@ class SimulationConfig(BaseModel):
     aberrations: Aberrations = Aberrations()
     band_limit: float = Field(2.0 / 3.0, gt=0.0, le=1.0)
     variations: Variations = Variations()
+    #: frozen-phonon configurations per sample: the patterns (and targets) are the mean over this
+    #: many thermal configurations, as abTEM's FrozenPhonons averages them (needs
+    #: ``variations.frozen_phonon``); 1 is one thermal snapshot per sample
+    phonon_configs: int = Field(1, ge=1)
     seed: int = 0
 
     # -- execution (does not change a sample) ---------------------------------------------------
@@ -121,6 +125,9 @@ class SimulationConfig(BaseModel):
         if self.target_px != self.pattern_px:
             raise ValueError(f"target_px ({self.target_px}) must equal pattern_px ({self.pattern_px}): "
                              "the network maps a (S, P, P) stack to a (P, P) map")
+        if self.phonon_configs > 1 and not self.variations.frozen_phonon:
+            raise ValueError(f"phonon_configs={self.phonon_configs} averages over frozen-phonon configurations: "
+                             "set variations.frozen_phonon: true, or phonon_configs: 1")
         if self.sampling_A is None and self.gpts is None:
             raise ValueError("set sampling_A (Angstrom/pixel) or gpts (pixels per side)")
         if self.scan_fov_A is not None:
@@ -136,5 +143,7 @@ class SimulationConfig(BaseModel):
         """sha256 over every field that changes a sample (not device, memory, workers or the plan)."""
         payload = self.model_dump(mode="json", exclude={"device", "memory_budget_gb", "workers", "materials",
                                                         "cif_dir", "zone_axes", "max_zone_axes", "variants"})
+        if payload["phonon_configs"] == 1:   # one snapshot, as before the key existed: same ids
+            del payload["phonon_configs"]
         payload["physics_schema"] = PHYSICS_SCHEMA
         return config_hash(payload)

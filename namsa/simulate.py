@@ -349,6 +349,58 @@ def resolve_fov(cfg: SimulationConfig, cell_A: Sequence[float]) -> tuple[float, 
     return ((1 - f) * ly / 2, (1 - f) * lx / 2, f * ly, f * lx)
 
 
+def phonon_configurations(supercell: Any, cfg: SimulationConfig, rng: np.random.Generator, seed: int) -> list:
+    """The atomic configurations one sample averages over: ``[supercell]`` without frozen phonons,
+    else ``cfg.phonon_configs`` thermal displacements of it (Angstrom RMS per axis from
+    ``cfg.variations.thermal_sigma_A``). The first is drawn from the sample's own ``rng``, exactly
+    as when each sample was one snapshot (so phonon_configs = 1 keeps those samples and ids); the
+    others from generators seeded (seed, k), which leaves ``rng``'s later draws (tilt, defocus)
+    independent of how many configurations are averaged."""
+    if not cfg.variations.frozen_phonon:
+        return [supercell]
+    from .kirkland import symbol
+    from .structures import thermal_displace
+
+    sigma = cfg.variations.thermal_sigma_A
+    if isinstance(sigma, (int, float)):
+        sigma = {symbol(int(z)): float(sigma) for z in np.unique(supercell.numbers)}
+    first = thermal_displace(supercell, rng, sigma)
+    return [first] + [thermal_displace(supercell, np.random.default_rng([seed, k]), sigma)
+                      for k in range(1, cfg.phonon_configs)]
+
+
+def _configuration_mean(configurations: list, cfg: SimulationConfig, positions: np.ndarray,
+                        fov: Sequence[float], tilt: tuple[float, float], aberrations: dict[str, float]):
+    """Mean (S, P, P) patterns and (T, T) projected potential and density over ``configurations``
+    (incoherent frozen-phonon average of intensities), the last Simulation, and the worst
+    intensity kept / band-limit loss over all of them. One configuration is returned unchanged."""
+    sums: list[np.ndarray] = []
+    kept: list[np.ndarray] = []
+    loss = 0.0
+    for supercell in configurations:
+        sim = prepare_simulation(supercell, energy_kv=cfg.energy_kv, semiangle_mrad=cfg.semiangle_mrad,
+                                 sampling_A=cfg.sampling_A, gpts=cfg.gpts, slice_thickness_A=cfg.slice_thickness_A,
+                                 aberrations=aberrations, band_limit=cfg.band_limit, tilt_mrad=tilt,
+                                 device=cfg.device, memory_budget_gb=cfg.memory_budget_gb, workers=cfg.workers,
+                                 n_positions=len(positions))
+        reducer, dk_out = pattern_rebinner(sim.grid, cfg.band_limit, cfg.pattern_px)
+
+        def reduce_and_count(intensity: np.ndarray) -> np.ndarray:
+            kept.append(intensity.sum(axis=(-2, -1)))
+            return reducer(intensity)
+
+        # float64 sums: float32 -> float64 -> / 1 -> float32 is exact, so one configuration is unchanged
+        parts = (np.concatenate(sim.run(positions, reduce_and_count), axis=0).astype(np.float32),
+                 projected_potential_map(sim.potential, fov, cfg.target_px, cfg.band_limit),
+                 projected_density_map(sim.potential, fov, cfg.target_px, cfg.band_limit))
+        sums = [p.astype(np.float64) + (sums[i] if sums else 0.0) for i, p in enumerate(parts)]
+        loss = max(loss, float(sim.transmission_loss))
+    cbed, potential, density = ((a / len(configurations)).astype(np.float32) for a in sums)
+    stats = {"intensity_kept_min": float(np.concatenate(kept).min()), "transmission_bandlimit_loss": loss,
+             "pattern_dk_inv_A": float(dk_out)}
+    return cbed, potential, density, sim, stats
+
+
 def simulate_sample(structure_or_id: Any, zone_axis: Sequence[int], cfg: SimulationConfig,
                     variant: int = 0) -> Sample:
     """Simulate one sample: (S, P, P) CBED stack plus (T, T) projected potential and density.
@@ -357,7 +409,7 @@ def simulate_sample(structure_or_id: Any, zone_axis: Sequence[int], cfg: Simulat
     Raises UserError (one line) for bad input. Deterministic for a given (material, axis, variant,
     cfg.physics_hash()).
     """
-    from .structures import orient_supercell, thermal_displace
+    from .structures import orient_supercell
 
     structure, material_id = _material(structure_or_id)
     supercell = orient_supercell(structure, zone_axis, cfg.cell_lateral_A, cfg.thickness_A, material_id=material_id)
@@ -365,14 +417,9 @@ def simulate_sample(structure_or_id: Any, zone_axis: Sequence[int], cfg: Simulat
     axis = [int(i) for i in supercell.zone_axis]
     seed = _sample_seed(cfg, material_id, axis, variant)
     rng = np.random.default_rng(seed)
+    configurations = phonon_configurations(supercell, cfg, rng, seed)
+    supercell = configurations[0]
     var = cfg.variations
-    if var.frozen_phonon:
-        sigma = var.thermal_sigma_A
-        if isinstance(sigma, (int, float)):
-            from .kirkland import symbol
-
-            sigma = {symbol(int(z)): float(sigma) for z in np.unique(supercell.numbers)}
-        supercell = thermal_displace(supercell, rng, sigma)
     tilt = (0.0, 0.0)
     if var.tilt_mrad > 0:
         radius, angle = var.tilt_mrad * math.sqrt(rng.uniform()), rng.uniform(0, 2 * math.pi)
@@ -383,20 +430,7 @@ def simulate_sample(structure_or_id: Any, zone_axis: Sequence[int], cfg: Simulat
     cell = tuple(float(c) for c in supercell.cell_A)
     fov = resolve_fov(cfg, cell)
     positions = scan_positions(fov, cfg.scan_shape)
-    sim = prepare_simulation(supercell, energy_kv=cfg.energy_kv, semiangle_mrad=cfg.semiangle_mrad,
-                             sampling_A=cfg.sampling_A, gpts=cfg.gpts, slice_thickness_A=cfg.slice_thickness_A,
-                             aberrations=aberrations, band_limit=cfg.band_limit, tilt_mrad=tilt, device=cfg.device,
-                             memory_budget_gb=cfg.memory_budget_gb, workers=cfg.workers, n_positions=len(positions))
-    reducer, dk_out = pattern_rebinner(sim.grid, cfg.band_limit, cfg.pattern_px)
-    kept: list[np.ndarray] = []
-
-    def reduce_and_count(intensity: np.ndarray) -> np.ndarray:
-        kept.append(intensity.sum(axis=(-2, -1)))
-        return reducer(intensity)
-
-    cbed = np.concatenate(sim.run(positions, reduce_and_count), axis=0).astype(np.float32)
-    potential = projected_potential_map(sim.potential, fov, cfg.target_px, cfg.band_limit)
-    density = projected_density_map(sim.potential, fov, cfg.target_px, cfg.band_limit)
+    cbed, potential, density, sim, stats = _configuration_mean(configurations, cfg, positions, fov, tilt, aberrations)
     config_hash = cfg.physics_hash()
     numbers = np.asarray(supercell.numbers)
     from .kirkland import symbol
@@ -427,11 +461,12 @@ def simulate_sample(structure_or_id: Any, zone_axis: Sequence[int], cfg: Simulat
         "slice_thickness_A": float(sim.info["slice_thickness_A"]),
         "tilt_mrad": [float(t) for t in tilt],
         "frozen_phonon": bool(var.frozen_phonon),
-        "pattern_dk_inv_A": float(dk_out),
-        "pattern_mrad_per_px": float(dk_out * lam * 1e3),
+        "pattern_dk_inv_A": stats["pattern_dk_inv_A"],
+        "pattern_mrad_per_px": stats["pattern_dk_inv_A"] * lam * 1e3,
         "target_sampling_A": [float(fov[2]) / cfg.target_px, float(fov[3]) / cfg.target_px],
-        "intensity_kept_min": float(np.concatenate(kept).min()),
-        "transmission_bandlimit_loss": float(sim.transmission_loss),
+        "phonon_configs": len(configurations),
+        "intensity_kept_min": stats["intensity_kept_min"],
+        "transmission_bandlimit_loss": stats["transmission_bandlimit_loss"],
         "method": sim.method,
         "strain": float(getattr(supercell, "strain", 0.0)),
     }

@@ -183,3 +183,49 @@ def test_public_names_and_lazy_submodules():
         assert hasattr(namsa, name), name
     assert load_structure is namsa.structures.load_structure
     assert "Si-diamond" in namsa.library.list_ids()
+
+
+def test_phonon_configs_average_the_patterns_of_that_many_thermal_configurations():
+    from namsa import simulate_cbed
+    from namsa.library import get
+    from namsa.simulate import phonon_configurations
+    from namsa.structures import orient_supercell
+
+    varied = {"frozen_phonon": True, "defocus_range_A": (-30.0, 30.0)}
+    cfg = SimulationConfig(**SMALL, variations=varied, phonon_configs=3)
+    mean3 = simulate_sample("Si-diamond", (1, 1, 0), cfg)
+    one = simulate_sample("Si-diamond", (1, 1, 0), SimulationConfig(**SMALL, variations=varied))
+    assert mean3.meta["phonon_configs"] == 3 and one.meta["phonon_configs"] == 1
+    # the other draws of the sample do not depend on how many configurations are averaged
+    assert mean3.meta["seed"] == one.meta["seed"] and mean3.meta["aberrations"] == one.meta["aberrations"]
+    supercell = orient_supercell(get("Si-diamond"), (1, 1, 0), cfg.cell_lateral_A, cfg.thickness_A)
+    seed = mean3.meta["seed"]
+    configs = phonon_configurations(supercell, cfg, np.random.default_rng(seed), seed)
+    assert len(configs) == 3 and len({c.positions_A.tobytes() for c in configs}) == 3
+    positions = np.array(mean3.meta["scan_positions_A"])
+    patterns = []
+    for config in configs:
+        full, info = simulate_cbed(config, positions, energy_kv=cfg.energy_kv, semiangle_mrad=cfg.semiangle_mrad,
+                                   sampling_A=cfg.sampling_A, slice_thickness_A=cfg.slice_thickness_A,
+                                   aberrations=mean3.meta["aberrations"], return_info=True)
+        reduce, _ = pattern_rebinner(Grid(gpts=tuple(info["gpts"]), sampling=tuple(info["sampling_A"])),
+                                     cfg.band_limit, cfg.pattern_px)
+        patterns.append(reduce(np.fft.ifftshift(full, axes=(-2, -1))))
+    np.testing.assert_allclose(patterns[0], one.cbed, rtol=1e-5, atol=1e-8)   # configuration 0 = the snapshot
+    np.testing.assert_allclose(np.mean(patterns, axis=0), mean3.cbed, rtol=1e-5, atol=1e-8)
+    assert np.abs(mean3.cbed - one.cbed).max() > 1e-4
+    assert mean3.potential.shape == one.potential.shape and not np.array_equal(mean3.potential, one.potential)
+
+
+def test_phonon_configs_need_frozen_phonons_and_one_keeps_the_sample_ids():
+    with pytest.raises(ValidationError, match="phonon_configs=4.*frozen_phonon"):
+        SimulationConfig(phonon_configs=4)
+    with pytest.raises(ValidationError):
+        SimulationConfig(phonon_configs=0, variations={"frozen_phonon": True})
+    fp = {"frozen_phonon": True}
+    # the physics hash of configs written before phonon_configs existed (main at d6b7736)
+    assert SimulationConfig().physics_hash() == "e315230e6d1f69f045a2ea8b8eb3d65e1c437e713c9b7b784b372e2c924422c3"
+    assert SimulationConfig(variations=fp, phonon_configs=1).physics_hash() == \
+        "4795cca55e6903e0289a6fe8e01e5032f542eeb280ab97227fe1026c241bbef1"
+    assert SimulationConfig(variations=fp, phonon_configs=2).physics_hash() != \
+        SimulationConfig(variations=fp).physics_hash()
