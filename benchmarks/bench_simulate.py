@@ -1,7 +1,8 @@
 """Patterns per second of namsa's simulator against abTEM on the same case, in the same run.
 
 Case (issue 2): Si [110], 23.0 x 21.7 x 153.6 Angstrom supercell (3840 atoms), 200 kV, 20 mrad,
-2 Angstrom slices (77), 32 x 32 probe positions over the whole cell, 256^2 and 512^2 grids.
+2 Angstrom slices (77), 32 x 32 probe positions over the whole cell for namsa's default (auto)
+path, 16 x 16 for the probe-by-probe runs of both codes (``--probe-scan``), 256^2 and 512^2 grids.
 Both codes keep the patterns out to the antialiasing cutoff (abTEM max_angle="cutoff"; namsa
 crops to the same square), and both timings include building the potential.
 
@@ -290,9 +291,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="16 x 16 scan, 256^2 only, no RSS runs")
     parser.add_argument("--grids", type=int, nargs="+", default=[256, 512])
-    parser.add_argument("--probe-scan-512", type=int, default=16,
-                        help="scan size for the probe-by-probe runs (namsa multislice, abTEM) at 512^2; their "
-                             "rate per pattern barely depends on the count, and 32 x 32 takes ~1 h on 2 busy cores")
+    parser.add_argument("--probe-scan", type=int, default=16,
+                        help="scan size for the probe-by-probe runs (namsa multislice, abTEM); their rate per "
+                             "pattern barely depends on the count, and 32 x 32 at 512^2 takes ~1 h on 2 busy cores")
     parser.add_argument("--repeats", type=int, default=1, help="repeat every timing (fresh processes each time)")
     parser.add_argument("--ffts", nargs="+", default=None,
                         help="CPU FFT variants for the probe-by-probe runs (default: all of namsa.backend.CPU_FFTS)")
@@ -341,7 +342,7 @@ def run_cases(args, ffts: list[str], cache_root: str) -> dict:
     results: dict = {"case": CASE, "scan": scan, "grids": {}}
     planned: set = set()
     for gpts in () if args.rss_only else ((256,) if args.quick else args.grids):
-        probe_scan = args.probe_scan_512 if gpts >= 512 and not args.quick else scan
+        probe_scan = min(args.probe_scan, scan)
         rows = [case_row(gpts, scan, probe_scan, ffts if args.device == "cpu" else ["-"], args, cache_root, planned)
                 for _ in range(args.repeats)]
         results["grids"][gpts] = rows

@@ -61,7 +61,8 @@ def _as_atoms(structure: Any) -> _Atoms:
             raise CellError("ase.Atoms cell must have positive lengths along x, y and z (a right-handed, "
                             "orthorhombic cell with z along the beam)")
         return _Atoms(structure.get_positions(), structure.get_atomic_numbers(), tuple(np.diag(cell)))
-    raise CellError(f"cannot simulate a {type(structure).__name__}: pass a namsa Supercell (from "
+    raise CellError(f"cannot simulate a {type(structure).__name__} as it is: pass zone_axis=(u, v, w) (and "
+                    "lateral_A, thickness_A) to orient it into a supercell, or a namsa Supercell (from "
                     "orient_supercell) or an orthorhombic ase.Atoms")
 
 
@@ -224,40 +225,67 @@ def _check_positions(positions_A: np.ndarray, grid: Grid) -> np.ndarray:
     return pos
 
 
+def _oriented(structure: Any, zone_axis: Sequence[int] | None, lateral_A: float | Sequence[float] | None,
+              thickness_A: float | None) -> Any:
+    """What simulate_cbed simulates: ``structure`` oriented and tiled along ``zone_axis`` (as
+    simulate_sample does, default sizes from SimulationConfig), or as given without a zone axis."""
+    if zone_axis is None:
+        if lateral_A is not None or thickness_A is not None:
+            raise UserError("lateral_A and thickness_A size the supercell built along zone_axis; pass "
+                            "zone_axis=(u, v, w) too, or leave them out for a ready supercell")
+        return structure
+    from .structures import orient_supercell
+
+    fields = SimulationConfig.model_fields
+    lateral = fields["cell_lateral_A"].default if lateral_A is None else lateral_A
+    thickness = fields["thickness_A"].default if thickness_A is None else thickness_A
+    return orient_supercell(structure, zone_axis, lateral, thickness)
+
+
 def simulate_cbed(structure: Any, positions_A: np.ndarray, *, energy_kv: float, semiangle_mrad: float,
+                  zone_axis: Sequence[int] | None = None, lateral_A: float | Sequence[float] | None = None,
+                  thickness_A: float | None = None,
                   sampling_A: float | None = None, gpts: int | tuple[int, int] | None = None,
                   slice_thickness_A: float = 2.0, aberrations: dict[str, float] | None = None,
                   device: str = "cpu", band_limit: float = 2.0 / 3.0,
                   tilt_mrad: tuple[float, float] = (0.0, 0.0), memory_budget_gb: float = 2.0,
-                  workers: int | None = None, max_batch: int = 64, method: str = "auto",
+                  workers: int | None = None, max_batch: int = 64, method: str = "auto", fft: str = "auto",
                   return_info: bool = False):
     """CBED intensities for every probe position, on the full simulation grid.
 
-    structure: namsa Supercell (or orthorhombic ase.Atoms), z along the beam, periodic in x and y.
-    positions_A: (n, 2) probe positions [y, x] in Angstrom. energy_kv (kV), semiangle_mrad (mrad),
+    structure: with ``zone_axis`` = (u, v, w), anything :func:`namsa.load_structure` accepts (a
+    pymatgen Structure, ase Atoms, library id or CIF path), oriented and tiled into a supercell of
+    at least ``lateral_A`` (x, y) by ``thickness_A`` (Angstrom; defaults those of SimulationConfig)
+    as simulate_sample does; without ``zone_axis``, a ready namsa Supercell (from
+    orient_supercell) or an orthorhombic ase.Atoms, z along the beam, periodic in x and y.
+    positions_A: (n, 2) probe positions [y, x] in Angstrom inside the supercell (its size is in the
+    info, ``cell_A`` = (Lx, Ly, Lz)). energy_kv (kV), semiangle_mrad (mrad),
     sampling_A (Angstrom/pixel) or gpts, slice_thickness_A (Angstrom), aberrations
     {"C1_A": Angstrom, "C3_mm": mm}, tilt_mrad (ty, tx). Probes run in batches of at most
     ``max_batch`` per worker thread, fewer when ``memory_budget_gb`` requires. ``method``: "auto"
     (default) uses the exact periodic S-matrix path for perfect tiled crystals when it is cheaper,
-    "multislice" / "periodic" force one (see namsa.periodic).
+    "multislice" / "periodic" force one (see namsa.periodic). ``fft``: the CPU FFT
+    (namsa.backend.get_backend; "auto" = pyFFTW with this machine's shared PATIENT wisdom).
 
     Returns (n, ny, nx) float32 intensities with k = 0 at (ny // 2, nx // 2), each pattern's sum
     being the fraction of the incident probe (total 1) that stays inside the band limit. With
-    ``return_info`` also a dict (grid, slices, batch size, intensity kept).
+    ``return_info`` also a dict (grid, cell, slices, batch size, intensity kept).
     """
+    structure = _oriented(structure, zone_axis, lateral_A, thickness_A)
     sim = prepare_simulation(structure, energy_kv=energy_kv, semiangle_mrad=semiangle_mrad, sampling_A=sampling_A,
                              gpts=gpts, slice_thickness_A=slice_thickness_A, aberrations=aberrations,
                              band_limit=band_limit, tilt_mrad=tilt_mrad, device=device,
                              memory_budget_gb=memory_budget_gb, workers=workers,
                              n_positions=len(np.asarray(positions_A).reshape(-1, 2)), max_batch=max_batch,
-                             method=method)
+                             method=method, fft=fft)
     pos = _check_positions(positions_A, sim.grid)
     parts = sim.run(pos, lambda a: np.fft.fftshift(a, axes=(-2, -1)))
     out = np.concatenate(parts, axis=0)
     if not return_info:
         return out
     kept = out.sum(axis=(-2, -1))
-    info = dict(sim.info, intensity_kept_min=float(kept.min()), intensity_kept_mean=float(kept.mean()))
+    info = dict(sim.info, cell_A=list(sim.atoms.cell_A), intensity_kept_min=float(kept.min()),
+                intensity_kept_mean=float(kept.mean()))
     return out, info
 
 

@@ -229,3 +229,22 @@ def test_phonon_configs_need_frozen_phonons_and_one_keeps_the_sample_ids():
         "4795cca55e6903e0289a6fe8e01e5032f542eeb280ab97227fe1026c241bbef1"
     assert SimulationConfig(variations=fp, phonon_configs=2).physics_hash() != \
         SimulationConfig(variations=fp).physics_hash()
+
+
+def test_simulate_cbed_orients_a_structure_along_a_zone_axis():
+    import namsa
+    from namsa.structures import orient_supercell
+
+    structure = namsa.load_structure("Si-diamond")
+    physics = dict(energy_kv=200.0, semiangle_mrad=20.0, sampling_A=0.15)
+    positions = [[1.0, 1.5], [2.0, 2.5]]
+    ours, info = namsa.simulate_cbed(structure, positions, zone_axis=(1, 1, 0), lateral_A=8.0, thickness_A=6.0,
+                                     return_info=True, **physics)
+    supercell = orient_supercell(structure, (1, 1, 0), 8.0, 6.0)
+    np.testing.assert_array_equal(ours, namsa.simulate_cbed(supercell, positions, **physics))
+    assert info["cell_A"] == list(supercell.cell_A)
+    with pytest.raises(UserError, match=r"cannot simulate a Structure as it is: pass zone_axis=\(u, v, w\)") as err:
+        namsa.simulate_cbed(structure, positions, **physics)
+    assert "\n" not in str(err.value)
+    with pytest.raises(UserError, match="pass zone_axis"):
+        namsa.simulate_cbed(supercell, positions, thickness_A=6.0, **physics)
