@@ -8,8 +8,9 @@ extra pass over the data is spent on normalisation). On CPU, pyFFTW plans are ma
 shape and reused for every batch and slice, with FFTW_PATIENT from this machine's shared wisdom
 (:mod:`namsa.fftplans`): as fast as a per-process measured plan, yet the same plan in every
 process, so a sample is bit-identical wherever it is simulated. FFTW_ESTIMATE plans (no timing,
-no wisdom) ran 5-10x slower here and are kept only for comparison; scipy.fft (pocketfft, no plans,
-deterministic) is the fallback without pyFFTW (benchmarks/RESULTS.md, "FFT plans").
+no wisdom) ran 8-16x slower at 256^2-512^2 here and are kept only for comparison; scipy.fft
+(pocketfft, no plans, deterministic, about 2x slower) is the fallback without pyFFTW
+(benchmarks/RESULTS.md, "FFT plans and probe-by-probe speed").
 cupy is imported lazily so that CPU machines never need it; its FFT plans are cached by cupy.
 """
 from __future__ import annotations

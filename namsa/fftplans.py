@@ -1,7 +1,7 @@
 """FFTW plans that are fast *and* the same in every process: wisdom measured once per machine.
 
-FFTW_MEASURE / FFTW_PATIENT plans run 5-10x faster than FFTW_ESTIMATE plans at 256^2-512^2 on
-the build machine (benchmarks/RESULTS.md, "FFT plans"), but they pick their algorithm by timing
+FFTW_PATIENT plans run 8-16x faster than FFTW_ESTIMATE plans at 256^2-512^2 on the build
+machine (benchmarks/RESULTS.md, "FFT plans and probe-by-probe speed"), but they pick their algorithm by timing
 candidates, so two processes that plan independently may pick different algorithms and produce
 patterns that differ in their last bits. Here the first process that needs a transform shape
 measures it, under a file lock, and saves FFTW's wisdom to a per-machine file in the cache
