@@ -1,13 +1,20 @@
 """Patterns per second of namsa's simulator against abTEM on the same case, in the same run.
 
 Case (issue 2): Si [110], 23.0 x 21.7 x 153.6 Angstrom supercell (3840 atoms), 200 kV, 20 mrad,
-2 Angstrom slices (77), 32 x 32 probe positions over the whole cell, 256^2 and 512^2 grids.
+2 Angstrom slices (77), 32 x 32 probe positions over the whole cell for namsa's default (auto)
+path, 16 x 16 for the probe-by-probe runs of both codes (``--probe-scan``), 256^2 and 512^2 grids.
 Both codes keep the patterns out to the antialiasing cutoff (abTEM max_angle="cutoff"; namsa
 crops to the same square), and both timings include building the potential.
 
-namsa is timed twice: "auto" (for this perfect crystal the exact periodic S-matrix path of
-namsa.periodic) and "multislice" (probe by probe, the path used for frozen phonons), so the
-kernel speed and the algorithmic gain are reported separately.
+namsa is timed as "auto" (for this perfect crystal the exact periodic S-matrix path of
+namsa.periodic) and as "multislice" (probe by probe, the path of frozen phonons and every
+non-periodic specimen) once per CPU FFT variant (pyFFTW with PATIENT / MEASURE wisdom, ESTIMATE
+plans, scipy.fft), so the kernel speed, the FFT choice and the algorithmic gain are reported
+separately. Every timing runs in a fresh process of its own (``--case-child``): FFTW keeps the
+wisdom of every plan made in a process, so a second variant timed in the same process would reuse
+the first one's plans (the earlier --fft-plans compared ESTIMATE with MEASURE that way and saw no
+difference where there is 5-10x). Each FFTW variant with wisdom gets its own cache directory,
+measured once by a planning process before the timed one (that one-time cost is printed apart).
 
 Also measured: peak RSS of the paper-size case (512^2 grid, 1024 positions, patterns binned to
 256^2) in a fresh process per method, against the configured memory budget.
@@ -16,16 +23,19 @@ GPU (``--device cuda``): measures the device copy bandwidth in the same run and 
 patterns/s as a fraction of the bandwidth bound of the multislice kernel (bytes per slice per
 probe counted below).
 
-    .venv/bin/python benchmarks/bench_simulate.py            # full run (~30 min on 2 busy cores)
-    .venv/bin/python benchmarks/bench_simulate.py --quick    # 16 x 16 scan, 256^2 only
+    .venv/bin/python benchmarks/bench_simulate.py --repeats 2   # full run (~40 min on 2 busy cores)
+    .venv/bin/python benchmarks/bench_simulate.py --quick        # 16 x 16 scan, 256^2 only
+    .venv/bin/python benchmarks/bench_simulate.py --fft-plans    # FFT variants alone, fresh processes
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 
@@ -63,13 +73,13 @@ def cutoff_crop(gpts, sampling, band_limit=2 / 3):
     return reduce
 
 
-def run_namsa(cell, pos, gpts: int, method: str, device: str = "cpu") -> tuple[float, dict]:
+def run_namsa(cell, pos, gpts: int, method: str, device: str = "cpu", fft: str = "auto") -> tuple[float, dict]:
     from namsa.simulate import prepare_simulation
 
     start = time.perf_counter()
     sim = prepare_simulation(cell, energy_kv=CASE["energy_kv"], semiangle_mrad=CASE["semiangle_mrad"], gpts=gpts,
                              slice_thickness_A=CASE["slice_thickness_A"], n_positions=len(pos), method=method,
-                             device=device)
+                             device=device, fft=fft)
     out = sim.run(pos, cutoff_crop(sim.grid.gpts, sim.grid.sampling))
     sim.backend.synchronize()
     elapsed = time.perf_counter() - start
@@ -93,6 +103,39 @@ def run_abtem(cell, pos, gpts: int, max_batch: int) -> float:
                               detectors=abtem.PixelatedDetector(max_angle="cutoff"), max_batch=max_batch)
         measured.compute(progress_bar=False, scheduler="threads", num_workers=2)
         return len(pos) / (time.perf_counter() - start)
+
+
+def case_child(code: str, method: str, fft: str, gpts: int, scan: int, device: str) -> None:
+    """Runs in a fresh process: one timed simulation of the case, prints JSON (patterns/s)."""
+    cell = supercell()
+    pos = positions(cell, scan)
+    if code == "abtem":
+        rate, info = run_abtem(cell, pos, gpts, max_batch=max(8, len(pos) // 8)), {}
+    else:
+        rate, info = run_namsa(cell, pos, gpts, method, device, fft)
+    print(json.dumps({"patterns_per_s": rate, "positions": len(pos), "info": info}, default=str))
+
+
+def in_fresh_process(args: list[str], cache: str | None = None) -> dict:
+    """Run this script with ``args`` in a new interpreter (own FFT plans, own wisdom import: nothing
+    measured in one variant can leak into another) and return its JSON line. ``cache`` is the
+    NAMSA_CACHE_DIR the child sees (its FFTW wisdom)."""
+    env = dict(os.environ, **({"NAMSA_CACHE_DIR": cache} if cache else {}))
+    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, env=env)
+    if out.returncode:
+        raise RuntimeError(f"{args} failed: {out.stderr.strip().splitlines()[-1:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def fft_cache(fft: str, root: str) -> str | None:
+    """A wisdom directory of its own per FFTW effort (PATIENT wisdom would otherwise serve MEASURE
+    plans too); None for variants that need no wisdom. "auto" is fftw-patient (namsa.backend)."""
+    fft = "fftw-patient" if fft == "auto" else fft
+    if fft.startswith("fftw-") and fft != "fftw-estimate":
+        path = os.path.join(root, fft)
+        os.makedirs(path, exist_ok=True)
+        return path
+    return None
 
 
 def vm_hwm_bytes() -> int:
@@ -123,10 +166,8 @@ def peak_rss_child(method: str, budget_gb: float) -> None:
                       "output_gb": cbed.nbytes / 1e9, "batch_size": sim.batch_size, "run_s": elapsed}))
 
 
-def peak_rss(method: str, budget_gb: float) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--rss-child", method, "--budget-gb", str(budget_gb)],
-                         capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def peak_rss(method: str, budget_gb: float, cache: str | None) -> dict:
+    return in_fresh_process(["--rss-child", method, "--budget-gb", str(budget_gb)], cache)
 
 
 def gpu_bound(gpts: int, n_slices: int, device: str) -> dict:
@@ -154,84 +195,172 @@ def gpu_bound(gpts: int, n_slices: int, device: str) -> dict:
             "bound_patterns_per_s": bandwidth / per_pattern}
 
 
-def fft_plan_ratio(shapes=((16, 128, 128), (8, 256, 256), (4, 512, 512)), runs: int = 30) -> dict:
-    """Execution time of an FFTW_ESTIMATE plan (what namsa uses: the same plan in every process,
-    reproducible samples) over an FFTW_MEASURE plan (timed per process, fastest but not
-    reproducible) of the in-place batched complex64 2-D FFT, best of two plans of each."""
-    import pyfftw
+FFT_SHAPES = ((16, 128, 128), (4, 256, 256), (1, 512, 512))
 
-    ratios = {}
-    for shape in shapes:
-        best = {}
-        for flag in ("FFTW_ESTIMATE", "FFTW_MEASURE") * 2:
-            buf = pyfftw.empty_aligned(shape, dtype=np.complex64)
-            plan = pyfftw.FFTW(buf, buf, axes=(-2, -1), flags=(flag, "FFTW_DESTROY_INPUT"), threads=1)
-            buf[...] = np.random.default_rng(0).random(shape)
-            start = time.perf_counter()
-            for _ in range(runs):
-                plan.execute()
-            best[flag] = min(best.get(flag, np.inf), (time.perf_counter() - start) / runs)
-        ratios["x".join(map(str, shape))] = best["FFTW_ESTIMATE"] / best["FFTW_MEASURE"]
-    return ratios
+
+def fft_child(fft: str, shape: tuple[int, int, int], runs: int = 40) -> None:
+    """Runs in a fresh process: plans the in-place batched complex64 2-D FFT pair the way namsa's
+    backend does (wisdom imported, or measured and saved when absent), then times forward +
+    backward; prints JSON with the planning time and the best of 5 x ``runs`` per transform."""
+    from namsa.backend import get_backend
+
+    backend = get_backend("cpu", fft)
+    if fft.startswith("fftw"):
+        import pyfftw  # noqa: F401  (an import is not planning: keep it out of the planning time)
+    start = time.perf_counter()
+    ws = backend.workspace(shape)
+    plan_s = time.perf_counter() - start
+    ws.buffer[...] = np.random.default_rng(0).random(shape)
+    best = np.inf
+    for _ in range(5):
+        psi, start = ws.buffer, time.perf_counter()
+        for _ in range(runs):
+            psi = ws.backward(ws.forward(psi))
+        best = min(best, (time.perf_counter() - start) / (2 * runs))
+    print(json.dumps({"fft": fft, "shape": list(shape), "plan_s": plan_s, "ms_per_transform": best * 1e3}))
+
+
+def fft_plans(variants: list[str], cache_root: str) -> dict:
+    """Per shape and variant, each in a fresh process: first-plan time (wisdom measured and saved)
+    and execution time of a second process that imports that wisdom, as a ratio to fftw-patient."""
+    table = {}
+    for shape in FFT_SHAPES:
+        key, row = "x".join(map(str, shape)), {}
+        for fft in variants:
+            cache = fft_cache(fft, cache_root)
+            first = in_fresh_process(["--fft-child", fft, "--shape", *map(str, shape)], cache)
+            timed = in_fresh_process(["--fft-child", fft, "--shape", *map(str, shape)], cache)
+            row[fft] = {"first_plan_s": first["plan_s"], "plan_s": timed["plan_s"],
+                        "ms_per_transform": timed["ms_per_transform"]}
+        ref = row.get("fftw-patient", next(iter(row.values())))["ms_per_transform"]
+        for fft, r in row.items():
+            r["ratio_to_patient"] = r["ms_per_transform"] / ref
+            print(f"FFT {key} complex64 in place, {fft:13s}: {r['ms_per_transform']:.3f} ms/transform "
+                  f"(x{r['ratio_to_patient']:.2f} of fftw-patient), planned in {r['first_plan_s']:.2f} s first, "
+                  f"{r['plan_s']:.3f} s from wisdom", flush=True)
+        table[key] = row
+    return table
+
+
+def plan_child(method: str, fft: str, gpts: int, scan: int) -> None:
+    """Runs in a fresh process: what the first simulation on a machine pays once, planning (and
+    saving the wisdom of) the FFTs of the case; prints JSON with the time."""
+    from namsa.simulate import prepare_simulation
+
+    cell = supercell()
+    start = time.perf_counter()
+    sim = prepare_simulation(cell, energy_kv=CASE["energy_kv"], semiangle_mrad=CASE["semiangle_mrad"], gpts=gpts,
+                             slice_thickness_A=CASE["slice_thickness_A"], n_positions=scan * scan, method=method,
+                             fft=fft)
+    if sim.method == "multislice":
+        sim.backend.workspace((sim.batch_size, *sim.grid.gpts))
+    print(json.dumps({"prepare_and_plan_s": time.perf_counter() - start}))
+
+
+def case_row(gpts: int, scan: int, probe_scan: int, ffts: list[str], args, cache_root: str, planned: set) -> dict:
+    """One repeat at one grid: abTEM, namsa auto and namsa multislice per FFT variant, each in a fresh
+    process; namsa's one-time planning runs first in a process of its own and is reported apart."""
+    def case(code: str, method: str, fft: str, n: int) -> dict:
+        cache = fft_cache(fft, cache_root)
+        if code == "namsa" and (method, fft, gpts, n) not in planned and cache:
+            first = in_fresh_process(["--plan-child", method, fft, str(gpts), str(n)], cache)
+            print(f"[{gpts}^2] namsa {method} {fft}: first run on this machine plans its FFTs "
+                  f"({first['prepare_and_plan_s']:.1f} s incl. preparing the simulation)", flush=True)
+            planned.add((method, fft, gpts, n))
+        return in_fresh_process(["--case-child", code, method, fft, str(gpts), str(n), args.device], cache)
+
+    row: dict = {"probe_by_probe_positions": probe_scan ** 2}
+    if not args.skip_abtem and not args.device.startswith("cuda"):
+        row["abtem"] = case("abtem", "-", "-", probe_scan)["patterns_per_s"]
+        print(f"[{gpts}^2] abTEM 1.0.11: {row['abtem']:.1f} patterns/s over {probe_scan ** 2} positions", flush=True)
+    auto = case("namsa", "auto", "auto" if args.device == "cpu" else "-", scan)
+    row["namsa_auto"], row["auto_info"] = auto["patterns_per_s"], auto["info"]
+    print(f"[{gpts}^2] namsa auto ({auto['info']['method']}): {row['namsa_auto']:.1f} patterns/s over {scan ** 2} "
+          f"positions", flush=True)
+    for fft in ffts:
+        rate = case("namsa", "multislice", fft, probe_scan)["patterns_per_s"]
+        row[f"namsa_multislice[{fft}]"] = rate
+        print(f"[{gpts}^2] namsa multislice, {fft}: {rate:.1f} patterns/s over {probe_scan ** 2} positions"
+              + (f" = {rate / row['abtem']:.2f} x abTEM" if "abtem" in row else ""), flush=True)
+    if "abtem" in row:
+        print(f"[{gpts}^2] ratio namsa auto / abTEM = {row['namsa_auto'] / row['abtem']:.2f}", flush=True)
+    return row
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="16 x 16 scan, 256^2 only, no RSS runs")
     parser.add_argument("--grids", type=int, nargs="+", default=[256, 512])
-    parser.add_argument("--probe-scan-512", type=int, default=16,
-                        help="scan size for the probe-by-probe runs (namsa multislice, abTEM) at 512^2; their "
-                             "rate per pattern barely depends on the count, and 32 x 32 takes ~1 h on 2 busy cores")
+    parser.add_argument("--probe-scan", type=int, default=16,
+                        help="scan size for the probe-by-probe runs (namsa multislice, abTEM); their rate per "
+                             "pattern barely depends on the count, and 32 x 32 at 512^2 takes ~1 h on 2 busy cores")
+    parser.add_argument("--repeats", type=int, default=1, help="repeat every timing (fresh processes each time)")
+    parser.add_argument("--ffts", nargs="+", default=None,
+                        help="CPU FFT variants for the probe-by-probe runs (default: all of namsa.backend.CPU_FFTS)")
     parser.add_argument("--no-rss", action="store_true")
     parser.add_argument("--rss-only", action="store_true", help="only the peak-RSS runs")
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:i]")
     parser.add_argument("--skip-abtem", action="store_true")
     parser.add_argument("--json", help="also write the figures to this file")
-    parser.add_argument("--rss-child", help=argparse.SUPPRESS)
     parser.add_argument("--budget-gb", type=float, default=2.0, help="memory budget for the RSS runs (GB)")
-    parser.add_argument("--fft-plans", action="store_true", help="only the FFTW estimate/measure plan ratio")
+    parser.add_argument("--fft-plans", action="store_true",
+                        help="only the FFT variants: planning and execution time, each in fresh processes")
+    parser.add_argument("--rss-child", help=argparse.SUPPRESS)
+    parser.add_argument("--fft-child", help=argparse.SUPPRESS)
+    parser.add_argument("--shape", type=int, nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--case-child", nargs=6, help=argparse.SUPPRESS)
+    parser.add_argument("--plan-child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.fft_plans:
-        for shape, ratio in fft_plan_ratio().items():
-            print(f"FFT {shape} complex64, in place: FFTW_ESTIMATE / FFTW_MEASURE execution time = {ratio:.2f}")
-        return
+    if args.fft_child:
+        return fft_child(args.fft_child, tuple(args.shape))
+    if args.case_child:
+        code, method, fft, gpts, scan, device = args.case_child
+        return case_child(code, method, fft, int(gpts), int(scan), device)
+    if args.plan_child:
+        method, fft, gpts, scan = args.plan_child
+        return plan_child(method, fft, int(gpts), int(scan))
     if args.rss_child:
-        peak_rss_child(args.rss_child, args.budget_gb)
-        return
-    cell = supercell()
-    scan = 16 if args.quick else 32
-    pos = positions(cell, scan)
-    print(f"case: Si [110] {cell.cell_A[0]:.2f} x {cell.cell_A[1]:.2f} x {cell.cell_A[2]:.1f} A, {len(cell.numbers)} atoms, "
-          f"{scan}x{scan} positions, 200 kV, 20 mrad, 2 A slices")
-    results: dict = {"case": CASE, "scan": scan, "grids": {}}
-    for gpts in () if args.rss_only else ((256,) if args.quick else args.grids):
-        row = {}
-        row["namsa_auto"], info = run_namsa(cell, pos, gpts, "auto", args.device)
-        print(f"[{gpts}^2] namsa auto ({info['method']}): {row['namsa_auto']:.1f} patterns/s over {len(pos)} "
-              f"positions  {info}", flush=True)
-        probe_pos = positions(cell, args.probe_scan_512) if gpts >= 512 and not args.quick else pos
-        row["probe_by_probe_positions"] = len(probe_pos)
-        row["namsa_multislice"], info = run_namsa(cell, probe_pos, gpts, "multislice", args.device)
-        print(f"[{gpts}^2] namsa multislice: {row['namsa_multislice']:.1f} patterns/s over {len(probe_pos)} positions",
-              flush=True)
-        if args.device.startswith("cuda"):
-            row["gpu"] = gpu_bound(gpts, info["n_slices"], args.device)
-            row["gpu"]["fraction_of_bound"] = row["namsa_multislice"] / row["gpu"]["bound_patterns_per_s"]
-            print(f"[{gpts}^2] GPU: {row['gpu']}")
-        if not args.skip_abtem and not args.device.startswith("cuda"):
-            row["abtem"] = run_abtem(cell, probe_pos, gpts, max_batch=max(8, len(probe_pos) // 8))
-            print(f"[{gpts}^2] abTEM 1.0.11: {row['abtem']:.1f} patterns/s over {len(probe_pos)} positions", flush=True)
-            print(f"[{gpts}^2] ratio namsa auto / abTEM = {row['namsa_auto'] / row['abtem']:.2f}; "
-                  f"namsa multislice / abTEM = {row['namsa_multislice'] / row['abtem']:.2f}")
-        results["grids"][gpts] = row
-    if not args.quick and not args.no_rss:
-        for method in ("auto", "multislice"):
-            rss = peak_rss(method, args.budget_gb)
-            results.setdefault("peak_rss", []).append(rss)
-            print(f"[512^2, 1024 positions, patterns binned to 256^2] {rss}", flush=True)
+        return peak_rss_child(args.rss_child, args.budget_gb)
+    from namsa.backend import CPU_FFTS
+
+    ffts = args.ffts or list(CPU_FFTS)
+    cache_root = tempfile.mkdtemp(prefix="bench_simulate_fftw_")   # every variant measures its own wisdom
+    if args.fft_plans:
+        results = {"fft_plans": fft_plans(ffts, cache_root)}
+    else:
+        results = run_cases(args, ffts, cache_root)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=2, default=str)
+
+
+def run_cases(args, ffts: list[str], cache_root: str) -> dict:
+    cell = supercell()
+    scan = 16 if args.quick else 32
+    print(f"case: Si [110] {cell.cell_A[0]:.2f} x {cell.cell_A[1]:.2f} x {cell.cell_A[2]:.1f} A, {len(cell.numbers)} "
+          f"atoms, {scan}x{scan} positions, 200 kV, 20 mrad, 2 A slices; every timing in a fresh process", flush=True)
+    results: dict = {"case": CASE, "scan": scan, "grids": {}}
+    planned: set = set()
+    for gpts in () if args.rss_only else ((256,) if args.quick else args.grids):
+        probe_scan = min(args.probe_scan, scan)
+        rows = [case_row(gpts, scan, probe_scan, ffts if args.device == "cpu" else ["-"], args, cache_root, planned)
+                for _ in range(args.repeats)]
+        results["grids"][gpts] = rows
+        if "abtem" in rows[0]:
+            for key in [k for k in rows[0] if k.startswith("namsa_") and not k.endswith("info")]:
+                ratios = [r[key] / r["abtem"] for r in rows]
+                print(f"[{gpts}^2] {key} / abTEM over {len(rows)} repeats: {min(ratios):.2f}-{max(ratios):.2f}")
+    if args.device.startswith("cuda") and results["grids"]:
+        for gpts, rows in results["grids"].items():
+            bound = gpu_bound(gpts, rows[0]["auto_info"]["n_slices"], args.device)
+            bound["fraction_of_bound"] = rows[-1]["namsa_multislice[-]"] / bound["bound_patterns_per_s"]
+            print(f"[{gpts}^2] GPU: {bound}")
+    if not args.quick and not args.no_rss:
+        for method in ("auto", "multislice"):
+            rss = peak_rss(method, args.budget_gb, fft_cache("fftw-patient", cache_root))
+            results.setdefault("peak_rss", []).append(rss)
+            print(f"[512^2, 1024 positions, patterns binned to 256^2] {rss}", flush=True)
+    return results
 
 
 if __name__ == "__main__":

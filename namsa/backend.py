@@ -5,18 +5,18 @@ module, and ``workspace(shape)`` gives a per-thread :class:`FFTWorkspace` holdin
 batch buffer with planned, in-place, *unnormalised* 2-D FFTs over its last two axes
 (``backward(forward(a)) == ny * nx * a``; callers fold the 1/N into their multipliers so no
 extra pass over the data is spent on normalisation). On CPU, pyFFTW plans are made once per
-shape and reused for every batch and slice; without pyFFTW, scipy.fft is used. Plans are made
-with FFTW_ESTIMATE, so a sample is bit-identical from run to run on one machine: FFTW_MEASURE
-times candidate algorithms and may pick a different one in every process, changing the last
-bits of every pattern (and, through training on them, a quickstart's figures by a few percent),
-for transforms that were 0-9% faster here (benchmarks/RESULTS.md, "FFT plans").
+shape and reused for every batch and slice, with FFTW_PATIENT from this machine's shared wisdom
+(:mod:`namsa.fftplans`): as fast as a per-process measured plan, yet the same plan in every
+process, so a sample is bit-identical wherever it is simulated. FFTW_ESTIMATE plans (no timing,
+no wisdom) ran 8-16x slower at 256^2-512^2 here and are kept only for comparison; scipy.fft
+(pocketfft, no plans, deterministic, about 2x slower) is the fallback without pyFFTW
+(benchmarks/RESULTS.md, "FFT plans and probe-by-probe speed").
 cupy is imported lazily so that CPU machines never need it; its FFT plans are cached by cupy.
 """
 from __future__ import annotations
 
 import contextlib
 import os
-import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -87,18 +87,13 @@ def cpu_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-_PLAN_LOCK = threading.Lock()   # FFTW's planner is not thread-safe
-
-
-def _pyfftw_workspace(shape: tuple[int, int, int]) -> FFTWorkspace:
+def _pyfftw_workspace(shape: tuple[int, int, int], effort: str) -> FFTWorkspace:
     import pyfftw
 
+    from .fftplans import plan_pair
+
     buffer = pyfftw.empty_aligned(shape, dtype=np.complex64)
-    # FFTW_ESTIMATE: the same plan in every process, hence reproducible samples (module docstring)
-    flags = ("FFTW_ESTIMATE", "FFTW_DESTROY_INPUT")
-    with _PLAN_LOCK:
-        fwd = pyfftw.FFTW(buffer, buffer, axes=(-2, -1), direction="FFTW_FORWARD", flags=flags, threads=1)
-        bwd = pyfftw.FFTW(buffer, buffer, axes=(-2, -1), direction="FFTW_BACKWARD", flags=flags, threads=1)
+    fwd, bwd, _ = plan_pair(buffer, effort)
     buffer[...] = 0
 
     def forward(a):
@@ -120,16 +115,25 @@ def _scipy_workspace(shape: tuple[int, int, int]) -> FFTWorkspace:
         backward=lambda a: scipy.fft.ifft2(a, axes=(-2, -1), overwrite_x=True, norm="forward", workers=1))
 
 
+#: CPU FFT choices: pyFFTW with a planner effort, or scipy.fft; "auto" is the first one available
+CPU_FFTS = ("fftw-patient", "fftw-measure", "fftw-estimate", "scipy")
+
+
 def _cpu_backend(fft: str) -> Backend:
     if fft == "auto":
         try:
             import pyfftw  # noqa: F401
 
-            fft = "fftw"
+            fft = "fftw-patient"
         except ImportError:
             fft = "scipy"
-    maker = _pyfftw_workspace if fft == "fftw" else _scipy_workspace
-    return Backend(name=f"cpu ({'pyFFTW' if fft == 'fftw' else 'scipy.fft'})", xp=np, workspace=maker)
+    if fft not in CPU_FFTS:
+        raise UserError(f"fft must be 'auto' or one of {', '.join(CPU_FFTS)}, got {fft!r}")
+    if fft == "scipy":
+        return Backend(name="cpu (scipy.fft)", xp=np, workspace=_scipy_workspace)
+    effort = fft.split("-", 1)[1]
+    return Backend(name=f"cpu (pyFFTW, {effort})", xp=np,
+                   workspace=lambda shape: _pyfftw_workspace(shape, effort))
 
 
 def _cuda_backend(index: int) -> Backend:
@@ -156,8 +160,9 @@ def _cuda_backend(index: int) -> Backend:
 
 
 def get_backend(device: str = "cpu", fft: str = "auto") -> Backend:
-    """Backend for ``device`` ("cpu", "cuda" or "cuda:<index>"); ``fft`` = "auto" | "fftw" | "scipy"
-    picks the CPU FFT library. UserError when the device is unavailable."""
+    """Backend for ``device`` ("cpu", "cuda" or "cuda:<index>"); ``fft`` ("auto" or one of
+    :data:`CPU_FFTS`) picks the CPU FFT library and FFTW planner effort. UserError when the
+    device is unavailable."""
     if device == "cpu":
         return _cpu_backend(fft)
     if device == "cuda":

@@ -96,6 +96,10 @@ class SimulationConfig(BaseModel):
     aberrations: Aberrations = Aberrations()
     band_limit: float = Field(2.0 / 3.0, gt=0.0, le=1.0)
     variations: Variations = Variations()
+    #: frozen-phonon configurations per sample: the patterns (and targets) are the mean over this
+    #: many thermal configurations, as abTEM's FrozenPhonons averages them (needs
+    #: ``variations.frozen_phonon``); 1 is one thermal snapshot per sample
+    phonon_configs: int = Field(1, ge=1)
     seed: int = 0
 
     # -- execution (does not change a sample) ---------------------------------------------------
@@ -136,6 +140,9 @@ class SimulationConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "SimulationConfig":
+        if self.phonon_configs > 1 and not self.variations.frozen_phonon:
+            raise ValueError(f"phonon_configs={self.phonon_configs} averages over frozen-phonon configurations: "
+                             "set variations.frozen_phonon: true, or phonon_configs: 1")
         if self.sampling_A is None and self.gpts is None:
             raise ValueError("set sampling_A (Angstrom/pixel) or gpts (pixels per side)")
         if self.scan_fov_A is not None:
@@ -152,9 +159,11 @@ class SimulationConfig(BaseModel):
         payload = self.model_dump(mode="json", exclude={"device", "memory_budget_gb", "workers", "materials",
                                                         "cif_dir", "generator", "zone_axes", "max_zone_axes",
                                                         "variants"})
-        # Variations added later enter the hash only when set, so earlier stores keep their ids.
+        # Keys added later enter the hash only when set, so earlier stores keep their ids.
         for key in _LATER_VARIATIONS:
             if payload["variations"][key] is None:
                 del payload["variations"][key]
+        if payload["phonon_configs"] == 1:   # one snapshot, as before the key existed
+            del payload["phonon_configs"]
         payload["physics_schema"] = PHYSICS_SCHEMA
         return config_hash(payload)

@@ -61,7 +61,8 @@ def _as_atoms(structure: Any) -> _Atoms:
             raise CellError("ase.Atoms cell must have positive lengths along x, y and z (a right-handed, "
                             "orthorhombic cell with z along the beam)")
         return _Atoms(structure.get_positions(), structure.get_atomic_numbers(), tuple(np.diag(cell)))
-    raise CellError(f"cannot simulate a {type(structure).__name__}: pass a namsa Supercell (from "
+    raise CellError(f"cannot simulate a {type(structure).__name__} as it is: pass zone_axis=(u, v, w) (and "
+                    "lateral_A, thickness_A) to orient it into a supercell, or a namsa Supercell (from "
                     "orient_supercell) or an orthorhombic ase.Atoms")
 
 
@@ -147,10 +148,12 @@ def _prepare(structure: Any, *, energy_kv: float, semiangle_mrad: float,
                        slice_thickness_A: float = 2.0, aberrations: dict[str, float] | None = None,
                        band_limit: float = 2.0 / 3.0, tilt_mrad: tuple[float, float] = (0.0, 0.0),
                        device: str = "cpu", memory_budget_gb: float = 2.0, workers: int | None = None,
-                       n_positions: int = 1, max_batch: int = 64, method: str = "auto") -> Simulation:
+                       n_positions: int = 1, max_batch: int = 64, method: str = "auto",
+                       fft: str = "auto") -> Simulation:
     """Build what all probe positions share: probe, and transmission functions + propagators
     (multislice) or the exit waves of every aperture beam (periodic). ``method``: "auto" picks the
-    cheaper exact path, "multislice" or "periodic" force one."""
+    cheaper exact path, "multislice" or "periodic" force one; ``fft`` picks the CPU FFT
+    (:func:`namsa.backend.get_backend`)."""
     if method not in ("auto", "multislice", "periodic"):
         raise UserError(f"method must be 'auto', 'multislice' or 'periodic', got {method!r}")
     atoms = _as_atoms(structure)
@@ -169,7 +172,7 @@ def _prepare(structure: Any, *, energy_kv: float, semiangle_mrad: float,
         max_batch = min(max_batch, cpu_batch_cap(grid.gpts))
     batch = plan_batch(n_positions, grid.gpts, edges_n, budget / threads if threads > 1 else budget,
                        fixed_bytes=potential_bytes / threads, max_batch=max_batch)
-    backend = get_backend(device)
+    backend = get_backend(device, fft)
     batch = balanced_batch(n_positions, batch, threads)
     probe = probe_fourier(grid.gpts, grid.sampling, energy_kv, semiangle_mrad, ab["C1_A"], ab["C3_mm"], band_limit)
     sigma, lam = interaction_constant(energy_kv), wavelength_A(energy_kv)
@@ -222,40 +225,67 @@ def _check_positions(positions_A: np.ndarray, grid: Grid) -> np.ndarray:
     return pos
 
 
+def _oriented(structure: Any, zone_axis: Sequence[int] | None, lateral_A: float | Sequence[float] | None,
+              thickness_A: float | None) -> Any:
+    """What simulate_cbed simulates: ``structure`` oriented and tiled along ``zone_axis`` (as
+    simulate_sample does, default sizes from SimulationConfig), or as given without a zone axis."""
+    if zone_axis is None:
+        if lateral_A is not None or thickness_A is not None:
+            raise UserError("lateral_A and thickness_A size the supercell built along zone_axis; pass "
+                            "zone_axis=(u, v, w) too, or leave them out for a ready supercell")
+        return structure
+    from .structures import orient_supercell
+
+    fields = SimulationConfig.model_fields
+    lateral = fields["cell_lateral_A"].default if lateral_A is None else lateral_A
+    thickness = fields["thickness_A"].default if thickness_A is None else thickness_A
+    return orient_supercell(structure, zone_axis, lateral, thickness)
+
+
 def simulate_cbed(structure: Any, positions_A: np.ndarray, *, energy_kv: float, semiangle_mrad: float,
+                  zone_axis: Sequence[int] | None = None, lateral_A: float | Sequence[float] | None = None,
+                  thickness_A: float | None = None,
                   sampling_A: float | None = None, gpts: int | tuple[int, int] | None = None,
                   slice_thickness_A: float = 2.0, aberrations: dict[str, float] | None = None,
                   device: str = "cpu", band_limit: float = 2.0 / 3.0,
                   tilt_mrad: tuple[float, float] = (0.0, 0.0), memory_budget_gb: float = 2.0,
-                  workers: int | None = None, max_batch: int = 64, method: str = "auto",
+                  workers: int | None = None, max_batch: int = 64, method: str = "auto", fft: str = "auto",
                   return_info: bool = False):
     """CBED intensities for every probe position, on the full simulation grid.
 
-    structure: namsa Supercell (or orthorhombic ase.Atoms), z along the beam, periodic in x and y.
-    positions_A: (n, 2) probe positions [y, x] in Angstrom. energy_kv (kV), semiangle_mrad (mrad),
+    structure: with ``zone_axis`` = (u, v, w), anything :func:`namsa.load_structure` accepts (a
+    pymatgen Structure, ase Atoms, library id or CIF path), oriented and tiled into a supercell of
+    at least ``lateral_A`` (x, y) by ``thickness_A`` (Angstrom; defaults those of SimulationConfig)
+    as simulate_sample does; without ``zone_axis``, a ready namsa Supercell (from
+    orient_supercell) or an orthorhombic ase.Atoms, z along the beam, periodic in x and y.
+    positions_A: (n, 2) probe positions [y, x] in Angstrom inside the supercell (its size is in the
+    info, ``cell_A`` = (Lx, Ly, Lz)). energy_kv (kV), semiangle_mrad (mrad),
     sampling_A (Angstrom/pixel) or gpts, slice_thickness_A (Angstrom), aberrations
     {"C1_A": Angstrom, "C3_mm": mm}, tilt_mrad (ty, tx). Probes run in batches of at most
     ``max_batch`` per worker thread, fewer when ``memory_budget_gb`` requires. ``method``: "auto"
     (default) uses the exact periodic S-matrix path for perfect tiled crystals when it is cheaper,
-    "multislice" / "periodic" force one (see namsa.periodic).
+    "multislice" / "periodic" force one (see namsa.periodic). ``fft``: the CPU FFT
+    (namsa.backend.get_backend; "auto" = pyFFTW with this machine's shared PATIENT wisdom).
 
     Returns (n, ny, nx) float32 intensities with k = 0 at (ny // 2, nx // 2), each pattern's sum
     being the fraction of the incident probe (total 1) that stays inside the band limit. With
-    ``return_info`` also a dict (grid, slices, batch size, intensity kept).
+    ``return_info`` also a dict (grid, cell, slices, batch size, intensity kept).
     """
+    structure = _oriented(structure, zone_axis, lateral_A, thickness_A)
     sim = prepare_simulation(structure, energy_kv=energy_kv, semiangle_mrad=semiangle_mrad, sampling_A=sampling_A,
                              gpts=gpts, slice_thickness_A=slice_thickness_A, aberrations=aberrations,
                              band_limit=band_limit, tilt_mrad=tilt_mrad, device=device,
                              memory_budget_gb=memory_budget_gb, workers=workers,
                              n_positions=len(np.asarray(positions_A).reshape(-1, 2)), max_batch=max_batch,
-                             method=method)
+                             method=method, fft=fft)
     pos = _check_positions(positions_A, sim.grid)
     parts = sim.run(pos, lambda a: np.fft.fftshift(a, axes=(-2, -1)))
     out = np.concatenate(parts, axis=0)
     if not return_info:
         return out
     kept = out.sum(axis=(-2, -1))
-    info = dict(sim.info, intensity_kept_min=float(kept.min()), intensity_kept_mean=float(kept.mean()))
+    info = dict(sim.info, cell_A=list(sim.atoms.cell_A), intensity_kept_min=float(kept.min()),
+                intensity_kept_mean=float(kept.mean()))
     return out, info
 
 
@@ -351,6 +381,58 @@ def resolve_fov(cfg: SimulationConfig, cell_A: Sequence[float]) -> tuple[float, 
     return ((1 - f) * ly / 2, (1 - f) * lx / 2, f * ly, f * lx)
 
 
+def phonon_configurations(supercell: Any, cfg: SimulationConfig, rng: np.random.Generator, seed: int) -> list:
+    """The atomic configurations one sample averages over: ``[supercell]`` without frozen phonons,
+    else ``cfg.phonon_configs`` thermal displacements of it (Angstrom RMS per axis from
+    ``cfg.variations.thermal_sigma_A``). The first is drawn from the sample's own ``rng``, exactly
+    as when each sample was one snapshot (so phonon_configs = 1 keeps those samples and ids); the
+    others from generators seeded (seed, k), which leaves ``rng``'s later draws (tilt, defocus)
+    independent of how many configurations are averaged."""
+    if not cfg.variations.frozen_phonon:
+        return [supercell]
+    from .kirkland import symbol
+    from .structures import thermal_displace
+
+    sigma = cfg.variations.thermal_sigma_A
+    if isinstance(sigma, (int, float)):
+        sigma = {symbol(int(z)): float(sigma) for z in np.unique(supercell.numbers)}
+    first = thermal_displace(supercell, rng, sigma)
+    return [first] + [thermal_displace(supercell, np.random.default_rng([seed, k]), sigma)
+                      for k in range(1, cfg.phonon_configs)]
+
+
+def _configuration_mean(configurations: list, cfg: SimulationConfig, positions: np.ndarray,
+                        fov: Sequence[float], tilt: tuple[float, float], aberrations: dict[str, float]):
+    """Mean (S, P, P) patterns and (T, T) projected potential and density over ``configurations``
+    (incoherent frozen-phonon average of intensities), the last Simulation, and the worst
+    intensity kept / band-limit loss over all of them. One configuration is returned unchanged."""
+    sums: list[np.ndarray] = []
+    kept: list[np.ndarray] = []
+    loss = 0.0
+    for supercell in configurations:
+        sim = prepare_simulation(supercell, energy_kv=cfg.energy_kv, semiangle_mrad=cfg.semiangle_mrad,
+                                 sampling_A=cfg.sampling_A, gpts=cfg.gpts, slice_thickness_A=cfg.slice_thickness_A,
+                                 aberrations=aberrations, band_limit=cfg.band_limit, tilt_mrad=tilt,
+                                 device=cfg.device, memory_budget_gb=cfg.memory_budget_gb, workers=cfg.workers,
+                                 n_positions=len(positions))
+        reducer, dk_out = pattern_rebinner(sim.grid, cfg.band_limit, cfg.pattern_px)
+
+        def reduce_and_count(intensity: np.ndarray) -> np.ndarray:
+            kept.append(intensity.sum(axis=(-2, -1)))
+            return reducer(intensity)
+
+        # float64 sums: float32 -> float64 -> / 1 -> float32 is exact, so one configuration is unchanged
+        parts = (np.concatenate(sim.run(positions, reduce_and_count), axis=0).astype(np.float32),
+                 projected_potential_map(sim.potential, fov, cfg.target_px, cfg.band_limit),
+                 projected_density_map(sim.potential, fov, cfg.target_px, cfg.band_limit))
+        sums = [p.astype(np.float64) + (sums[i] if sums else 0.0) for i, p in enumerate(parts)]
+        loss = max(loss, float(sim.transmission_loss))
+    cbed, potential, density = ((a / len(configurations)).astype(np.float32) for a in sums)
+    stats = {"intensity_kept_min": float(np.concatenate(kept).min()), "transmission_bandlimit_loss": loss,
+             "pattern_dk_inv_A": float(dk_out)}
+    return cbed, potential, density, sim, stats
+
+
 def simulate_sample(structure_or_id: Any, zone_axis: Sequence[int], cfg: SimulationConfig,
                     variant: int = 0) -> Sample:
     """Simulate one sample: (S, P, P) CBED stack plus (T, T) projected potential and density.
@@ -359,7 +441,7 @@ def simulate_sample(structure_or_id: Any, zone_axis: Sequence[int], cfg: Simulat
     Raises UserError (one line) for bad input. Deterministic for a given (material, axis, variant,
     cfg.physics_hash()).
     """
-    from .structures import load_structure, normalize_zone_axis, orient_supercell, thermal_displace
+    from .structures import load_structure, normalize_zone_axis, orient_supercell
 
     structure, material_id = _material(structure_or_id)
     structure = load_structure(structure)
@@ -367,16 +449,11 @@ def simulate_sample(structure_or_id: Any, zone_axis: Sequence[int], cfg: Simulat
     axis = list(normalize_zone_axis(zone_axis))
     seed = _sample_seed(cfg, material_id, axis, variant)
     rng = np.random.default_rng(seed)
-    var = cfg.variations
     supercell = orient_supercell(structure, axis, cfg.cell_lateral_A, _thickness_A(cfg, seed),
                                  material_id=material_id)
-    if var.frozen_phonon:
-        sigma = var.thermal_sigma_A
-        if isinstance(sigma, (int, float)):
-            from .kirkland import symbol
-
-            sigma = {symbol(int(z)): float(sigma) for z in np.unique(supercell.numbers)}
-        supercell = thermal_displace(supercell, rng, sigma)
+    configurations = phonon_configurations(supercell, cfg, rng, seed)
+    supercell = configurations[0]
+    var = cfg.variations
     tilt = (0.0, 0.0)
     if var.tilt_mrad > 0:
         radius, angle = var.tilt_mrad * math.sqrt(rng.uniform()), rng.uniform(0, 2 * math.pi)
@@ -387,22 +464,9 @@ def simulate_sample(structure_or_id: Any, zone_axis: Sequence[int], cfg: Simulat
     cell = tuple(float(c) for c in supercell.cell_A)
     fov = resolve_fov(cfg, cell)
     positions = scan_positions(fov, cfg.scan_shape)
-    sim = prepare_simulation(supercell, energy_kv=cfg.energy_kv, semiangle_mrad=cfg.semiangle_mrad,
-                             sampling_A=cfg.sampling_A, gpts=cfg.gpts, slice_thickness_A=cfg.slice_thickness_A,
-                             aberrations=aberrations, band_limit=cfg.band_limit, tilt_mrad=tilt, device=cfg.device,
-                             memory_budget_gb=cfg.memory_budget_gb, workers=cfg.workers, n_positions=len(positions))
-    reducer, dk_out = pattern_rebinner(sim.grid, cfg.band_limit, cfg.pattern_px)
-    kept: list[np.ndarray] = []
-
-    def reduce_and_count(intensity: np.ndarray) -> np.ndarray:
-        kept.append(intensity.sum(axis=(-2, -1)))
-        return reducer(intensity)
-
-    cbed = np.concatenate(sim.run(positions, reduce_and_count), axis=0).astype(np.float32)
+    cbed, potential, density, sim, stats = _configuration_mean(configurations, cfg, positions, fov, tilt, aberrations)
     if var.dose_e_per_A2 is not None:
         cbed = _poisson_noise(cbed, var.dose_e_per_A2 * fov[2] * fov[3] / len(positions), seed)
-    potential = projected_potential_map(sim.potential, fov, cfg.target_px, cfg.band_limit)
-    density = projected_density_map(sim.potential, fov, cfg.target_px, cfg.band_limit)
     config_hash = cfg.physics_hash()
     numbers = np.asarray(supercell.numbers)
     from .kirkland import symbol
@@ -434,11 +498,12 @@ def simulate_sample(structure_or_id: Any, zone_axis: Sequence[int], cfg: Simulat
         "tilt_mrad": [float(t) for t in tilt],
         "frozen_phonon": bool(var.frozen_phonon),
         "dose_e_per_A2": var.dose_e_per_A2,
-        "pattern_dk_inv_A": float(dk_out),
-        "pattern_mrad_per_px": float(dk_out * lam * 1e3),
+        "pattern_dk_inv_A": stats["pattern_dk_inv_A"],
+        "pattern_mrad_per_px": stats["pattern_dk_inv_A"] * lam * 1e3,
         "target_sampling_A": [float(fov[2]) / cfg.target_px, float(fov[3]) / cfg.target_px],
-        "intensity_kept_min": float(np.concatenate(kept).min()),
-        "transmission_bandlimit_loss": float(sim.transmission_loss),
+        "phonon_configs": len(configurations),
+        "intensity_kept_min": stats["intensity_kept_min"],
+        "transmission_bandlimit_loss": stats["transmission_bandlimit_loss"],
         "method": sim.method,
         "strain": float(getattr(supercell, "strain", 0.0)),
     }

@@ -21,6 +21,17 @@ have every atom on a pixel centre and agree to 0.3-0.4% in potential (SrTiO3: pa
 SrTiO3 on 243 x 243 and Si [110] put atoms between pixels and differ by 4% (the L2 is dominated
 by the sharp core peaks; cell means agree to 1e-7). At 0.1 Angstrom the pattern differences roughly double or
 triple (Si 1.6e-3, SrTiO3 8.9e-3, Au 4.1e-3). The probe alone agrees to float32 precision.
+
+Frozen phonons (``SimulationConfig.phonon_configs``), Si [110] 11.5 x 10.9 x 23.0 A, 0.05 A,
+2 x 2 scan, sigma 0.1 A per axis, patterns rebinned to 32 x 32 (measured 2026-11-23):
+- the same 4 configurations through abTEM's frozen-phonon ensemble mean (``AtomsEnsemble``, what
+  ``FrozenPhonons`` builds): relative L2 3.1e-3 (one displaced configuration: 2.3-3.6e-3, the
+  perfect crystal on the same metric: 2.6e-4; displaced atoms sit between pixels, where abTEM's
+  bilinear projection differs, as above). Tolerance 6e-3.
+- namsa's own draws against abTEM's ``FrozenPhonons`` draws (independent random configurations):
+  the per-axis displacement RMS agrees within 5% (the sigma convention), and the two 16-configuration
+  means differ by less than 3 standard errors of that difference (estimated from both ensembles'
+  spread) + 6e-3 (slow test).
 """
 from __future__ import annotations
 
@@ -29,10 +40,11 @@ import warnings
 import numpy as np
 import pytest
 
-from namsa import simulate_cbed
+from namsa import SimulationConfig, simulate_cbed, simulate_sample
 from namsa.constants import wavelength_A
 from namsa.library import get
-from namsa.potential import build_potential, make_grid
+from namsa.potential import Grid, build_potential, make_grid
+from namsa.simulate import pattern_rebinner, phonon_configurations
 from namsa.structures import orient_supercell
 
 abtem = pytest.importorskip("abtem")
@@ -103,3 +115,90 @@ def test_vacuum_probe_agrees_with_abtem():
                          slice_thickness_A=2.0)
     theirs, _ = _abtem_run(empty, grid, [2.0] * 4)
     assert rel_l2(ours, theirs) < 1e-5
+
+
+# --------------------------------------------------------------------------------------------
+# frozen phonons: simulation.phonon_configs against abTEM's frozen-phonon ensemble mean
+
+PHONON_SIGMA_A = 0.1
+
+
+def _phonon_case(n_configs: int):
+    """A namsa frozen-phonon sample of Si [110] and what abTEM needs to simulate the same case."""
+    cfg = SimulationConfig(scan_shape=(2, 2), pattern_px=32, target_px=32, cell_lateral_A=8.0, thickness_A=20.0,
+                           sampling_A=SAMPLING, phonon_configs=n_configs,
+                           variations={"frozen_phonon": True, "thermal_sigma_A": PHONON_SIGMA_A})
+    sample = simulate_sample("Si-diamond", (1, 1, 0), cfg)
+    perfect = orient_supercell(get("Si-diamond"), (1, 1, 0), cfg.cell_lateral_A, cfg.thickness_A)
+    return cfg, sample, perfect
+
+
+def _ase(cell):
+    from ase import Atoms
+
+    return Atoms(numbers=cell.numbers, positions=cell.positions_A, cell=np.diag(cell.cell_A), pbc=True)
+
+
+def _abtem_rebinned(atoms_or_ensemble, sample, cfg) -> np.ndarray:
+    """abTEM patterns of ``sample``'s scan, rebinned exactly as namsa rebins: (..., S, P, P)."""
+    m = sample.meta
+    grid = Grid(gpts=tuple(m["gpts"]), sampling=tuple(m["sampling_A"]))
+    abtem.config.set({"antialias.taper": 0.0, "device": "cpu"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        potential = abtem.Potential(atoms_or_ensemble, gpts=grid.gpts[::-1],
+                                    slice_thickness=[m["slice_thickness_A"]] * m["n_slices"],
+                                    parametrization="kirkland", projection="infinite")
+        probe = abtem.Probe(energy=200e3, semiangle_cutoff=20.0)
+        probe.grid.match(potential)
+        positions = np.array(m["scan_positions_A"])
+        measured = probe.scan(potential, scan=abtem.CustomScan(positions[:, ::-1]),
+                              detectors=abtem.PixelatedDetector(max_angle="full"), max_batch=4)
+        patterns = np.swapaxes(np.asarray(measured.compute(progress_bar=False).array), -1, -2)
+    reduce, _ = pattern_rebinner(grid, cfg.band_limit, cfg.pattern_px)
+    flat = np.fft.ifftshift(patterns, axes=(-2, -1)).reshape(-1, *grid.gpts)
+    return reduce(flat).reshape(*patterns.shape[:-2], cfg.pattern_px, cfg.pattern_px)
+
+
+def test_phonon_average_matches_abtems_ensemble_mean_over_the_same_configurations():
+    from abtem.inelastic.phonons import AtomsEnsemble
+
+    cfg, sample, perfect = _phonon_case(4)
+    seed = sample.meta["seed"]
+    configurations = phonon_configurations(perfect, cfg, np.random.default_rng(seed), seed)
+    theirs = _abtem_rebinned(AtomsEnsemble([_ase(c) for c in configurations]), sample, cfg)
+    assert theirs.shape == sample.cbed.shape   # the ensemble mean, not one pattern set per configuration
+    assert rel_l2(sample.cbed, theirs) < 6e-3
+    # and the average is not a single configuration's patterns
+    assert rel_l2(sample.cbed, _abtem_rebinned(_ase(configurations[0]), sample, cfg)) > 2e-2
+
+
+def test_thermal_displacements_have_abtems_sigma_convention():
+    """sigma is the RMS displacement per Cartesian axis in both codes (abTEM: FrozenPhonons sigmas)."""
+    cfg = SimulationConfig(phonon_configs=8, variations={"frozen_phonon": True, "thermal_sigma_A": PHONON_SIGMA_A})
+    perfect = orient_supercell(get("Si-diamond"), (1, 1, 0), 16.0, 20.0)
+    ours = np.stack([c.positions_A for c in phonon_configurations(perfect, cfg, np.random.default_rng(0), 0)])
+    ensemble = abtem.FrozenPhonons(_ase(perfect), 8, {"Si": PHONON_SIGMA_A}, seed=0).to_atoms_ensemble()
+    theirs = np.stack([a.positions for a in ensemble.trajectory])
+    lateral = np.array(perfect.cell_A[:2])
+
+    def rms_per_axis(positions):
+        d = positions - perfect.positions_A[None]
+        d[..., :2] -= lateral * np.round(d[..., :2] / lateral)      # undo the periodic wrap in x, y
+        inside = (perfect.positions_A[:, 2] > 0.5) & (perfect.positions_A[:, 2] < perfect.cell_A[2] - 0.5)
+        return np.sqrt((d[:, inside] ** 2).mean(axis=(0, 1)))       # z: atoms clear of the clipped faces
+
+    np.testing.assert_allclose(rms_per_axis(ours), PHONON_SIGMA_A, rtol=0.05)
+    np.testing.assert_allclose(rms_per_axis(theirs), PHONON_SIGMA_A, rtol=0.05)
+
+
+@pytest.mark.slow
+def test_phonon_mean_matches_abtems_frozen_phonons_mean_statistically():
+    n = 16
+    cfg, sample, perfect = _phonon_case(n)
+    per_config = _abtem_rebinned(abtem.FrozenPhonons(_ase(perfect), n, {"Si": PHONON_SIGMA_A}, seed=1,
+                                                     ensemble_mean=False), sample, cfg)
+    theirs = per_config.mean(axis=0)
+    # standard error of the difference of two independent n-configuration means, from abTEM's spread
+    standard_error = np.sqrt(2 * per_config.var(axis=0, ddof=1).sum() / n) / np.linalg.norm(theirs)
+    assert rel_l2(sample.cbed, theirs) < 3 * standard_error + 6e-3

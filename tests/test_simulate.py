@@ -82,15 +82,19 @@ print(hashlib.sha256(simulate_sample("Si-diamond", (1, 1, 0), cfg).cbed.tobytes(
 
 
 @pytest.mark.parametrize("kind", ["perfect", "phonon"])  # the S-matrix and the multislice paths
-def test_a_sample_is_bit_identical_in_every_process(kind):
-    """FFT plans are chosen without timing (FFTW_ESTIMATE): FFTW_MEASURE picked different
-    algorithms in different processes and changed the last bits of the patterns."""
+def test_a_sample_is_bit_identical_in_every_process(kind, tmp_path):
+    """FFTW plans are measured (FFTW_PATIENT) once, by the first process, and every later process
+    plans from the wisdom it saved (namsa.fftplans): plans measured independently in each process
+    picked different algorithms and changed the last bits of the patterns."""
+    import os
     import subprocess
     import sys
 
-    hashes = {subprocess.run([sys.executable, "-c", REPRODUCE, kind], capture_output=True, text=True,
+    env = dict(os.environ, NAMSA_CACHE_DIR=str(tmp_path))   # empty: the first process measures
+    hashes = {subprocess.run([sys.executable, "-c", REPRODUCE, kind], capture_output=True, text=True, env=env,
                              check=True, timeout=300).stdout.strip() for _ in range(2)}
     assert len(hashes) == 1, hashes
+    assert list(tmp_path.glob("fftw-wisdom-*.json"))
 
 
 def test_tilt_variation_is_recorded_and_bounded():
@@ -182,3 +186,68 @@ def test_public_names_and_lazy_submodules():
         assert hasattr(namsa, name), name
     assert load_structure is namsa.structures.load_structure
     assert "Si-diamond" in namsa.library.list_ids()
+
+
+def test_phonon_configs_average_the_patterns_of_that_many_thermal_configurations():
+    from namsa import simulate_cbed
+    from namsa.library import get
+    from namsa.simulate import phonon_configurations
+    from namsa.structures import orient_supercell
+
+    varied = {"frozen_phonon": True, "defocus_range_A": (-30.0, 30.0)}
+    cfg = SimulationConfig(**SMALL, variations=varied, phonon_configs=3)
+    mean3 = simulate_sample("Si-diamond", (1, 1, 0), cfg)
+    one = simulate_sample("Si-diamond", (1, 1, 0), SimulationConfig(**SMALL, variations=varied))
+    assert mean3.meta["phonon_configs"] == 3 and one.meta["phonon_configs"] == 1
+    # the other draws of the sample do not depend on how many configurations are averaged
+    assert mean3.meta["seed"] == one.meta["seed"] and mean3.meta["aberrations"] == one.meta["aberrations"]
+    supercell = orient_supercell(get("Si-diamond"), (1, 1, 0), cfg.cell_lateral_A, cfg.thickness_A)
+    seed = mean3.meta["seed"]
+    configs = phonon_configurations(supercell, cfg, np.random.default_rng(seed), seed)
+    assert len(configs) == 3 and len({c.positions_A.tobytes() for c in configs}) == 3
+    positions = np.array(mean3.meta["scan_positions_A"])
+    patterns = []
+    for config in configs:
+        full, info = simulate_cbed(config, positions, energy_kv=cfg.energy_kv, semiangle_mrad=cfg.semiangle_mrad,
+                                   sampling_A=cfg.sampling_A, slice_thickness_A=cfg.slice_thickness_A,
+                                   aberrations=mean3.meta["aberrations"], return_info=True)
+        reduce, _ = pattern_rebinner(Grid(gpts=tuple(info["gpts"]), sampling=tuple(info["sampling_A"])),
+                                     cfg.band_limit, cfg.pattern_px)
+        patterns.append(reduce(np.fft.ifftshift(full, axes=(-2, -1))))
+    np.testing.assert_allclose(patterns[0], one.cbed, rtol=1e-5, atol=1e-8)   # configuration 0 = the snapshot
+    np.testing.assert_allclose(np.mean(patterns, axis=0), mean3.cbed, rtol=1e-5, atol=1e-8)
+    assert np.abs(mean3.cbed - one.cbed).max() > 1e-4
+    assert mean3.potential.shape == one.potential.shape and not np.array_equal(mean3.potential, one.potential)
+
+
+def test_phonon_configs_need_frozen_phonons_and_one_keeps_the_sample_ids():
+    with pytest.raises(ValidationError, match="phonon_configs=4.*frozen_phonon"):
+        SimulationConfig(phonon_configs=4)
+    with pytest.raises(ValidationError):
+        SimulationConfig(phonon_configs=0, variations={"frozen_phonon": True})
+    fp = {"frozen_phonon": True}
+    # the physics hash of configs written before phonon_configs existed (main at d6b7736)
+    assert SimulationConfig().physics_hash() == "e315230e6d1f69f045a2ea8b8eb3d65e1c437e713c9b7b784b372e2c924422c3"
+    assert SimulationConfig(variations=fp, phonon_configs=1).physics_hash() == \
+        "4795cca55e6903e0289a6fe8e01e5032f542eeb280ab97227fe1026c241bbef1"
+    assert SimulationConfig(variations=fp, phonon_configs=2).physics_hash() != \
+        SimulationConfig(variations=fp).physics_hash()
+
+
+def test_simulate_cbed_orients_a_structure_along_a_zone_axis():
+    import namsa
+    from namsa.structures import orient_supercell
+
+    structure = namsa.load_structure("Si-diamond")
+    physics = dict(energy_kv=200.0, semiangle_mrad=20.0, sampling_A=0.15)
+    positions = [[1.0, 1.5], [2.0, 2.5]]
+    ours, info = namsa.simulate_cbed(structure, positions, zone_axis=(1, 1, 0), lateral_A=8.0, thickness_A=6.0,
+                                     return_info=True, **physics)
+    supercell = orient_supercell(structure, (1, 1, 0), 8.0, 6.0)
+    np.testing.assert_array_equal(ours, namsa.simulate_cbed(supercell, positions, **physics))
+    assert info["cell_A"] == list(supercell.cell_A)
+    with pytest.raises(UserError, match=r"cannot simulate a Structure as it is: pass zone_axis=\(u, v, w\)") as err:
+        namsa.simulate_cbed(structure, positions, **physics)
+    assert "\n" not in str(err.value)
+    with pytest.raises(UserError, match="pass zone_axis"):
+        namsa.simulate_cbed(supercell, positions, thickness_A=6.0, **physics)
