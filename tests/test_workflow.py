@@ -215,13 +215,13 @@ def test_failed_simulation_task_is_retried_then_recorded_and_skipped(tmp_path):
     assert simulate_stage(micro(), run_dir).summary.written == 0
 
 
-def test_memoisation_never_overrides_the_stores(tmp_path):
+def test_the_stores_decide_what_is_done(tmp_path):
     import shutil
 
     run_dir = tmp_path / "run"
     assert simulate_stage(micro(), run_dir).summary.written == MICRO_IDS
     shutil.rmtree(run_dir / "data")
-    # Same tasks, same arguments, memo checkpoints on disk: the deleted samples are simulated again.
+    # Same tasks, same arguments: the deleted samples are simulated again (nothing is memoised).
     assert simulate_stage(micro(), run_dir).summary.written == MICRO_IDS
     assert len(stored(run_dir / "data")) == MICRO_IDS
 
