@@ -81,8 +81,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from . import runners
 
     report = runners.inspect(args.path, verify=args.verify)
+    report.require_readable()
     print(report.text())
-    return 0 if report.ok else EXIT_FAILED
+    if report.ok:
+        return 0
+    print(f"namsa: error: {report.problems()}", file=sys.stderr)
+    return EXIT_FAILED
 
 
 def cmd_train(args: argparse.Namespace) -> int:
