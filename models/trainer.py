@@ -196,6 +196,8 @@ class Trainer:
             self.device = self._pick_device()
             self._open_data(data_dirs)
             self._check_data_shapes()
+            if self.dev_total == 0:  # said after the checks, so bad data gets one line only
+                self.ctx.notice("no dev samples: no dev-set evaluation; the final weights are exported")
             self.identity = self._identity()
             self._claim_out_dir(resume)
             self._build_model()
@@ -323,8 +325,6 @@ class Trainer:
             raise TrainingError(f"the ranks' staged shards hold {[c[0] for c in counts]} training samples; the smallest "
                                 f"gives no full batch of {self.cfg.batch_size}: use fewer ranks, a smaller batch_size "
                                 "or more data")
-        if self.dev_total == 0:
-            self.ctx.notice("no dev samples: no dev-set evaluation; the final weights are exported")
 
     def _check_data_shapes(self) -> None:
         s, p, p2 = self.train_ds.cbed_shape

@@ -36,12 +36,15 @@ from . import runners
 from .apps import evaluate_app, simulate_app, train_app
 from .config import PipelineConfig, save_resolved
 from .errors import NotEnoughSamples, StageFailed
+from .memory import check_fits
 from .profiles import build_parsl_config, train_command, worker_slots
 
 #: lines of the training log quoted when training fails
 LOG_TAIL_LINES = 25
 #: what models.train writes into its output directory (the run directory), plus our summary
 TRAIN_RUN_FILE = "train_run.json"
+#: profiles whose simulation tasks all run on this machine
+LOCAL_PROFILES = ("local", "local-htex")
 TRAINING_OUTPUTS = (TRAIN_RUN_FILE, "checkpoints", "model", "metrics.csv", runners.TRAIN_SUMMARY)
 
 
@@ -81,7 +84,14 @@ class RunPaths:
 
     def create(self) -> None:
         for path in (self.root, self.data, self.eval, self.logs):
-            path.mkdir(parents=True, exist_ok=True)
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            except (FileExistsError, NotADirectoryError):
+                raise UserError(f"run directory {self.root}: {path} exists and is not a directory; choose "
+                                f"another --out") from None
+            except PermissionError:
+                raise UserError(f"run directory {self.root}: permission denied creating {path}; choose a "
+                                f"writable --out") from None
         link = self.root / "data"
         if self.data != link and not link.exists():
             link.symlink_to(self.data, target_is_directory=True)
@@ -327,6 +337,8 @@ class Pipeline:
         started = time.time()
         self.summary.stages_run.append("simulate")
         n_tasks = min(len(missing), worker_slots(self.cfg.execution))
+        if self.cfg.execution.profile in LOCAL_PROFILES:  # the tasks share this machine's memory
+            check_fits(self.cfg.simulation, parallel=n_tasks)
         chunks = [missing[i::n_tasks] for i in range(n_tasks)]
         stores = self._free_store_names(n_tasks)
         self.dfk()
@@ -413,10 +425,12 @@ class Pipeline:
         fraction = self.summary.available / expected if expected else 0.0
         needed = self.cfg.execution.min_success_fraction
         if self.summary.available == 0 or fraction < needed:
+            first = self.summary.failures[0] if self.summary.failures else ("-", "none recorded")
             raise NotEnoughSamples(
                 f"only {self.summary.available} of about {expected:.0f} planned samples exist "
-                f"({fraction:.0%} < execution.min_success_fraction {needed:.0%}); see "
-                f"{self.paths.logs / 'simulate-failures.json'} for why, fix the structures or lower the fraction")
+                f"({fraction:.0%} < execution.min_success_fraction {needed:.0%}; the first failure: "
+                f"{first[0]}: {first[1]}); see {self.paths.logs / 'simulate-failures.json'} for all, "
+                f"fix the structures or lower the fraction")
 
     def _done(self, summary_path: Path, sections: tuple[str, ...], **expect: Any) -> dict[str, Any] | None:
         """The stage's summary if it was made from the current data and config, else None."""
