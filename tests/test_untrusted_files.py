@@ -55,10 +55,20 @@ def test_no_profile_reads_or_writes_memo_checkpoints(profile, tmp_path):
     assert memoizer.checkpoint_files == [] and memoizer.checkpoint_mode is None and not memoizer.memoize
 
 
+def plant_truncated_memo(run_dir: Path) -> Path:
+    """A memo file cut short by a kill during its write (it broke every later `namsa run`)."""
+    tasks = run_dir / "runinfo" / "001" / "checkpoint" / "tasks.pkl"
+    tasks.parent.mkdir(parents=True)
+    tasks.write_bytes(pickle.dumps({"hash": "x" * 64, "result": list(range(100))})[:40])
+    return tasks
+
+
 def test_parsl_start_does_not_unpickle_a_planted_memo_file(tmp_path):
-    """parsl.load with our profile on a run directory holding a payload: nothing runs."""
+    """parsl.load with our profile on a run directory holding a payload and a truncated memo
+    file: nothing runs, nothing fails."""
     run_dir, marker = tmp_path / "run", tmp_path / "pwned"
     plant_memo_payload(run_dir, marker)
+    plant_truncated_memo(run_dir)
     code = ("import sys, parsl\n"
             "from pathlib import Path\n"
             "from workflow.config import ExecutionConfig\n"
@@ -76,9 +86,7 @@ def test_namsa_run_on_a_run_directory_with_a_planted_or_truncated_memo_file(tmp_
     (a kill during its write): the run completes, nothing is executed, no memo file is written."""
     run_dir, marker = tmp_path / "run", tmp_path / "pwned"
     planted = plant_memo_payload(run_dir, marker)
-    truncated = run_dir / "runinfo" / "001" / "checkpoint" / "tasks.pkl"
-    truncated.parent.mkdir(parents=True)
-    truncated.write_bytes(pickle.dumps({"hash": "x" * 64, "result": list(range(100))})[:40])
+    truncated = plant_truncated_memo(run_dir)
     done = subprocess.run([sys.executable, "-m", "workflow.cli", "run", str(MICRO), "--out", str(run_dir),
                            "--no-progress"], capture_output=True, text=True, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stderr
