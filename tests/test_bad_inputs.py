@@ -162,6 +162,8 @@ CASES: list[Case] = [
     Case("inspect-verify-corrupt", ("inspect", "--verify", "{corrupt}"), "1 corrupt record(s)", "found"),
     Case("stage-source-missing", ("stage", "{tmp}/nothing", "{tmp}/s", "--no-progress"), "does not exist"),
     Case("stage-into-its-source", ("stage", "{data}", "{data}/inside", "--no-progress"), "lies inside the source"),
+    Case("stage-corrupt-source", ("stage", "{corrupt}", "{tmp}/s", "--no-progress"),
+         "1 record(s) corrupt in the source (not copied)", "found"),
     Case("stage-truncated", ("stage", "{truncated}", "{tmp}/s", "--no-progress"), "data.mdb is truncated"),
     Case("stage-destination-is-a-file", ("stage", "{data}", "{file}", "--no-progress"), "{file}"),
     Case("train-data-missing", ("train", MICRO, "--data", "{tmp}/nothing", "--out", "{tmp}/t", "--no-progress"),

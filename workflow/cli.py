@@ -88,7 +88,12 @@ def cmd_stage(args: argparse.Namespace) -> int:
     report = runners.stage_data(args.src, args.dst, threads=args.threads, rank=args.rank,
                                 world_size=args.world_size, verify=args.verify, progress=args.progress)
     print(report.text())
-    return 0 if report.ok else EXIT_FAILED
+    if report.ok:
+        return 0
+    print(f"namsa: error: staging {args.src} -> {args.dst}: {len(report.corrupt)} record(s) corrupt in the source "
+          f"(not copied), {len(report.failed_verify)} failed verification in the destination; see the report "
+          f"above, then re-simulate or re-stage those samples", file=sys.stderr)
+    return EXIT_FAILED
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
