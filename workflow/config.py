@@ -164,7 +164,6 @@ class PipelineConfig(_Section):
             raise ValueError(f"name {value!r} must be a plain directory name (it names runs/<name>/)")
         return value
 
-
     @field_validator("simulation")
     @classmethod
     def _materials_are_ids(cls, value: SimulationConfig) -> SimulationConfig:
