@@ -140,7 +140,8 @@ CASES: list[Case] = [
     Case("materials-all-unknown", sim("simulation.materials=[Unobtainium]"),
          "no sample was simulated: all 1 planned samples or materials failed (the first: Unobtainium: unknown"),
     Case("materials-all-unknown-run", sim("simulation.materials=[Unobtainium]", command="run"),
-         "the first failure: Unobtainium: unknown"),
+         "the first failure: Unobtainium: unknown structure id 'Unobtainium'; namsa.library.list_ids() lists "
+         "the built-in ids; for anything else put CIF files in a folder and set simulation.cif_dir to it"),
     Case("zone-axis-zero", sim("simulation.zone_axes=[[0,0,0]]"), "no sample was simulated"),
     Case("zone-axis-zero-run", sim("simulation.zone_axes=[[0,0,0]]", command="run"), "only 0 of about"),
     Case("zone-axis-two-numbers", sim("simulation.zone_axes=[[1,1]]"), "simulation.zone_axes"),

@@ -167,7 +167,8 @@ def test_not_enough_samples_stops_before_training(tmp_path):
     cfg = micro("simulation.materials=[Si-diamond, no-such-material]", "simulation.zone_axes=[[0, 0, 1]]",
                 "execution.min_success_fraction=0.9")
     with pytest.raises(NotEnoughSamples, match=r"only 1 of about 2 planned samples exist \(50% < "
-                                               r"execution.min_success_fraction 90%\)"):
+                                               r"execution.min_success_fraction 90%; the first failure: no-such-material: "
+                                               r"unknown structure id"):
         run_pipeline(cfg, tmp_path / "run", progress=False)
     assert not (tmp_path / "run" / "train_run.json").exists()
 
