@@ -151,6 +151,10 @@ CASES: list[Case] = [
          "holds no .cif file"),
     Case("cif-dir-all-bad", sim("simulation.materials=[]", "simulation.cif_dir={bad_cifs}"),
          "no sample was simulated: all 2 planned"),
+    Case("memory-budget-above-machine", sim("simulation.memory_budget_gb=100000"),
+         "simulation.memory_budget_gb=100000 for each of 1 sample(s) at once is more than this machine's"),
+    Case("memory-budget-above-machine-run", sim("simulation.memory_budget_gb=100000", command="run"),
+         "simulation.memory_budget_gb=100000 for each of 2 sample(s) at once"),
     Case("memory-budget-too-small", sim("simulation.memory_budget_gb=0.000001"),
          "no sample was simulated"),
     # -- stores ---------------------------------------------------------------------------------

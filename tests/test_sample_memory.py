@@ -36,7 +36,15 @@ def test_an_absurd_scan_is_refused_with_a_scan_that_fits():
 
 
 def test_check_fits_names_how_many_samples_fit_at_once():
-    cfg = SimulationConfig()
-    check_fits(cfg)  # the quickstart's sample fits any machine that runs these tests
+    check_fits(SimulationConfig())  # the quickstart's sample fits any machine that runs these tests
+    cfg = SimulationConfig(memory_budget_gb=1e-6)  # a million budgets still fit: the samples do not
     with pytest.raises(MemoryBudgetError, match=r"1000000 sample\(s\) at once .* run at most \d+ at once"):
         check_fits(cfg, parallel=1_000_000)
+
+
+def test_a_memory_budget_beyond_the_machine_is_refused_with_what_fits():
+    total, _ = machine_memory()
+    budget = 2 * total / GB
+    with pytest.raises(MemoryBudgetError, match=r"more than this machine's .* set it to at most"):
+        check_fits(SimulationConfig(memory_budget_gb=budget))
+    check_fits(SimulationConfig(memory_budget_gb=0.4 * total / GB), parallel=2)

@@ -87,13 +87,18 @@ def cbed_problem(cfg: SimulationConfig, total_bytes: float) -> str | None:
 
 def check_fits(cfg: SimulationConfig, parallel: int = 1) -> None:
     """Raise a one-line `MemoryBudgetError` unless ``parallel`` samples of ``cfg`` at once fit the
-    memory this machine has available."""
+    memory this machine has available, and their ``memory_budget_gb`` (on the CPU) fits the machine."""
     from namsa.multislice import MemoryBudgetError
 
     total, available = machine_memory()
     problem = cbed_problem(cfg, total)
     if problem:
         raise MemoryBudgetError(f"simulation: {problem}")
+    if cfg.device == "cpu" and parallel * cfg.memory_budget_gb * GB > total:
+        # namsa plans its batches against the budget: one the machine cannot hold ends in an OOM kill
+        raise MemoryBudgetError(f"simulation.memory_budget_gb={cfg.memory_budget_gb:g} for each of {parallel} "
+                                f"sample(s) at once is more than this machine's {total / GB:.3g} GB; set it to at "
+                                f"most {math.floor(total / GB / parallel * 10) / 10:g}")
     need = sample_memory(cfg, cfg.workers or 1)
     if parallel * need.total <= available:
         return
