@@ -78,7 +78,7 @@ def cbed_problem(cfg: SimulationConfig, total_bytes: float) -> str | None:
     need = cbed_bytes(cfg)
     if need <= total_bytes:
         return None
-    side = largest_square_scan(cfg, total_bytes / 2)
+    side = largest_square_scan(cfg, total_bytes / 2)  # advise a stack that leaves half the machine free
     return (f"one sample's CBED stack ({cfg.scan_shape[0]}x{cfg.scan_shape[1]} patterns of "
             f"{cfg.pattern_px}x{cfg.pattern_px} float32, held twice) needs {need / GB:.3g} GB but this machine has "
             f"{total_bytes / GB:.3g} GB in all; use a scan of at most {side}x{side} at this pattern_px "
