@@ -23,6 +23,7 @@ import os
 import random
 import shutil
 import struct
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -288,6 +289,17 @@ def load_latest(root: Path, warn: Callable[[str], None] | None = None
             older = candidates[-2 - i].name if i + 1 < len(candidates) else "a fresh start"
             warn(f"{exc}; falling back to {older}")
     return None
+
+
+def set_aside(root: Path, damaged: list[Path]) -> Path:
+    """Move ``damaged`` checkpoints into ``root/damaged-<time>/`` (kept for a post-mortem, out of
+    the way of the steps a resumed run writes again); return that directory."""
+    aside = Path(root) / f"damaged-{time.strftime('%Y%m%dT%H%M%S')}"
+    aside.mkdir(parents=True, exist_ok=True)
+    for path in damaged:
+        os.replace(path, aside / path.name)
+    _fsync_dir(Path(root))
+    return aside
 
 
 def prune_checkpoints(root: Path, keep_last: int, keep: set[str] = frozenset()) -> list[Path]:

@@ -196,6 +196,8 @@ class Trainer:
             self.device = self._pick_device()
             self._open_data(data_dirs)
             self._check_data_shapes()
+            if self.dev_total == 0:  # said after the checks, so bad data gets one line only
+                self.ctx.notice("no dev samples: no dev-set evaluation; the final weights are exported")
             self.identity = self._identity()
             self._claim_out_dir(resume)
             self._build_model()
@@ -323,8 +325,6 @@ class Trainer:
             raise TrainingError(f"the ranks' staged shards hold {[c[0] for c in counts]} training samples; the smallest "
                                 f"gives no full batch of {self.cfg.batch_size}: use fewer ranks, a smaller batch_size "
                                 "or more data")
-        if self.dev_total == 0:
-            self.ctx.notice("no dev samples: no dev-set evaluation; the final weights are exported")
 
     def _check_data_shapes(self) -> None:
         s, p, p2 = self.train_ds.cbed_shape
@@ -366,7 +366,7 @@ class Trainer:
     def _restore(self) -> None:
         loaded = ckpt.load_latest(self.ckpt_dir, warn=self.ctx.notice)
         if loaded is None:
-            self.ctx.notice(f"--resume: no checkpoint in {self.ckpt_dir}; starting from step 0")
+            self._start_clean()
             return
         path, model_state, opt_state, state = loaded
         if state.get("architecture") != self.arch.to_dict() or state.get("targets") != list(self.model_cfg.targets):
@@ -386,12 +386,26 @@ class Trainer:
             self.ctx.notice(f"checkpoint {path.name} has RNG states of {len(rngs)} ranks, this job has "
                             f"{self.ctx.world_size}: the dropout streams restart (not an exact continuation)")
         self.ctx.notice(f"resumed from {path.name} (step {self.pos.step}, epoch {self.pos.epoch})")
-        if self.ctx.is_main:  # newer (corrupt) checkpoints would shadow the ones this run rewrites
-            for newer in ckpt.list_checkpoints(self.ckpt_dir):
-                if newer.name > path.name:
-                    shutil.rmtree(newer, ignore_errors=True)
-        self.ctx.barrier()
+        self._set_aside([p for p in ckpt.list_checkpoints(self.ckpt_dir) if p.name > path.name])
         self._truncate_metrics(self.pos.step)
+
+    def _start_clean(self) -> None:
+        """--resume with no usable checkpoint: step 0, with every damaged one moved aside (they
+        would shadow the steps this run writes again, and be picked as the newest on export)."""
+        damaged = ckpt.list_checkpoints(self.ckpt_dir)
+        aside = self._set_aside(damaged)
+        why = f"all {len(damaged)} checkpoints were damaged (moved to {aside})" if damaged else "no checkpoint"
+        self.ctx.notice(f"--resume: {why} in {self.ckpt_dir}; starting from step 0")
+        self._truncate_metrics(0)
+
+    def _set_aside(self, damaged: list[Path]) -> Path | None:
+        """Rank 0 moves ``damaged`` checkpoints out of the way (newer than the one resumed from, or
+        all of them); returns where they went."""
+        aside = None
+        if damaged and self.ctx.is_main:
+            aside = ckpt.set_aside(self.ckpt_dir, damaged)
+        self.ctx.barrier()
+        return aside
 
     # ------------------------------------------------------------------ the loop
 

@@ -62,7 +62,10 @@ if [ -z "$(wheel)" ]; then
   echo "horovod: building $HVD_VERSION wheel into $CACHE (several minutes; log: $LOG)"
   WORK=$(mktemp -d)
   trap 'rm -rf "$WORK"' EXIT
-  {
+  STARTED=$SECONDS
+  # The steps run in a subshell so that `set -e` stops the build at the first failing step but
+  # not this script: the failure marker and status below are always written.
+  (
     set -e
     command -v cmake >/dev/null || "$PY" -m pip install -q cmake
     "$PY" -m pip install -q wheel packaging cloudpickle psutil pyyaml
@@ -75,12 +78,14 @@ if [ -z "$(wheel)" ]; then
     HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
     HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_GPU=1 \
       "$PY" -m pip wheel -v --no-build-isolation --no-deps -w "$CACHE" "$SRC"
-  } > "$LOG" 2>&1
+  ) > "$LOG" 2>&1
   rc=$?
   if [ $rc -ne 0 ] || [ -z "$(wheel)" ]; then
-    echo "build exited $rc; see $LOG: $(grep -m1 -iE 'error' "$LOG" | cut -c1-200)" > "$FAIL_MARKER"
+    echo "build exited $rc after $((SECONDS - STARTED)) s; see $LOG: $(grep -m1 -iE 'error' "$LOG" | cut -c1-200)" \
+      > "$FAIL_MARKER"
     fail "wheel build failed: $(head -n1 "$FAIL_MARKER")"
   fi
+  echo "horovod: built $(basename "$(wheel)") in $((SECONDS - STARTED)) s" | tee -a "$LOG"
 fi
 
 "$PY" -m pip install -q "$(wheel)" || fail "installing $(wheel) failed"

@@ -9,7 +9,7 @@ from typing import Any
 
 from .config import DataConfig
 from .errors import (CorruptRecordError, EmptyStoreError, NotAStoreError, SchemaError, StoreError,
-                     StoreFullError, StoreLockedError, StoreNotFoundError)
+                     StoreFullError, StoreLockedError, StoreNotFoundError, TruncatedStoreError)
 from .normalize import Normalizer
 from .splits import split_of
 from .store import SCHEMA_VERSION, StoreReader, StoreSet, StoreWriter, find_stores, open_store, open_stores
@@ -29,4 +29,5 @@ def __getattr__(name: str) -> Any:
 __all__ = ["DataConfig", "StoreWriter", "StoreReader", "StoreSet", "open_store", "open_stores", "find_stores",
            "split_of", "Normalizer", "SampleDataset", "make_loader", "stage_store", "stage_rank_shard", "inspect_store",
            "SCHEMA_VERSION", "StoreError", "NotAStoreError", "StoreNotFoundError", "SchemaError",
-           "EmptyStoreError", "StoreLockedError", "StoreFullError", "CorruptRecordError"]
+           "EmptyStoreError", "StoreLockedError", "StoreFullError", "CorruptRecordError",
+           "TruncatedStoreError"]

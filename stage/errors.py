@@ -16,6 +16,10 @@ class StoreNotFoundError(StoreError):
     """The path does not exist."""
 
 
+class TruncatedStoreError(StoreError):
+    """data.mdb is shorter than its LMDB header says (a half-copied store); mapping it would SIGBUS."""
+
+
 class SchemaError(StoreError):
     """The manifest and the records disagree, or the store was written by a newer schema."""
 

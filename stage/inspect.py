@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import StoreError, StoreNotFoundError
+from .errors import NotAStoreError, StoreError, StoreNotFoundError
 from .store import DATA_NAME, StoreReader, find_stores
 
 
@@ -49,6 +49,27 @@ class InspectReport:
     @property
     def corrupt(self) -> list[str]:
         return [f"{s.path}:{k}" for s in self.stores for k in s.corrupt]
+
+    def require_readable(self) -> None:
+        """Raise a one-line `StoreError` when nothing here could be read: no store at all, or
+        every store failed to open (the report would hold nothing of what was asked)."""
+        if not self.stores:
+            raise NotAStoreError(f"{self.root} holds no store (no {DATA_NAME} in it or below it); point at a "
+                                 f"store or a data directory written by namsa simulate")
+        errors = [s.error for s in self.stores if s.error]
+        if len(errors) == len(self.stores):
+            raise StoreError(errors[0] if len(errors) == 1 else
+                             f"none of the {len(errors)} stores under {self.root} can be read; the first: {errors[0]}")
+
+    def problems(self) -> str:
+        """One line naming what is wrong ('' when `ok`)."""
+        bad = [s for s in self.stores if not s.ok]
+        if not bad:
+            return ""
+        corrupt = sum(len(s.corrupt) for s in bad)
+        detail = f"{corrupt} corrupt record(s); " if corrupt else ""
+        return (f"problems in {len(bad)} of {len(self.stores)} store(s) under {self.root} ({detail}the first: "
+                f"{bad[0].path}); see the report above for each")
 
     def text(self) -> str:
         lines = [f"{len(self.stores)} store(s) under {self.root}"]

@@ -42,7 +42,8 @@ from namsa.sample import Sample
 from . import codec
 from .config import DataConfig
 from .errors import (CorruptRecordError, EmptyStoreError, NotAStoreError, SchemaError, StoreError,
-                     StoreFullError, StoreLockedError, StoreNotFoundError)
+                     StoreFullError, StoreLockedError, StoreNotFoundError, TruncatedStoreError)
+from .lmdbfile import truncation
 from .normalize import intensity_scale, merge_statistics, sample_statistics
 from .splits import SPLITS, split_of
 
@@ -237,7 +238,16 @@ def _acquire_env(path: Path, *, write: bool, map_size: int = 0, readahead: bool 
     return entry
 
 
+def _check_complete(path: Path) -> None:
+    """Refuse a store whose data.mdb is cut short before LMDB maps it (it would die of SIGBUS)."""
+    short = truncation(path / DATA_NAME)
+    if short:
+        raise TruncatedStoreError(f"store {path}: {short}, so it is an incomplete copy; copy the store again "
+                                  f"from its source (namsa stage SRC DST), or delete it and run namsa simulate again")
+
+
 def _open_writable_env(path: Path, map_size: int) -> lmdb.Environment:
+    _check_complete(path)
     try:
         return lmdb.open(str(path), map_size=map_size, max_dbs=len(_DBS), subdir=True,
                          readahead=False, meminit=False, max_spare_txns=1)
@@ -587,6 +597,7 @@ def _open_readonly_env(path: Path, readahead: bool = False) -> lmdb.Environment:
     """Lock-free when no writer is open (no reader table to update: cheapest, and works on
     read-only copies); with a writer open, LMDB's reader table (``lock=True``) so the writer never
     reuses pages of the snapshot this reader is reading (lock-free readers would read them torn)."""
+    _check_complete(path)
     writer = writer_active(path)
     try:
         return lmdb.open(str(path), readonly=True, lock=writer is not None, readahead=readahead,

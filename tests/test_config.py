@@ -85,7 +85,7 @@ def test_wrong_type_names_the_key(tmp_path):
 
 def test_wrong_type_from_override_names_the_key(tmp_path):
     with pytest.raises(ConfigError, match=r"execution.min_success_fraction: Input should be less than or equal to 1"):
-        load_config(write(tmp_path, ""), ["execution.min_success_fraction=2"])
+        load_config(write(tmp_path, "name: x\n"), ["execution.min_success_fraction=2"])
 
 
 def test_unknown_profile_lists_the_profiles(tmp_path):
@@ -132,9 +132,9 @@ def test_section_errors_name_the_dotted_key(tmp_path):
     with pytest.raises(ConfigError, match=r"^cfg.yaml: simulation.energy_kv: Input should be a valid number"):
         load_config(write(tmp_path, "simulation:\n  energy_kv: fast\n"))
     with pytest.raises(ConfigError, match=r"^cfg.yaml: evaluation.split: Input should be 'train', 'dev' or 'test'"):
-        load_config(write(tmp_path, ""), ["evaluation.split=validation"])
+        load_config(write(tmp_path, "name: x\n"), ["evaluation.split=validation"])
     with pytest.raises(ConfigError, match=r"^cfg.yaml: simulation.aberrations.C5_mm: unknown key; allowed keys here: C1_A, C3_mm"):
-        load_config(write(tmp_path, ""), ["simulation.aberrations.C5_mm=1"])
+        load_config(write(tmp_path, "name: x\n"), ["simulation.aberrations.C5_mm=1"])
 
 
 def test_model_must_fit_the_simulated_data(tmp_path):
@@ -142,4 +142,4 @@ def test_model_must_fit_the_simulated_data(tmp_path):
                                           r"4x4 gives 16 patterns per sample; set model.in_channels=16"):
         load_config(write(tmp_path, "simulation:\n  scan_shape: [4, 4]\n"))
     with pytest.raises(ConfigError, match=r"simulation.pattern_px=20 must be a multiple of 8"):
-        load_config(write(tmp_path, ""), ["simulation.pattern_px=20", "simulation.target_px=20"])
+        load_config(write(tmp_path, "name: x\n"), ["simulation.pattern_px=20", "simulation.target_px=20"])

@@ -55,7 +55,7 @@ def test_profile_common_settings(profile, tmp_path, fake_scheduler):
     cfg = build_parsl_config(ExecutionConfig(profile=profile, retries=3), tmp_path)
     assert [e.label for e in cfg.executors] == [WORKERS, TRAIN]
     assert cfg.exit_mode == "wait" and cfg.usage_tracking == 0 and cfg.retries == 3
-    assert cfg.memoizer.checkpoint_mode == "task_exit"
+    assert cfg.memoizer.checkpoint_files == [] and cfg.memoizer.checkpoint_mode is None  # no pickles
     # Only simulation tasks are retried; a training failure is reported at once.
     assert cfg.retry_handler(RuntimeError(), {"func_name": "simulate_app"}) == 1.0
     assert cfg.retry_handler(RuntimeError(), {"func_name": "train_app"}) > cfg.retries

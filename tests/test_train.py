@@ -133,6 +133,23 @@ def test_corrupt_checkpoint_falls_back_to_the_previous_one(base_run, tmp_path, t
     assert (out / "checkpoints" / "step-00000008" / "model.safetensors").stat().st_size > weights.stat().st_size // 2
 
 
+def test_resume_with_every_checkpoint_damaged_starts_clean(base_run, tmp_path, tiny_data_dir, capsys):
+    """No usable checkpoint: step 0, the damaged ones moved aside (not read again, not deleted)."""
+    out = _copy_run(base_run, tmp_path)
+    damaged = sorted(p.name for p in (out / "checkpoints").glob("step-*"))
+    for name in damaged:
+        weights = out / "checkpoints" / name / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:100])
+    result = _train(out, tiny_data_dir, resume=True, **BASE)
+    err = capsys.readouterr().err
+    assert f"all {len(damaged)} checkpoints were damaged" in err and "starting from step 0" in err
+    aside = list((out / "checkpoints").glob("damaged-*"))
+    assert len(aside) == 1 and sorted(p.name for p in aside[0].iterdir()) == damaged
+    assert result.steps == BASE_STEPS
+    assert [int(r["step"]) for r in read_metrics(result.metrics_csv)] == list(range(1, BASE_STEPS + 1))
+    models.load_reconstructor(result.model_dir)  # the exported model is one of the new checkpoints
+
+
 def test_pickled_checkpoint_is_refused_on_resume(base_run, tmp_path, tiny_data_dir):
     out = _copy_run(base_run, tmp_path)
     torch.save({"evil": torch.zeros(1)}, out / "checkpoints" / "step-00000008" / "optimizer.safetensors")

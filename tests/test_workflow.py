@@ -167,7 +167,8 @@ def test_not_enough_samples_stops_before_training(tmp_path):
     cfg = micro("simulation.materials=[Si-diamond, no-such-material]", "simulation.zone_axes=[[0, 0, 1]]",
                 "execution.min_success_fraction=0.9")
     with pytest.raises(NotEnoughSamples, match=r"only 1 of about 2 planned samples exist \(50% < "
-                                               r"execution.min_success_fraction 90%\)"):
+                                               r"execution.min_success_fraction 90%; the first failure: no-such-material: "
+                                               r"unknown structure id"):
         run_pipeline(cfg, tmp_path / "run", progress=False)
     assert not (tmp_path / "run" / "train_run.json").exists()
 
@@ -215,13 +216,13 @@ def test_failed_simulation_task_is_retried_then_recorded_and_skipped(tmp_path):
     assert simulate_stage(micro(), run_dir).summary.written == 0
 
 
-def test_memoisation_never_overrides_the_stores(tmp_path):
+def test_the_stores_decide_what_is_done(tmp_path):
     import shutil
 
     run_dir = tmp_path / "run"
     assert simulate_stage(micro(), run_dir).summary.written == MICRO_IDS
     shutil.rmtree(run_dir / "data")
-    # Same tasks, same arguments, memo checkpoints on disk: the deleted samples are simulated again.
+    # Same tasks, same arguments: the deleted samples are simulated again (nothing is memoised).
     assert simulate_stage(micro(), run_dir).summary.written == MICRO_IDS
     assert len(stored(run_dir / "data")) == MICRO_IDS
 

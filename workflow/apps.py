@@ -2,9 +2,9 @@
 
 A worker unpickles an app by importing the module that defines it, so this module imports only
 Parsl: the simulation app then runs without importing torch (workflow.config pulls in the models
-room). Arguments are plain JSON-able values because Parsl's memo key rejects Path/File objects;
-``output_state`` (see workflow.dag.output_state) only feeds the memo key. Each app records
-``entered_at`` as its first statement, so the driver can measure Parsl's own latency.
+room). Arguments are plain JSON-able values. No app is memoised (see workflow.profiles.no_memoizer):
+the stores and the stage summaries decide what is done. Each app records ``entered_at`` as its
+first statement, so the driver can measure Parsl's own latency.
 """
 from __future__ import annotations
 
@@ -18,11 +18,9 @@ WORKERS = "workers"
 TRAIN = "train"
 
 
-
-
-@python_app(executors=[WORKERS], cache=True)
+@python_app(executors=[WORKERS])
 def simulate_app(simulation: dict, data: dict, store_dir: str, spec_keys: list, sources: dict,
-                 progress_path: str, output_state: str) -> dict:
+                 progress_path: str) -> dict:
     """One simulation chunk -> one store; only the simulation and data sections travel."""
     entered_at = time.time()
     from namsa import SimulationConfig
@@ -35,16 +33,16 @@ def simulate_app(simulation: dict, data: dict, store_dir: str, spec_keys: list, 
     return {**summary.to_dict(), "entered_at": entered_at}
 
 
-@bash_app(executors=[TRAIN], cache=True)
-def train_app(command: str, output_state: str, stdout: str | None = None, stderr: str | None = None,
+@bash_app(executors=[TRAIN])
+def train_app(command: str, stdout: str | None = None, stderr: str | None = None,
               parsl_resource_specification: dict | None = None) -> str:
     """The training job: `namsa train` under the profile's launcher (see profiles.train_command)."""
     return command
 
 
-@python_app(executors=[WORKERS], cache=True)
+@python_app(executors=[WORKERS])
 def evaluate_app(cfg_dict: dict, data_dirs: list, model_dir: str, out_dir: str, metrics_csv: str | None,
-                 output_state: str, inputs: Sequence[Any] = ()) -> dict:
+                 inputs: Sequence[Any] = ()) -> dict:
     """Evaluation of the trained model; ``inputs`` carries the training future it waits for."""
     entered_at = time.time()
     from workflow import runners

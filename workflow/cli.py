@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 
 from namsa.errors import UserError
 
-from .errors import StageFailed
+from .errors import NothingSimulated, StageFailed
 
 #: exit status for bad input (like argparse), for a failed stage, and for Ctrl-C (128 + SIGINT)
 EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED = 2, 1, 130
@@ -65,7 +65,21 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     print(summary.line())
     for who, why in summary.failed:
         print(f"  failed: {who}: {why}")
+    _say_failures(summary.failed, produced=summary.written + summary.skipped,
+                  listed_in=Path(args.out) / f"simulate-{args.worker:03d}.json")
     return 0
+
+
+def _say_failures(failed: Sequence[tuple[str, str]], produced: int, listed_in: Path) -> None:
+    """Nothing produced: a one-line error (exit 2). Some failed: exit 0, but one line on stderr says so."""
+    if not failed:
+        return
+    first = f"{failed[0][0]}: {failed[0][1]}"
+    if produced == 0:
+        raise NothingSimulated(f"no sample was simulated: all {len(failed)} planned samples or materials failed "
+                               f"(the first: {first}); the full list is in {listed_in}")
+    print(f"namsa: warning: {len(failed)} samples or materials failed and were skipped (the first: {first}); "
+          f"the full list is in {listed_in}", file=sys.stderr)
 
 
 def cmd_stage(args: argparse.Namespace) -> int:
@@ -74,15 +88,24 @@ def cmd_stage(args: argparse.Namespace) -> int:
     report = runners.stage_data(args.src, args.dst, threads=args.threads, rank=args.rank,
                                 world_size=args.world_size, verify=args.verify, progress=args.progress)
     print(report.text())
-    return 0 if report.ok else EXIT_FAILED
+    if report.ok:
+        return 0
+    print(f"namsa: error: staging {args.src} -> {args.dst}: {len(report.corrupt)} record(s) corrupt in the source "
+          f"(not copied), {len(report.failed_verify)} failed verification in the destination; see the report "
+          f"above, then re-simulate or re-stage those samples", file=sys.stderr)
+    return EXIT_FAILED
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from . import runners
 
     report = runners.inspect(args.path, verify=args.verify)
+    report.require_readable()
     print(report.text())
-    return 0 if report.ok else EXIT_FAILED
+    if report.ok:
+        return 0
+    print(f"namsa: error: {report.problems()}", file=sys.stderr)
+    return EXIT_FAILED
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -112,6 +135,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = _load(args)
     summary = run_pipeline(cfg, args.out, progress=args.progress, retry_failed=args.retry_failed)
     print(summary.text())
+    _say_failures(summary.failures, produced=summary.available,
+                  listed_in=Path(summary.run_dir) / "logs" / "simulate-failures.json")
     return 0
 
 
@@ -138,8 +163,17 @@ def _fractions(text: str) -> list[float]:
 # the parser
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the house error format: one line on stderr, exit status 2 (no usage block)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        command = self.prog.removeprefix("namsa").strip()
+        self.exit(EXIT_BAD_INPUT, f"namsa: error: {command + ': ' if command else ''}{message}; "
+                                  f"see {self.prog} --help\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="namsa", description="Multislice 4D-STEM simulation -> LMDB stores -> FC-DenseNet "
         "reconstructor -> evaluation, as single stages or as one Parsl workflow.",
         epilog="Start with: namsa run configs/quickstart.yaml --out runs/quickstart")

@@ -8,6 +8,7 @@ profiles are `ConfigError`s: one line naming the dotted key, e.g.
 """
 from __future__ import annotations
 
+import os
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +22,8 @@ from models.evaluation import EvaluationConfig
 from namsa.config import SimulationConfig
 from namsa.errors import UserError
 from stage import DataConfig
+
+from .memory import cbed_problem, machine_memory
 
 #: names of the execution profiles; `workflow.profiles.FACTORIES` maps each to a Parsl Config factory.
 PROFILE_NAMES: tuple[str, ...] = ("local", "local-htex", "slurm", "pbs")
@@ -161,10 +164,26 @@ class PipelineConfig(_Section):
             raise ValueError(f"name {value!r} must be a plain directory name (it names runs/<name>/)")
         return value
 
+    @field_validator("simulation")
+    @classmethod
+    def _materials_are_ids(cls, value: SimulationConfig) -> SimulationConfig:
+        """simulation.materials names library ids; a CIF path there gets the advice that works."""
+        if value.materials == "library":
+            return value
+        paths = [m for m in value.materials if m.lower().endswith(".cif") or "/" in m or os.sep in m]
+        if paths:
+            raise ValueError(f"materials entry {paths[0]!r} is a file path, but materials lists built-in "
+                             f"structure ids (namsa.library.list_ids()); put your CIF files in one directory "
+                             f"and set simulation.cif_dir to it (materials: [] simulates only those)")
+        return value
 
     @model_validator(mode="after")
     def _sections_agree(self) -> "PipelineConfig":
         """The network must fit the simulated data: caught here, not an hour into a run."""
+        # An absurd scan must be refused before the advice below would match the model to it.
+        too_big = cbed_problem(self.simulation, machine_memory()[0])
+        if too_big:
+            raise ValueError(f"simulation.scan_shape: {too_big}")
         arch = self.model.architecture()
         sim = self.simulation
         problem = arch.data_mismatch(sim.scan_shape[0] * sim.scan_shape[1], sim.pattern_px, sim.target_px)
@@ -227,11 +246,18 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found; pass a YAML file such as configs/quickstart.yaml")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({_first_line(exc)})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a text file (byte {exc.start} is not UTF-8); pass a YAML config "
+                          f"such as configs/quickstart.yaml") from None
+    except PermissionError:
+        raise ConfigError(f"{path}: permission denied reading the config; fix its permissions") from None
     if data is None:
-        return {}
+        # An empty file would silently run every default (the full-size library data set).
+        raise ConfigError(f"{path}: the config is empty; start from a copy of configs/quickstart.yaml, "
+                          f"or leave CONFIG out to run the embedded quickstart")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections, got a {type(data).__name__}")
     return data

@@ -8,23 +8,21 @@ Run directory (default ``runs/<name>/``)::
                            train-summary.json marks a finished training
     eval/                  metrics.json, figures, report.html (eval-summary.json marks it done)
     logs/                  progress files, simulate-failures.json, train.log, run.log
-    runinfo/               Parsl's run_dir (its logs and memoisation checkpoints)
+    runinfo/               Parsl's run_dir (its logs; no memo checkpoints are written or read)
     summary.json           what the last run did, with paths and timings
 
 Resume: the stores' contents (LMDB records, reconciled with their manifests) decide which samples
 exist; train-summary.json / eval-summary.json record the data fingerprint and config they were made
-from. Parsl's memoisation (task_exit checkpoints) is only an accelerator: every app is given the
-current state of its output, so a memoised result is never reused for an output that has changed.
+from. Parsl memoises nothing (its checkpoints are pickles, unsafe in a run directory that came
+from elsewhere; see workflow.profiles.no_memoizer).
 """
 from __future__ import annotations
 
 import concurrent.futures
-import hashlib
 import json
 import shlex
 import sys
 import time
-import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -38,27 +36,16 @@ from . import runners
 from .apps import evaluate_app, simulate_app, train_app
 from .config import PipelineConfig, save_resolved
 from .errors import NotEnoughSamples, StageFailed
+from .memory import check_fits
 from .profiles import build_parsl_config, train_command, worker_slots
 
 #: lines of the training log quoted when training fails
 LOG_TAIL_LINES = 25
 #: what models.train writes into its output directory (the run directory), plus our summary
 TRAIN_RUN_FILE = "train_run.json"
+#: profiles whose simulation tasks all run on this machine
+LOCAL_PROFILES = ("local", "local-htex")
 TRAINING_OUTPUTS = (TRAIN_RUN_FILE, "checkpoints", "model", "metrics.csv", runners.TRAIN_SUMMARY)
-
-
-def output_state(path: str | Path) -> str:
-    """A memo-key token for an output: a listing fingerprint, or a fresh uuid when it is absent.
-
-    An absent or empty output always gets a new token, so a deleted store or checkpoint directory
-    can never be "restored" from Parsl's memo table without doing the work again.
-    """
-    path = Path(path)
-    entries = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else []
-    if not entries:
-        return f"absent:{uuid.uuid4()}"
-    listing = [f"{p.relative_to(path)}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in entries]
-    return "state:" + hashlib.sha256("\n".join(listing).encode()).hexdigest()
 
 
 # --------------------------------------------------------------------------------------------
@@ -97,7 +84,14 @@ class RunPaths:
 
     def create(self) -> None:
         for path in (self.root, self.data, self.eval, self.logs):
-            path.mkdir(parents=True, exist_ok=True)
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            except (FileExistsError, NotADirectoryError):
+                raise UserError(f"run directory {self.root}: {path} exists and is not a directory; choose "
+                                f"another --out") from None
+            except PermissionError:
+                raise UserError(f"run directory {self.root}: permission denied creating {path}; choose a "
+                                f"writable --out") from None
         link = self.root / "data"
         if self.data != link and not link.exists():
             link.symlink_to(self.data, target_is_directory=True)
@@ -345,6 +339,8 @@ class Pipeline:
         started = time.time()
         self.summary.stages_run.append("simulate")
         n_tasks = min(len(missing), worker_slots(self.cfg.execution))
+        if self.cfg.execution.profile in LOCAL_PROFILES:  # the tasks share this machine's memory
+            check_fits(self.cfg.simulation, parallel=n_tasks)
         chunks = [missing[i::n_tasks] for i in range(n_tasks)]
         stores = self._free_store_names(n_tasks)
         self.dfk()
@@ -355,8 +351,7 @@ class Pipeline:
             timing = TaskTiming("simulate", submitted=time.time())
             future = simulate_app(self.cfg_dict["simulation"], self.cfg_dict["data"], str(store),
                                   [runners.spec_key(s) for s in chunk],
-                                  {s.material_id: sources[s.material_id] for s in chunk}, str(progress_path),
-                                  output_state(store))
+                                  {s.material_id: sources[s.material_id] for s in chunk}, str(progress_path))
             future.add_done_callback(lambda _f, t=timing: setattr(t, "resolved", time.time()))
             tasks.append((future, timing, progress_path, chunk))
         self.log(f"simulate: {len(missing)} samples in {n_tasks} tasks")
@@ -432,10 +427,12 @@ class Pipeline:
         fraction = self.summary.available / expected if expected else 0.0
         needed = self.cfg.execution.min_success_fraction
         if self.summary.available == 0 or fraction < needed:
+            first = self.summary.failures[0] if self.summary.failures else ("-", "none recorded")
             raise NotEnoughSamples(
                 f"only {self.summary.available} of about {expected:.0f} planned samples exist "
-                f"({fraction:.0%} < execution.min_success_fraction {needed:.0%}); see "
-                f"{self.paths.logs / 'simulate-failures.json'} for why, fix the structures or lower the fraction")
+                f"({fraction:.0%} < execution.min_success_fraction {needed:.0%}; the first failure: "
+                f"{first[0]}: {first[1]}); see {self.paths.logs / 'simulate-failures.json'} for all, "
+                f"fix the structures or lower the fraction")
 
     def _done(self, summary_path: Path, sections: tuple[str, ...], **expect: Any) -> dict[str, Any] | None:
         """The stage's summary if it was made from the current data and config, else None."""
@@ -476,7 +473,7 @@ class Pipeline:
                    f"date +%s.%N > {shlex.quote(str(ended_file))}; exit $rc")
         self.dfk()
         timing = TaskTiming("train", submitted=time.time())
-        future = train_app(command, output_state(self.paths.checkpoints), stdout=(str(log_path), "a"),
+        future = train_app(command, stdout=(str(log_path), "a"),
                            stderr=(str(log_path), "a"), parsl_resource_specification=resource_spec)
         future.add_done_callback(lambda _f: setattr(timing, "resolved", time.time()))
         self.log(f"train: {command}")
@@ -531,7 +528,7 @@ class Pipeline:
         timing = TaskTiming("evaluate", submitted=time.time())
         future = evaluate_app(self.cfg_dict, [str(self.paths.data)], self.train_summary["model_dir"],
                               str(self.paths.eval), self.train_summary.get("metrics_csv"),
-                              output_state(self.paths.eval), inputs=[train_future] if train_future else [])
+                              inputs=[train_future] if train_future else [])
         future.add_done_callback(lambda _f: setattr(timing, "resolved", time.time()))
         self.view.note("evaluating against the baselines ...")
         _wait([future], lambda: None)

@@ -17,3 +17,7 @@ class StageFailed(RuntimeError):
 
 class NotEnoughSamples(UserError):
     """Too few samples were simulated to train (execution.min_success_fraction)."""
+
+
+class NothingSimulated(UserError):
+    """Every planned sample (or material) failed: the command produced nothing of what was asked."""

@@ -40,21 +40,31 @@ def _common(exec_cfg: ExecutionConfig, run_dir: Path, executors: list) -> Config
     """Settings every profile shares (see FACTS.md, Parsl 2026.10.26).
 
     exit_mode='wait': the default abandons running tasks on exit; usage_tracking=0: no phoning
-    home; task_exit checkpoints: memoised results survive a killed driver (an accelerator only,
-    the stage manifests decide what is done).
+    home. No memoisation and no checkpoint files (`NO_MEMO`): Parsl's checkpoints are pickles it
+    loads from every runinfo/*/checkpoint/tasks.pkl at start, so a run directory someone sent
+    would execute code; the stores and the stage summaries already decide what is done.
     """
     return Config(
         executors=executors,
         run_dir=str(Path(run_dir) / "runinfo"),
         retries=exec_cfg.retries,
         retry_handler=retry_only_simulation,
-        memoizer=BasicMemoizer(checkpoint_mode="task_exit"),
+        memoizer=no_memoizer(),
         exit_mode="wait",
         usage_tracking=0,
         strategy="simple",
         strategy_period=1,
         initialize_logging=True,
     )
+
+
+def no_memoizer() -> BasicMemoizer:
+    """A memoizer that neither looks up, records, writes nor reads anything.
+
+    ``checkpoint_files=[]`` is what keeps Parsl from globbing runinfo/ for pickles to load;
+    ``checkpoint_mode=None`` keeps it from writing any; ``memoize=False`` turns the lookup off.
+    """
+    return BasicMemoizer(memoize=False, checkpoint_files=[], checkpoint_mode=None)
 
 
 def retry_only_simulation(exc: BaseException, task_record: dict) -> float:

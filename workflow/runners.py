@@ -116,10 +116,26 @@ def spec_from_key(key: Sequence[Any]) -> Any:
 
 
 def plan(cfg: "PipelineConfig"):
-    """`namsa.plan_samples` over the config's simulation section."""
+    """`namsa.plan_samples` over the config's simulation section; an empty plan is bad input."""
     import namsa
 
-    return namsa.plan_samples(cfg.simulation)
+    planned = namsa.plan_samples(cfg.simulation)
+    planned.failures = [(mid, _config_advice(why)) for mid, why in planned.failures]
+    if not planned.specs and not planned.failures:
+        where = f"and {cfg.simulation.cif_dir} holds no .cif file" if cfg.simulation.cif_dir else "and no cif_dir is set"
+        raise UserError(f"nothing to simulate: simulation.materials is empty {where}; list library ids in "
+                        f"simulation.materials or point simulation.cif_dir at a folder of CIF files")
+    return planned
+
+
+#: the library's advice for an unknown id, right for the Python API but not for a config file
+_API_ADVICE = "pass a CIF path for anything else"
+_CONFIG_ADVICE = "for anything else put CIF files in a folder and set simulation.cif_dir to it"
+
+
+def _config_advice(reason: str) -> str:
+    """A planning failure's reason with advice a config file can follow (simulation.cif_dir)."""
+    return reason.replace(_API_ADVICE, _CONFIG_ADVICE)
 
 
 def stored_ids(data_dir: str | Path) -> set[str]:
@@ -203,6 +219,10 @@ def simulate(cfg: "PipelineConfig", out_dir: str | Path, *, worker: int = 0, num
     done = stored_ids(out_dir)
     mine = planned.specs[worker::num_workers]
     todo = [s for s in mine if s.sample_id(cfg.simulation) not in done]
+    if todo:
+        from .memory import check_fits
+
+        check_fits(cfg.simulation)
     summary = simulate_specs(cfg.simulation, cfg.data, out_dir / f"store-{worker:03d}", todo, planned.sources,
                              progress=progress)
     summary.skipped += len(mine) - len(todo)
@@ -239,6 +259,14 @@ def inspect(path: str | Path, verify: bool = False) -> Any:
 # train / evaluate / scaling
 
 
+def require_directory(path: str | Path, flag: str = "--out") -> Path:
+    """``path`` as an output directory: absent (it will be made) or a directory, never a file."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{flag} {path} is a file, not a directory; choose a directory")
+    return path
+
+
 def data_fingerprint(data_dirs: Iterable[str | Path]) -> str:
     """sha256 over the sorted sample ids below ``data_dirs``: changes whenever the data set does."""
     ids: set[str] = set()
@@ -267,6 +295,7 @@ def train(cfg: "PipelineConfig", data_dirs: Sequence[str | Path], out_dir: str |
     """
     import models
 
+    require_directory(out_dir)
     started = time.time()
     training = cfg.training if progress else cfg.training.model_copy(update={"progress": False})
     result = models.train(cfg.model, training, cfg.distributed, cfg.data, list(data_dirs), out_dir,
@@ -297,6 +326,7 @@ def evaluate(cfg: "PipelineConfig", data_dirs: Sequence[str | Path], model_dir: 
     """`namsa evaluate`: `models.evaluation.evaluate`; writes ``eval-summary.json`` beside metrics.json."""
     from models.evaluation import evaluate as run_evaluation
 
+    require_directory(out_dir)
     started = time.time()
     result = run_evaluation(cfg.evaluation, cfg.data, list(data_dirs), model_dir, out_dir,
                             train_metrics_csv=train_metrics_csv)
@@ -317,5 +347,6 @@ def scaling(cfg: "PipelineConfig", data_dirs: Sequence[str | Path], out_dir: str
     """`namsa scaling`: train on growing subsets and plot the error against the training-set size."""
     from models.evaluation import scaling_study
 
+    require_directory(out_dir)
     return scaling_study(cfg.model, cfg.training, cfg.distributed, cfg.data, cfg.evaluation,
                          list(data_dirs), out_dir, fractions=fractions, metric=metric)

@@ -133,6 +133,10 @@ class BenchProblem:
         return (torch.randn(self.batch, 2, self.px, self.px, generator=g),
                 torch.randn(self.batch, 1, self.px, self.px, generator=g))
 
+    def to_json(self) -> dict:
+        """Plain values that `problem_from_json` rebuilds this problem from (no pickle crosses processes)."""
+        return {"kind": "bench", "width": self.width, "depth": self.depth, "batch": self.batch, "px": self.px}
+
     def describe(self) -> str:
         n = sum(p.numel() for p in self.model().parameters())
         return f"BenchNet(width={self.width}, depth={self.depth}; {n:,} params), batch {self.batch} x 2 x {self.px}^2 per rank"
@@ -159,7 +163,21 @@ class PresetProblem(BenchProblem):
         return (torch.randn(self.batch, self.channels, self.px, self.px, generator=g),
                 torch.randn(self.batch, 1, self.px, self.px, generator=g))
 
+    def to_json(self) -> dict:
+        return {"kind": "preset", "preset": self.preset, "batch": self.batch, "px": self.px}
+
     def describe(self) -> str:
         n = sum(p.numel() for p in self.model().parameters())
         return (f"FC-DenseNet '{self.preset}' preset ({n:,} params), batch {self.batch} x "
                 f"{self.channels} x {self.px}^2 per rank")
+
+
+def problem_from_json(spec: dict) -> BenchProblem:
+    """The problem described by ``BenchProblem.to_json()``: only known kinds and integer/str fields."""
+    kind = spec.get("kind")
+    ints = {k: int(spec[k]) for k in ("width", "depth", "batch", "px") if k in spec}
+    if kind == "bench":
+        return BenchProblem(**ints)
+    if kind == "preset":
+        return PresetProblem(str(spec["preset"]), batch=ints["batch"], px=ints["px"])
+    raise ValueError(f"unknown benchmark problem kind {kind!r}; expected 'bench' or 'preset'")

@@ -11,17 +11,15 @@ every trial and, under ``best``, the fastest DDP bucket size, the fastest groupi
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import os
-import pickle
 import platform
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from models.distributed.measure import BenchProblem, PresetProblem, measure_engine
+from models.distributed.measure import BenchProblem, PresetProblem, measure_engine, problem_from_json
 
 DEFAULT_GRID = {
     "ddp": [{"bucket_mb": b} for b in (0.25, 1.0, 4.0, 25.0)],
@@ -32,11 +30,15 @@ DEFAULT_GRID = {
 
 
 def _horovod_worker(spec_path: str) -> None:
-    """Entry point on horovodrun ranks: time one Horovod setting, rank 0 writes the result."""
+    """Entry point on horovodrun ranks: time one Horovod setting, rank 0 writes the result.
+
+    The spec is plain JSON (the problem as `BenchProblem.to_json`), never a pickle: this entry
+    point takes any path on its command line, and unpickling a file runs whatever it holds.
+    """
     from models.distributed.measure import _time_steps
 
     spec = json.loads(Path(spec_path).read_text())
-    problem = pickle.loads(base64.b64decode(spec["problem"]))  # written by measure_horovod just before
+    problem = problem_from_json(spec["problem"])
     rank = int(os.environ.get("HOROVOD_RANK", "0"))
     out = _time_steps(rank, spec["cfg"], problem.model, problem.make_batch, spec["steps"], spec["warmup"])
     Path(spec["out"]).with_suffix(f".rank{rank}.json").write_text(json.dumps(out))
@@ -46,7 +48,7 @@ def measure_horovod(cfg: dict, ranks: int, problem: BenchProblem, steps: int, wa
     """Time one Horovod setting under ``horovodrun --gloo``; step_s is the slowest rank's."""
     with tempfile.TemporaryDirectory() as tmp:
         spec = Path(tmp, "spec.json")
-        spec.write_text(json.dumps({"cfg": cfg, "problem": base64.b64encode(pickle.dumps(problem)).decode(), "steps": steps, "warmup": warmup,
+        spec.write_text(json.dumps({"cfg": cfg, "problem": problem.to_json(), "steps": steps, "warmup": warmup,
                                     "out": str(Path(tmp, "out"))}))
         horovodrun = Path(sys.executable).parent / "horovodrun"
         env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}

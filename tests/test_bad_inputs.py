@@ -1,0 +1,299 @@
+"""Bad input, tried as a new user would: every case gives exit status 2 and one line
+``namsa: error: <what is wrong and what to do>`` on stderr, or succeeds correctly.
+
+`CASES` is the catalogue (docs/bad-inputs.md lists it by kind). The default suite runs every case
+through the real CLI entry point (`workflow.cli.main`) in this process; the ``slow`` test runs
+every case through the installed console script in its own process, where a crash (SIGBUS,
+a traceback) shows as an exit status.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import stage
+from stage_helpers import CONFIG_HASH, flip_byte_inside, make_samples
+from workflow.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+MICRO = str(REPO / "configs" / "micro.yaml")
+
+
+@dataclass(frozen=True)
+class Case:
+    """argv ({name} fields are filled from the `places` fixture), what must happen, and a piece
+    of the message. expect: "bad" = exit 2 and exactly one stderr line ``namsa: error: ...``
+    containing ``says``; "found" = exit 1, the report on stdout and a last stderr line
+    ``namsa: error: ...`` (a check that found problems); "ok" = exit 0 (``says`` on stderr if set)."""
+
+    id: str
+    argv: tuple[str, ...]
+    says: str
+    expect: str = "bad"
+
+
+def sim(*sets: str, command: str = "simulate") -> tuple[str, ...]:
+    """`namsa simulate MICRO --out {tmp}/out` (or run) with --set overrides."""
+    out = ("--out", "{tmp}/out") if command in ("simulate", "run") else ()
+    return (command, MICRO, *out, "--no-progress", *[a for s in sets for a in ("--set", s)])
+
+
+def cfg(name: str, command: str = "simulate") -> tuple[str, ...]:
+    """`namsa simulate {cfg_<name>} --out {tmp}/out`: a config file from CONFIG_FILES."""
+    return (command, "{cfg_" + name + "}", "--out", "{tmp}/out", "--no-progress")
+
+
+#: config files (bytes) for the file-format cases; micro.yaml's text is available as {micro}
+CONFIG_FILES: dict[str, bytes] = {
+    "empty": b"",
+    "comments": b"# nothing but a comment\n\n",
+    "binary": bytes(range(256)) * 4,
+    "latin1": "name: caf\xe9\n".encode("latin-1"),
+    "list": b"- simulation\n- data\n",
+    "scalar": b"42\n",
+    "invalid": b"simulation: [1, 2\n",
+    "tabs": b"simulation:\n\tenergy_kv: 200\n",
+    "unknown_section": b"simulatoin:\n  energy_kv: 200\n",
+    "null_section": b"simulation:\n",
+}
+
+CASES: list[Case] = [
+    # -- the command line itself ----------------------------------------------------------------
+    Case("no-command", (), "arguments are required: COMMAND"),
+    Case("unknown-command", ("simulat",), "invalid choice: 'simulat'"),
+    Case("unknown-option", ("inspect", "{data}", "--bogus"), "unrecognized arguments: --bogus"),
+    Case("simulate-without-out", ("simulate",), "the following arguments are required: --out"),
+    Case("train-without-data", ("train", "--out", "{tmp}/t"), "required: --data"),
+    Case("evaluate-without-model", ("evaluate", "--data", "{data}", "--out", "{tmp}/e"), "required: --model"),
+    Case("worker-not-a-number", ("simulate", "--out", "{tmp}/o", "--worker", "one"), "invalid int value: 'one'"),
+    Case("worker-out-of-range", ("simulate", MICRO, "--out", "{tmp}/o", "--worker", "3", "--of", "2"),
+         "--worker 3 must be in [0, --of 2)"),
+    Case("worker-negative", ("simulate", MICRO, "--out", "{tmp}/o", "--worker", "-1"), "--worker -1 must be in"),
+    Case("of-zero", ("simulate", MICRO, "--out", "{tmp}/o", "--of", "0"), "must be in [0, --of 0)"),
+    Case("stage-zero-threads", ("stage", "{data}", "{tmp}/s", "--threads", "0"), "threads must be >= 1"),
+    Case("stage-rank-outside", ("stage", "{data}", "{tmp}/s", "--rank", "2", "--world-size", "2"),
+         "rank 2 is outside world_size 2"),
+    Case("stage-world-size-zero", ("stage", "{data}", "{tmp}/s", "--world-size", "0"), "outside world_size 0"),
+    Case("fractions-above-one", ("scaling", "--data", "{data}", "--out", "{tmp}/sc", "--fractions", "0.5,2"),
+         "every fraction must be in (0, 1]"),
+    Case("fractions-not-numbers", ("scaling", "--data", "{data}", "--out", "{tmp}/sc", "--fractions", "a,b"),
+         "is not a comma-separated list of numbers"),
+    Case("fractions-empty", ("scaling", "--data", "{data}", "--out", "{tmp}/sc", "--fractions", ","),
+         "every fraction must be in (0, 1]"),
+    # -- --set overrides ------------------------------------------------------------------------
+    Case("set-without-equals", sim("training.max_steps"), "expected dotted.key=value"),
+    Case("set-empty-key", sim("=3"), "expected dotted.key=value"),
+    Case("set-empty-key-part", sim("simulation..energy_kv=3"), "expected dotted.key=value"),
+    Case("set-value-not-yaml", sim("simulation.energy_kv=[1,"), "is not valid YAML"),
+    Case("set-wrong-type", sim("simulation.energy_kv=fast"), "simulation.energy_kv: Input should be a valid number"),
+    Case("set-unknown-key", sim("simulation.energy=200"), "simulation.energy: unknown key; allowed keys here:"),
+    Case("set-into-a-value", sim("simulation.scan_shape.x=1"), "is the value [4, 4], not a section"),
+    Case("set-unknown-section", sim("simulatoin.energy_kv=1"), "simulatoin: unknown key"),
+    # -- config files ---------------------------------------------------------------------------
+    Case("config-missing", ("simulate", "{tmp}/nope.yaml", "--out", "{tmp}/o"), "config file not found"),
+    Case("config-is-a-directory", ("simulate", "{tmp}", "--out", "{tmp}/o"), "config file not found"),
+    Case("config-empty", cfg("empty"), "the config is empty; start from a copy of configs/quickstart.yaml"),
+    Case("config-only-comments", cfg("comments"), "the config is empty"),
+    Case("config-binary", cfg("binary"), "not a text file (byte 128 is not UTF-8)"),
+    Case("config-latin1", cfg("latin1"), "is not UTF-8"),
+    Case("config-top-level-list", cfg("list"), "the top level must be a mapping of sections, got a list"),
+    Case("config-top-level-scalar", cfg("scalar"), "got a int"),
+    Case("config-invalid-yaml", cfg("invalid"), "not valid YAML"),
+    Case("config-tab-indent", cfg("tabs"), "not valid YAML"),
+    Case("config-unknown-section", cfg("unknown_section"), "simulatoin: unknown key"),
+    Case("config-empty-section", cfg("null_section"), "simulation: Input should be a valid dictionary"),
+    Case("profile-unknown", sim("execution.profile=cloud"), "unknown profile 'cloud'"),
+    Case("name-with-slash", sim("name=a/b"), "must be a plain directory name"),
+    Case("name-dotdot", sim("name=.."), "must be a plain directory name"),
+    Case("name-empty", sim("name="), "must be a plain directory name"),
+    Case("energy-negative", sim("simulation.energy_kv=-200"), "simulation.energy_kv: Input should be greater than 0"),
+    Case("energy-huge", sim("simulation.energy_kv=5000"), "less than or equal to 3000"),
+    Case("semiangle-zero", sim("simulation.semiangle_mrad=0"), "simulation.semiangle_mrad"),
+    Case("scan-zero", sim("simulation.scan_shape=[0,4]"), "scan_shape must be two positive ints"),
+    Case("scan-one-number", sim("simulation.scan_shape=4"), "simulation.scan_shape"),
+    Case("scan-absurd", sim("simulation.scan_shape=[100000,100000]"), "use a scan of at most"),
+    Case("scan-absurd-model-matched", sim("simulation.scan_shape=[100000,100000]", "model.in_channels=10000000000"),
+         "use a scan of at most"),
+    Case("model-channels-mismatch", sim("simulation.scan_shape=[2,2]"), "set model.in_channels=4"),
+    Case("pattern-not-a-multiple", sim("simulation.pattern_px=18", "simulation.target_px=18"), "must be a multiple of"),
+    Case("target-ne-pattern", sim("simulation.target_px=32"), "target_px (32) must equal pattern_px (16)"),
+    Case("no-sampling-no-gpts", sim("simulation.sampling_A=null"), "set sampling_A (Angstrom/pixel) or gpts"),
+    Case("gpts-too-small", sim("simulation.gpts=4"), "simulation.gpts: Input should be greater than or equal to 8"),
+    Case("fov-outside-cell", sim("simulation.scan_fov_A=[0,0,20,20]"), "must lie inside the"),
+    Case("fov-fraction-above-one", sim("simulation.scan_fov_fraction=1.5"), "puts the scan outside the cell"),
+    Case("device-unknown", sim("simulation.device=tpu"), "device must be 'cpu', 'cuda' or 'cuda:<index>'"),
+    Case("grid-absurd", sim("simulation.cell_lateral_A=20000"), "shrink the grid"),
+    Case("workers-zero", sim("execution.workers=0"), "execution.workers: Input should be greater than or equal to 1"),
+    Case("success-fraction-above-one", sim("execution.min_success_fraction=2"), "execution.min_success_fraction"),
+    Case("retries-negative", sim("execution.retries=-1"), "execution.retries"),
+    Case("data-dir-unset-variable", sim("execution.data_dir=$NAMSA_NO_SUCH_VAR/data", command="run"),
+         "NAMSA_NO_SUCH_VAR"),
+    # -- what to simulate -----------------------------------------------------------------------
+    Case("materials-cif-path", sim("simulation.materials=[my/Si.cif]"), "set simulation.cif_dir to it"),
+    Case("materials-cif-name", sim("simulation.materials=[Si.cif]"), "is a file path"),
+    Case("materials-empty", sim("simulation.materials=[]"), "nothing to simulate: simulation.materials is empty"),
+    Case("materials-all-unknown", sim("simulation.materials=[Unobtainium]"),
+         "no sample was simulated: all 1 planned samples or materials failed (the first: Unobtainium: unknown"),
+    Case("materials-all-unknown-run", sim("simulation.materials=[Unobtainium]", command="run"),
+         "the first failure: Unobtainium: unknown structure id 'Unobtainium'; namsa.library.list_ids() lists "
+         "the built-in ids; for anything else put CIF files in a folder and set simulation.cif_dir to it"),
+    Case("zone-axis-zero", sim("simulation.zone_axes=[[0,0,0]]"), "no sample was simulated"),
+    Case("zone-axis-zero-run", sim("simulation.zone_axes=[[0,0,0]]", command="run"), "only 0 of about"),
+    Case("zone-axis-two-numbers", sim("simulation.zone_axes=[[1,1]]"), "simulation.zone_axes"),
+    Case("cif-dir-missing", sim("simulation.materials=[]", "simulation.cif_dir={tmp}/no-cifs"),
+         "does not exist or is not a directory"),
+    Case("cif-dir-empty", sim("simulation.materials=[]", "simulation.cif_dir={empty_dir}"),
+         "holds no .cif file"),
+    Case("cif-dir-all-bad", sim("simulation.materials=[]", "simulation.cif_dir={bad_cifs}"),
+         "no sample was simulated: all 2 planned"),
+    Case("memory-budget-above-machine", sim("simulation.memory_budget_gb=100000"),
+         "simulation.memory_budget_gb=100000 for each of 1 sample(s) at once is more than this machine's"),
+    Case("memory-budget-above-machine-run", sim("simulation.memory_budget_gb=100000", command="run"),
+         "simulation.memory_budget_gb=100000 for each of 2 sample(s) at once"),
+    Case("memory-budget-too-small", sim("simulation.memory_budget_gb=0.000001"),
+         "no sample was simulated"),
+    # -- stores ---------------------------------------------------------------------------------
+    Case("inspect-missing", ("inspect", "{tmp}/nothing"), "the path does not exist"),
+    Case("inspect-a-file", ("inspect", "{file}"), "holds no store"),
+    Case("inspect-empty-directory", ("inspect", "{empty_dir}"), "holds no store"),
+    Case("inspect-junk-directory", ("inspect", "{junk_dir}"), "holds no store"),
+    Case("inspect-truncated", ("inspect", "{truncated}"), "data.mdb is truncated"),
+    Case("inspect-verify-truncated", ("inspect", "--verify", "{truncated}"), "data.mdb is truncated"),
+    Case("inspect-verify-corrupt", ("inspect", "--verify", "{corrupt}"), "1 corrupt record(s)", "found"),
+    Case("stage-source-missing", ("stage", "{tmp}/nothing", "{tmp}/s", "--no-progress"), "does not exist"),
+    Case("stage-into-its-source", ("stage", "{data}", "{data}/inside", "--no-progress"), "lies inside the source"),
+    Case("stage-corrupt-source", ("stage", "{corrupt}", "{tmp}/s", "--no-progress"),
+         "1 record(s) corrupt in the source (not copied)", "found"),
+    Case("stage-truncated", ("stage", "{truncated}", "{tmp}/s", "--no-progress"), "data.mdb is truncated"),
+    Case("stage-destination-is-a-file", ("stage", "{data}", "{file}", "--no-progress"), "{file}"),
+    Case("train-data-missing", ("train", MICRO, "--data", "{tmp}/nothing", "--out", "{tmp}/t", "--no-progress"),
+         "does not exist"),
+    Case("train-data-empty", ("train", MICRO, "--data", "{empty_dir}", "--out", "{tmp}/t", "--no-progress"),
+         "{empty_dir}"),
+    Case("train-data-truncated", ("train", MICRO, "--data", "{truncated}", "--out", "{tmp}/t", "--no-progress"),
+         "data.mdb is truncated"),
+    Case("train-data-wrong-shape", ("train", MICRO, "--data", "{data}", "--out", "{tmp}/t", "--no-progress",
+                                    "--set", "simulation.scan_shape=[8,8]", "--set", "model.in_channels=64"),
+         "64"),
+    Case("train-out-is-a-file", ("train", MICRO, "--data", "{data}", "--out", "{file}", "--no-progress"),
+         "--out {file} is a file"),
+    Case("evaluate-out-is-a-file", ("evaluate", MICRO, "--data", "{data}", "--model", "{empty_dir}",
+                                    "--out", "{file}"), "--out {file} is a file"),
+    Case("scaling-out-is-a-file", ("scaling", MICRO, "--data", "{data}", "--out", "{file}"), "--out {file} is a file"),
+    Case("evaluate-model-missing", ("evaluate", MICRO, "--data", "{data}", "--model", "{tmp}/nomodel",
+                                    "--out", "{tmp}/e"), "{tmp}/nomodel"),
+    Case("evaluate-model-not-a-model", ("evaluate", MICRO, "--data", "{data}", "--model", "{empty_dir}",
+                                        "--out", "{tmp}/e"), "{empty_dir}"),
+    Case("simulate-out-is-a-file", ("simulate", MICRO, "--out", "{file}", "--no-progress"), "{file}"),
+    Case("simulate-into-a-truncated-store", ("simulate", MICRO, "--out", "{truncated_parent}", "--no-progress"),
+         "data.mdb is truncated"),
+    Case("run-out-is-a-file", ("run", MICRO, "--out", "{file}", "--no-progress"), "{file}"),
+    # -- neighbours that must succeed ---------------------------------------------------------
+    Case("inspect-a-good-store", ("inspect", "--verify", "{data}"), "", "ok"),
+    Case("simulate-one-bad-material", sim("simulation.materials=[Si-diamond,Unobtainium]",
+                                          "simulation.zone_axes=[[0,0,1]]"),
+         "namsa: warning: 1 samples or materials failed and were skipped (the first: Unobtainium", "ok"),
+]
+
+
+@pytest.fixture(scope="module")
+def places(tmp_path_factory) -> dict[str, str]:
+    """The paths the cases name: stores (good, truncated, corrupt), files, directories, configs."""
+    root = tmp_path_factory.mktemp("bad_inputs")
+    data = root / "data"
+    with stage.StoreWriter(data / "store-000", config_hash=CONFIG_HASH) as writer:
+        for sample in make_samples(6, variants=2, scan=(4, 4), px=32):
+            writer.put(sample)
+    truncated = root / "truncated" / "store-000"
+    shutil.copytree(data / "store-000", truncated)
+    with open(truncated / "data.mdb", "r+b") as fh:
+        fh.truncate((truncated / "data.mdb").stat().st_size // 2)
+    corrupt = root / "corrupt" / "store-000"
+    shutil.copytree(data / "store-000", corrupt)
+    with stage.open_store(corrupt) as reader:
+        record = bytes(reader.read_raw(0, verify=False)[0])
+    flip_byte_inside(corrupt, record[-64:-32])
+    (root / "file.txt").write_text("not a directory\n")
+    (root / "empty").mkdir()
+    (root / "junk").mkdir()
+    (root / "junk" / "notes.txt").write_text("no store here\n")
+    (root / "bad_cifs").mkdir()
+    (root / "bad_cifs" / "a.cif").write_text("data_a\n_cell_length_a nonsense\n")
+    (root / "bad_cifs" / "b.cif").write_bytes(b"\x00\x01 not a cif")
+    places = {"tmp": str(root), "data": str(data), "truncated": str(truncated),
+              "truncated_parent": str(truncated.parent), "corrupt": str(corrupt), "file": str(root / "file.txt"),
+              "empty_dir": str(root / "empty"), "junk_dir": str(root / "junk"), "bad_cifs": str(root / "bad_cifs")}
+    for name, content in CONFIG_FILES.items():
+        (root / f"{name}.yaml").write_bytes(content)
+        places[f"cfg_{name}"] = str(root / f"{name}.yaml")
+    return places
+
+
+def fill(case: Case, places: dict[str, str], run: str) -> tuple[list[str], str]:
+    """The case's argv and message with paths filled in; each run gets its own output dirs."""
+    own = {**places, "tmp": str(Path(places["tmp"]) / run)}
+    Path(own["tmp"]).mkdir(parents=True, exist_ok=True)
+    argv = [a.format(**own) for a in case.argv]
+    return argv, case.says.format(**own)
+
+
+def check(case: Case, says: str, rc: int, out: str, err: str) -> None:
+    lines = err.strip().splitlines()
+    if case.expect == "bad":
+        assert rc == 2, f"exit {rc}\nstdout: {out[-1500:]}\nstderr: {err[-3000:]}"
+        assert len(lines) == 1 and lines[0].startswith("namsa: error: "), err
+        assert says in lines[0], lines[0]
+    elif case.expect == "found":
+        assert rc == 1 and out.strip(), (rc, out, err)
+        assert lines and lines[-1].startswith("namsa: error: ") and says in lines[-1], err
+    else:
+        assert rc == 0, f"exit {rc}\nstderr: {err[-3000:]}"
+        assert says in err, err
+        assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_in_process(case, places, capsys):
+    argv, says = fill(case, places, case.id)
+    try:
+        rc = main(argv)
+    except SystemExit as exc:  # argparse
+        rc = exc.code
+    out, err = capsys.readouterr()
+    check(case, says, rc, out, err)
+
+
+def _in_own_process(case: Case, places: dict[str, str]) -> str | None:
+    """Run one case through the console script; None if it behaved, else what went wrong."""
+    argv, says = fill(case, places, f"proc-{case.id}")
+    done = subprocess.run([str(Path(sys.executable).parent / "namsa"), *argv], capture_output=True, text=True,
+                          timeout=600, cwd=places["tmp"])
+    try:
+        check(case, says, done.returncode, done.stdout, done.stderr)
+    except AssertionError as exc:
+        return f"{case.id}: {exc}"
+    return None
+
+
+@pytest.mark.slow  # ~100 fresh processes: 5-15 minutes on 2 cores
+@pytest.mark.timeout(3600)
+def test_bad_input_through_the_console_script(places):
+    """Every case again, each in its own `namsa` process: no crash, no traceback, same outcome."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=3) as pool:  # the processes mostly wait on imports
+        failures = [f for f in pool.map(lambda c: _in_own_process(c, places), CASES) if f]
+    assert not failures, "\n\n".join(failures)
+
+
+def test_the_catalogue_is_what_the_docs_count():
+    """docs/bad-inputs.md records how many cases were tried; it must match this catalogue."""
+    doc = (REPO / "docs" / "bad-inputs.md").read_text()
+    assert f"{len(CASES)} cases" in doc
+    for case in CASES:
+        assert f"`{case.id}`" in doc, case.id
