@@ -138,8 +138,8 @@ def test_section_errors_name_the_dotted_key(tmp_path):
 
 
 def test_model_must_fit_the_simulated_data(tmp_path):
-    with pytest.raises(ConfigError, match=r"model.in_channels is 1024 \(preset small\) but simulation.scan_shape "
-                                          r"4x4 gives 16 patterns per sample; set model.in_channels=16"):
+    with pytest.raises(ConfigError, match=r"the data has 16 patterns per sample but the model expects in_channels=1024; "
+                                          r"set model.in_channels=16 .*\(model preset small\)"):
         load_config(write(tmp_path, "simulation:\n  scan_shape: [4, 4]\n"))
-    with pytest.raises(ConfigError, match=r"simulation.pattern_px=20 must be a multiple of 8"):
+    with pytest.raises(ConfigError, match=r"pattern_px=20 is not a multiple of 8 \(tu_stride\^levels\)"):
         load_config(write(tmp_path, "name: x\n"), ["simulation.pattern_px=20", "simulation.target_px=20"])

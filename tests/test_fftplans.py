@@ -64,8 +64,13 @@ def test_plans_transform_correctly_and_estimate_needs_no_wisdom(tmp_path, monkey
 def test_an_unwritable_cache_warns_and_still_plans(tmp_path, monkeypatch):
     import pyfftw
 
-    from namsa.fftplans import plan_pair
+    from namsa import fftplans
 
+    # Start from no wisdom in this process: a shape measured earlier in the session (by any test)
+    # would be planned from memory and never touch the cache. Other tests re-import their files.
+    pyfftw.forget_wisdom()
+    monkeypatch.setattr(fftplans, "_imported", set())
+    plan_pair = fftplans.plan_pair
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     monkeypatch.setenv("NAMSA_CACHE_DIR", str(blocker / "cache"))
