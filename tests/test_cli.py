@@ -106,6 +106,17 @@ def test_inspect_and_stage_a_simulated_store(tmp_path, capsys):
     assert capsys.readouterr().err.count("\n") == 1
 
 
+def test_scaling_without_progress_bars_prints_only_its_result(tmp_path, capsys):
+    data, out = tmp_path / "data", tmp_path / "scaling"
+    assert main(["simulate", str(MICRO), "--out", str(data), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["scaling", str(MICRO), "--data", str(data), "--out", str(out), "--fractions", "1",
+                 "--no-progress", "--set", "evaluation.n_panels=0", "--set", "evaluation.worst_k=0"]) == 0
+    printed = capsys.readouterr()
+    assert "step/s" not in printed.err + printed.out   # no tqdm bar from the training runs
+    assert printed.out.startswith("scaling study: ") and (out / "scaling.json").is_file()
+
+
 def test_inspect_of_a_missing_directory_is_bad_input(tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "nothing")]) == EXIT_BAD_INPUT
     err = capsys.readouterr().err

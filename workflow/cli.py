@@ -144,7 +144,8 @@ def cmd_scaling(args: argparse.Namespace) -> int:
     from . import runners
 
     cfg = _load(args)
-    result = runners.scaling(cfg, args.data, args.out, fractions=args.fractions, metric=args.metric)
+    result = runners.scaling(cfg, args.data, args.out, fractions=args.fractions, metric=args.metric,
+                              progress=args.progress)
     print(f"scaling study: {result.get('json')}\nfigure: {result.get('figure')}")
     return 0
 

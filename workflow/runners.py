@@ -343,10 +343,12 @@ def evaluate(cfg: "PipelineConfig", data_dirs: Sequence[str | Path], model_dir: 
 
 
 def scaling(cfg: "PipelineConfig", data_dirs: Sequence[str | Path], out_dir: str | Path,
-            fractions: Sequence[float] = (0.125, 0.25, 0.5, 1.0), metric: str = "rel_l2") -> dict[str, Any]:
+            fractions: Sequence[float] = (0.125, 0.25, 0.5, 1.0), metric: str = "rel_l2",
+            progress: bool = True) -> dict[str, Any]:
     """`namsa scaling`: train on growing subsets and plot the error against the training-set size."""
     from models.evaluation import scaling_study
 
     require_directory(out_dir)
-    return scaling_study(cfg.model, cfg.training, cfg.distributed, cfg.data, cfg.evaluation,
+    training = cfg.training if progress else cfg.training.model_copy(update={"progress": False})
+    return scaling_study(cfg.model, training, cfg.distributed, cfg.data, cfg.evaluation,
                          list(data_dirs), out_dir, fractions=fractions, metric=metric)
