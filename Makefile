@@ -31,8 +31,8 @@ demo: venv
 study: venv
 	$(VENV)/bin/namsa run configs/study.yaml --out runs/study
 	$(VENV)/bin/namsa scaling configs/study.yaml --data runs/study/data --out runs/study/scaling \
-	  --set training.max_steps=$(SCALING_STEPS)
-SCALING_STEPS ?= 400
+	  --set training.max_steps=$(SCALING_STEPS) --set training.decay_every=$$(( $(SCALING_STEPS) / 2 ))
+SCALING_STEPS ?= 800
 
 # Publish the study's reconstructor as the shipped pretrained:study-scan (models/pretrained/).
 pretrained: study

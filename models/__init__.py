@@ -17,7 +17,7 @@ from .fcdensenet import FCDenseNet, build_model, count_parameters
 
 _LAZY = {"train": "trainer", "TrainResult": "trainer", "load_reconstructor": "reconstructor",
          "Reconstructor": "reconstructor",
-         "pretrained_names": "reconstructor", "forward_conv_ops": "flops"}
+         "pretrained_names": "reconstructor", "pretrained_card": "reconstructor", "forward_conv_ops": "flops"}
 
 
 def __getattr__(name: str) -> Any:
@@ -30,4 +30,4 @@ def __getattr__(name: str) -> Any:
 
 __all__ = ["ModelConfig", "TrainConfig", "Architecture", "ModelConfigError", "FCDenseNet", "build_model",
            "count_parameters", "train", "TrainResult", "load_reconstructor", "Reconstructor", "pretrained_names",
-           "forward_conv_ops"]
+           "pretrained_card", "forward_conv_ops"]

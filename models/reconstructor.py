@@ -109,6 +109,12 @@ def _pretrained_path(name: str) -> Path:
     return Path(str(resources.files("models") / PRETRAINED_DIR / name))
 
 
+def pretrained_card(name: str) -> dict[str, Any]:
+    """The model card of the shipped reconstructor ``name`` (what it expects, what it was trained on,
+    its held-out scores), without loading its weights."""
+    return json.loads((_pretrained_path(name) / CARD_FILE).read_text())
+
+
 def load_reconstructor(path: str | Path, device: str | torch.device | None = None,
                        batch_size: int = 8) -> Reconstructor:
     """Load the reconstructor in ``path``: a model dir, a training run dir, a checkpoint dir, or

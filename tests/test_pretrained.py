@@ -55,6 +55,17 @@ def test_shipped_reconstructors_load_and_say_what_they_expect():
         assert headline["network"]["rel_l2"] < headline["mean"]["rel_l2"]
 
 
+def test_small_runs_point_to_the_full_study_result_from_its_card():
+    from models.evaluation.verdict import STUDY_PRETRAINED, study_reference
+
+    scores = models.pretrained_card(STUDY_PRETRAINED)["held_out_evaluation"]["aggregates"]["potential"]
+    sentence = study_reference("potential")
+    for method, name in (("network", "network"), ("icom", "iCoM"), ("mean", "mean training target")):
+        assert f"{name} {scores[method]['physical']['rel_l2']['value']:.3f}" in sentence
+    assert f"pretrained:{STUDY_PRETRAINED}" in sentence
+    assert study_reference("no-such-target") is None
+
+
 def test_unknown_pretrained_name_lists_the_shipped_ones():
     with pytest.raises(ReconstructorInputError, match="no pretrained reconstructor 'nope'; shipped: "):
         models.load_reconstructor("pretrained:nope")

@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 
 import parsl
 
+from models.evaluation.verdict import study_reference
 from namsa.errors import UserError
 from stage.config import expand_path
 
@@ -180,7 +181,8 @@ def _headline_lines(headline: dict[str, Any], verdicts: dict[str, Any] | None) -
             lines.append("  no verdict: this evaluation predates verdicts; run namsa evaluate again")
             continue
         lines += [f"  {v['sentence']}" for v in verdicts.get(target, {}).values()]
-    return lines
+    study = study_reference() if lines else None
+    return lines + ([study] if study else [])
 
 
 class FailureLog:

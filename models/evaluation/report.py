@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .verdict import study_reference
+
 #: record fields the breakdown tables group by, with their headings.
 BREAKDOWN_KEYS: dict[str, str] = {
     "material_id": "material",
@@ -104,8 +106,10 @@ def _verdicts(doc: dict[str, Any], target: str) -> str:
     if not verdicts:
         return "<p>No baseline to compare with.</p>"
     items = "".join(f"<li>{'✔' if v['beats'] else '✘'} {_e(v['sentence'])}</li>" for v in verdicts.values())
+    study = study_reference(target)
     return (f"<p><b>Verdict</b> (claimed only when better on every headline metric with non-overlapping "
-            f"{int(round(doc['config']['ci_level'] * 100))}% intervals):</p><ul>{items}</ul>")
+            f"{int(round(doc['config']['ci_level'] * 100))}% intervals):</p><ul>{items}</ul>"
+            + (f"<p class='note'>{_e(study)}</p>" if study else ""))
 
 
 def _compute_times(doc: dict[str, Any]) -> str:

@@ -110,3 +110,26 @@ def all_verdicts(aggregates: dict[str, dict[str, Any]], *, intervals: bool, ci_l
     return {target: {m: verdict(agg, m, intervals=intervals, ci_level=ci_level).as_dict()
                      for m in BASELINE_NAMES if m in agg and "network" in agg}
             for target, agg in aggregates.items()}
+
+
+#: the reconstructor the full study ships (configs/study.yaml; docs/evaluation.md, "The study")
+STUDY_PRETRAINED = "study-scan"
+
+
+def study_reference(target: str = "potential") -> str | None:
+    """One sentence with the full study's held-out result, read from the shipped model card, so that a
+    small run (the demo) says where its own numbers stand; None if the package ships no study model."""
+    from ..reconstructor import pretrained_card, pretrained_names
+
+    if STUDY_PRETRAINED not in pretrained_names():
+        return None
+    card = pretrained_card(STUDY_PRETRAINED)
+    scores = card["held_out_evaluation"]["aggregates"].get(target)
+    if not scores:
+        return None
+    rel_l2 = {method: scores[method]["physical"]["rel_l2"] for method in ("network", "icom", "mean") if method in scores}
+    listed = ", ".join(f"{BASELINE_NAMES.get(m, m).removesuffix(' baseline')} {v['value']:.3f}" for m, v in rel_l2.items())
+    materials = len(card["trained_on"]["data"]["materials"]["test"])
+    return (f"For scale, the full study (configs/study.yaml, `make study`; docs/evaluation.md, 'The study') "
+            f"scores {target} relative L2 {listed} on {rel_l2['network']['n']} held-out samples of {materials} "
+            f"materials; its reconstructor ships as pretrained:{STUDY_PRETRAINED}.")
