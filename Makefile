@@ -31,8 +31,10 @@ demo: venv
 study: venv
 	$(VENV)/bin/namsa run configs/study.yaml --out runs/study
 	$(VENV)/bin/namsa scaling configs/study.yaml --data runs/study/data --out runs/study/scaling \
-	  --set training.max_steps=$(SCALING_STEPS) --set training.decay_every=$$(( $(SCALING_STEPS) / 2 ))
-SCALING_STEPS ?= 800
+	  --fractions 0.015625,0.0625,0.25,1 --set training.max_steps=$(SCALING_STEPS) \
+	  --set training.decay_every=$$(( $(SCALING_STEPS) / 3 ))
+# the study's own schedule (training.max_steps 2400, decay every 800): the full-size point is the study run
+SCALING_STEPS ?= 2400
 
 # Publish the study's reconstructor as the shipped pretrained:study-scan (models/pretrained/).
 pretrained: study
