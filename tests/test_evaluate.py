@@ -152,6 +152,12 @@ def test_scaling_study_plots_error_against_training_size(tiny_data_dir, tmp_path
     for row in saved["rows"]:
         assert row["potential"]["network"]["value"] > 0
         assert (Path(row["eval_dir"]) / "report.html").is_file()
+    # the learning-curve report: the figure, one table row per size, each linking to its own report
+    html = Path(summary["report"]).read_text()
+    assert f"src='{Path(summary['figure']).name}'" in html
+    for row in saved["rows"]:
+        assert f"<td class='l'>{row['n_train']:,}</td>" in html
+        assert f"href='{Path(row['eval_dir']).relative_to(tmp_path) / 'report.html'}'" in html
 
 
 def _restore(tiny_data_dir: Path, dest: Path, split_fractions: tuple[float, float, float]) -> Path:

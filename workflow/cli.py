@@ -146,7 +146,7 @@ def cmd_scaling(args: argparse.Namespace) -> int:
     cfg = _load(args)
     result = runners.scaling(cfg, args.data, args.out, fractions=args.fractions, metric=args.metric,
                               progress=args.progress)
-    print(f"scaling study: {result.get('json')}\nfigure: {result.get('figure')}")
+    print(f"scaling study: {result.get('json')}\nfigure: {result.get('figure')}\nreport: {result.get('report')}")
     return 0
 
 

@@ -285,7 +285,39 @@ def render(doc: dict[str, Any]) -> str:
 
 def write_report(path: Path, doc: dict[str, Any]) -> Path:
     """Write ``render(doc)`` to ``path`` atomically; returns the path."""
+    return write_html(path, render(doc))
+
+
+def write_html(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically; returns the path."""
     tmp = path.with_suffix(".html.tmp")
-    tmp.write_text(render(doc), encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+def render_scaling(summary: dict[str, Any], out_dir: Path) -> str:
+    """The learning-curve report of `scaling_study` (``summary`` as in its scaling.json) as HTML:
+    the figure, every size's error against the baselines, and a link to each size's own report."""
+    target, metric = summary["target"], summary["metric"]
+    methods = [m for m in METHOD_NAMES if m in summary["rows"][-1][target]]
+    rows = []
+    for row in summary["rows"]:
+        link = Path(row["eval_dir"]) / "report.html"
+        rel = link.relative_to(out_dir) if link.is_relative_to(out_dir) else link
+        rows.append([f"{row['n_train']:,}", f"{row['fraction']:.4g}", _num(row.get("steps"))]
+                    + [_ci(row[target].get(m)) for m in methods] + [f"<a href='{_e(rel)}'>report</a>"])
+    figure = Path(summary["figure"])
+    rel_figure = figure.relative_to(out_dir) if figure.is_relative_to(out_dir) else figure
+    return "\n".join([
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>namsa learning curve</title>"
+        f"<style>{_STYLE}</style></head><body>",
+        f"<h1>Learning curve: held-out {_e(target)} {_e(METRIC_NAMES.get(metric, metric))} against training-set size</h1>",
+        f"<p class='note'>The same model and schedule trained on nested subsets of the {summary['n_train_total']:,} "
+        "training samples (the first n in store order), each evaluated on the same held-out split; mean over "
+        "samples with its bootstrap interval. The baselines do not depend on the training-set size, except the "
+        "mean training target.</p>",
+        f"<figure><img src='{_e(rel_figure)}' alt='learning curve'></figure>",
+        _table(["training samples", "fraction", "steps"] + [METHOD_NAMES[m] for m in methods] + ["evaluation"],
+               rows, left=1),
+        "</body></html>"])

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 from namsa.errors import UserError
 
 from . import figures
+from .report import render_scaling, write_html
 from .config import EvaluationConfig
 from .evaluate import evaluate
 
@@ -45,7 +46,7 @@ def scaling_study(model_cfg: Any, train_cfg: Any, dist_cfg: Any, data_cfg: Any, 
     Each run lives in ``out_dir/n<size>/`` (training output, ``eval/``) and is resumed if it was
     interrupted. Writes ``out_dir/scaling.json`` and ``out_dir/scaling_<metric>.png``; returns
     ``{"n_train_total", "rows": [{"n_train", "fraction", "model_dir", "eval_dir", target: {...}}],
-    "figure", "json"}``.
+    "figure", "json", "report"}`` (``out_dir/report.html``: the curve, a table and links to each size's report).
     """
     from models import train
     from stage import open_stores
@@ -80,4 +81,5 @@ def scaling_study(model_cfg: Any, train_cfg: Any, dist_cfg: Any, data_cfg: Any, 
     json_path = out / "scaling.json"
     json_path.write_text(json.dumps(summary, indent=1))
     summary["json"] = str(json_path)
+    summary["report"] = str(write_html(out / "report.html", render_scaling(summary, out)))
     return summary
