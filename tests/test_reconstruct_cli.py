@@ -19,7 +19,12 @@ pytest.importorskip("rsciio")
 tifffile = pytest.importorskip("tifffile")
 
 
-def _signal(data: np.ndarray, step_A: float | None, dk_inv_A: float | None,
+#: a test specimen without a mirror or inversion that would hide a swapped or flipped axis, with
+#: different scan steps along y and x (a sample of the tiny training data)
+MATERIAL, AXIS = "GaAs-zincblende", (0, 1, 1)
+
+
+def _signal(data: np.ndarray, step_A: tuple[float, float] | None, dk_inv_A: float | None,
             tem: dict[str, float], microscope: dict[str, float] | None = None) -> dict[str, Any]:
     """An rsciio signal dict of (scan_y, scan_x, ky, kx) data; a None calibration gets no unit."""
     def axis(i: int, name: str, scale: float | None, unit: str) -> dict[str, Any]:
@@ -27,7 +32,7 @@ def _signal(data: np.ndarray, step_A: float | None, dk_inv_A: float | None,
                 "units": "" if scale is None else unit, "navigate": i < 2, "index_in_array": i}
 
     return {"data": data,
-            "axes": [axis(0, "y", step_A, "Å"), axis(1, "x", step_A, "Å"),
+            "axes": [axis(0, "y", step_A and step_A[0], "Å"), axis(1, "x", step_A and step_A[1], "Å"),
                      axis(2, "ky", dk_inv_A, "1/Å"), axis(3, "kx", dk_inv_A, "1/Å")],
             "metadata": {"General": {"title": "scan"}, "Signal": {"signal_type": ""},
                          "Acquisition_instrument": {"TEM": tem}},
@@ -47,7 +52,7 @@ def _write(path: Path, sample: Any, *, energy_kv: float | None = None, semiangle
     phys = {"beam_energy": meta["energy_kv"] if energy_kv is None else energy_kv,
             "convergence_angle": meta["semiangle_mrad"] if semiangle_mrad is None else semiangle_mrad}
     phys = {k: v for k, v in phys.items() if v > 0}
-    step_A = meta["fov_A"][2] / sy if step else None
+    step_A = (meta["fov_A"][2] / sy, meta["fov_A"][3] / sx) if step else None
     dk_inv_A = meta["pattern_dk_inv_A"] if dk else None
     if path.suffix == ".emd":
         from rsciio.emd import file_writer
@@ -67,11 +72,11 @@ def _run(*argv: Any) -> int:
 
 
 @pytest.fixture(scope="module")
-def si_sample(tiny_sim_config):
-    """Si [001] with the tiny data's physics (8 x 8 scan, 16 px patterns)."""
+def sample(tiny_sim_config):
+    """GaAs [011] with the tiny data's physics (8 x 8 scan, 16 px patterns)."""
     import namsa
 
-    return namsa.simulate_sample("Si-diamond", (0, 0, 1), tiny_sim_config)
+    return namsa.simulate_sample(MATERIAL, AXIS, tiny_sim_config)
 
 
 @pytest.fixture(scope="module")
@@ -82,17 +87,17 @@ def tiny_model(tiny_trained_model):  # noqa: F811
 
 
 @pytest.mark.parametrize("suffix", [".hspy", ".emd"])
-def test_file_round_trip_equals_the_prediction_on_the_sample(si_sample, tiny_model, tmp_path, suffix):
+def test_file_round_trip_equals_the_prediction_on_the_sample(sample, tiny_model, tmp_path, suffix):
     model_dir, rec = tiny_model
-    path = _write(tmp_path / f"si{suffix}", si_sample)
+    path = _write(tmp_path / f"scan{suffix}", sample)
     assert _run("reconstruct", path, "--model", model_dir, "--out", tmp_path / "out") == 0
-    expected = rec.predict(si_sample.cbed)[0]
+    expected = rec.predict(sample.cbed)[0]
     got = np.load(tmp_path / "out" / "potential.npy")
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6 * float(np.abs(expected).max()))
     np.testing.assert_array_equal(tifffile.imread(tmp_path / "out" / "potential.tif"), got)
     info = json.loads((tmp_path / "out" / "reconstruction.json").read_text())
     assert info["maps"]["potential"]["unit"] == "V*Angstrom"
-    fov = si_sample.meta["fov_A"]
+    fov = sample.meta["fov_A"]
     np.testing.assert_allclose(info["pixel_size_A"], [fov[2] / got.shape[0], fov[3] / got.shape[1]], rtol=1e-9)
     assert {c["source"] for c in info["calibrations"].values()} == {"file metadata"}
     assert info["resampling"] == ["none: the file's sampling is the model's"]
@@ -101,15 +106,16 @@ def test_file_round_trip_equals_the_prediction_on_the_sample(si_sample, tiny_mod
     assert (tmp_path / "out" / "reconstruction.png").stat().st_size > 1000
 
 
-def test_command_line_calibrations_fill_in_and_override_the_file(si_sample, tiny_model, tmp_path, capsys):
+def test_command_line_calibrations_fill_in_and_override_the_file(sample, tiny_model, tmp_path, capsys):
     model_dir, rec = tiny_model
-    meta = si_sample.meta
-    path = _write(tmp_path / "bare.hspy", si_sample, energy_kv=300.0, step=False, dk=False)
+    meta = sample.meta
+    path = _write(tmp_path / "bare.hspy", sample, energy_kv=300.0, step=False, dk=False)
     mrad = meta["pattern_mrad_per_px"]
     assert _run("reconstruct", path, "--model", model_dir, "--out", tmp_path / "out", "--energy-kv", meta["energy_kv"],
-                "--dk-mrad", mrad, "--scan-step-a", meta["fov_A"][2] / meta["scan_shape"][0]) == 0
-    np.testing.assert_allclose(np.load(tmp_path / "out" / "potential.npy"), rec.predict(si_sample.cbed)[0],
-                               rtol=1e-5, atol=1e-5 * float(np.abs(rec.predict(si_sample.cbed)).max()))
+                "--dk-mrad", mrad, "--scan-step-a",
+                f"{meta['fov_A'][2] / meta['scan_shape'][0]!r},{meta['fov_A'][3] / meta['scan_shape'][1]!r}") == 0
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "potential.npy"), rec.predict(sample.cbed)[0],
+                               rtol=1e-5, atol=1e-5 * float(np.abs(rec.predict(sample.cbed)).max()))
     info = json.loads((tmp_path / "out" / "reconstruction.json").read_text())
     sources = {name: c["source"] for name, c in info["calibrations"].items()}
     assert sources["energy_kv"] == "command line" and sources["semiangle_mrad"] == "file metadata"
@@ -120,30 +126,30 @@ def _rel_l2(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
-def test_twice_the_scan_points_is_subsampled_to_the_model_step(si_sample, tiny_model, tiny_sim_config, tmp_path):
+def test_twice_the_scan_points_is_subsampled_to_the_model_step(sample, tiny_model, tiny_sim_config, tmp_path):
     import namsa
 
     model_dir, rec = tiny_model
-    fine = namsa.simulate_sample("Si-diamond", (0, 0, 1), tiny_sim_config.model_copy(update={"scan_shape": (16, 16)}))
+    fine = namsa.simulate_sample(MATERIAL, AXIS, tiny_sim_config.model_copy(update={"scan_shape": (16, 16)}))
     path = _write(tmp_path / "fine-scan.hspy", fine)
     assert _run("reconstruct", path, "--model", model_dir, "--out", tmp_path / "out") == 0
     info = json.loads((tmp_path / "out" / "reconstruction.json").read_text())
     assert any("every 2th position" in note for note in info["resampling"])
     got = np.load(tmp_path / "out" / "potential.npy")
-    assert got.shape == si_sample.potential.shape
-    assert _rel_l2(got, rec.predict(si_sample.cbed)[0]) < 1e-3
+    assert got.shape == sample.potential.shape
+    assert _rel_l2(got, rec.predict(sample.cbed)[0]) < 1e-3
 
 
-def test_finer_detector_is_rebinned_close_to_the_model_sampling(si_sample, tiny_model, tiny_sim_config, tmp_path):
+def test_finer_detector_is_rebinned_close_to_the_model_sampling(sample, tiny_model, tiny_sim_config, tmp_path):
     import namsa
 
     model_dir, rec = tiny_model
-    fine = namsa.simulate_sample("Si-diamond", (0, 0, 1), tiny_sim_config.model_copy(update={"pattern_px": 32}))
+    fine = namsa.simulate_sample(MATERIAL, AXIS, tiny_sim_config.model_copy(update={"pattern_px": 32}))
     path = _write(tmp_path / "fine-detector.emd", fine)
     assert _run("reconstruct", path, "--model", model_dir, "--out", tmp_path / "out") == 0
     info = json.loads((tmp_path / "out" / "reconstruction.json").read_text())
     assert any(note.startswith("detector ky: rebinned 32 px") for note in info["resampling"])
-    expected = rec.predict(si_sample.cbed)[0]
+    expected = rec.predict(sample.cbed)[0]
     got = np.load(tmp_path / "out" / "potential.npy")
     assert _rel_l2(got, expected) < 0.1, _rel_l2(got, expected)
 
@@ -155,42 +161,42 @@ def _one_error_line(capsys) -> str:
     return err[0]
 
 
-def test_missing_calibration_names_its_flag(si_sample, tiny_model, tmp_path, capsys):
-    path = _write(tmp_path / "no-step.hspy", si_sample, step=False)
+def test_missing_calibration_names_its_flag(sample, tiny_model, tmp_path, capsys):
+    path = _write(tmp_path / "no-step.hspy", sample, step=False)
     assert _run("reconstruct", path, "--model", tiny_model[0], "--out", tmp_path / "out") == 2
     assert "--scan-step-a" in _one_error_line(capsys)
-    path = _write(tmp_path / "no-energy.hspy", si_sample, energy_kv=-1.0)
+    path = _write(tmp_path / "no-energy.hspy", sample, energy_kv=-1.0)
     assert _run("reconstruct", path, "--model", tiny_model[0], "--out", tmp_path / "out") == 2
     assert "--energy-kv" in _one_error_line(capsys)
 
 
-def test_wrong_beam_energy_is_refused(si_sample, tiny_model, tmp_path, capsys):
-    path = _write(tmp_path / "300kv.hspy", si_sample, energy_kv=300.0)
+def test_wrong_beam_energy_is_refused(sample, tiny_model, tmp_path, capsys):
+    path = _write(tmp_path / "300kv.hspy", sample, energy_kv=300.0)
     assert _run("reconstruct", path, "--model", tiny_model[0], "--out", tmp_path / "out") == 2
     line = _one_error_line(capsys)
-    assert "300 kV" in line and f"{si_sample.meta['energy_kv']:g} kV" in line
+    assert "300 kV" in line and f"{sample.meta['energy_kv']:g} kV" in line
     assert not (tmp_path / "out" / "potential.npy").exists()
 
 
-def test_wrong_convergence_angle_is_refused(si_sample, tiny_model, tmp_path, capsys):
-    path = _write(tmp_path / "semi.hspy", si_sample)
+def test_wrong_convergence_angle_is_refused(sample, tiny_model, tmp_path, capsys):
+    path = _write(tmp_path / "semi.hspy", sample)
     assert _run("reconstruct", path, "--model", tiny_model[0], "--out", tmp_path / "out",
                 "--semiangle-mrad", 30) == 2
     assert "30 mrad (command line)" in _one_error_line(capsys)
 
 
-def test_too_few_scan_points_and_a_short_detector_are_refused(si_sample, tiny_model, tmp_path, capsys):
-    sy, sx = si_sample.meta["scan_shape"]
-    stack = si_sample.cbed.reshape(sy, sx, *si_sample.cbed.shape[1:])
-    path = _write(tmp_path / "small-scan.hspy", si_sample, data=stack[: sy // 2])
+def test_too_few_scan_points_and_a_short_detector_are_refused(sample, tiny_model, tmp_path, capsys):
+    sy, sx = sample.meta["scan_shape"]
+    stack = sample.cbed.reshape(sy, sx, *sample.cbed.shape[1:])
+    path = _write(tmp_path / "small-scan.hspy", sample, data=stack[: sy // 2])
     assert _run("reconstruct", path, "--model", tiny_model[0], "--out", tmp_path / "out") == 2
     assert f"needs at least {sy}" in _one_error_line(capsys)
-    path = _write(tmp_path / "small-detector.hspy", si_sample, data=stack[:, :, 4:-4, 4:-4])
+    path = _write(tmp_path / "small-detector.hspy", sample, data=stack[:, :, 4:-4, 4:-4])
     assert _run("reconstruct", path, "--model", tiny_model[0], "--out", tmp_path / "out") == 2
     assert "the detector reaches" in _one_error_line(capsys)
 
 
-def test_unreadable_and_non_4d_files_are_refused(si_sample, tiny_model, tmp_path, capsys):
+def test_unreadable_and_non_4d_files_are_refused(sample, tiny_model, tmp_path, capsys):
     broken = tmp_path / "broken.hspy"
     broken.write_bytes(b"this is not an HDF5 file" * 10)
     assert _run("reconstruct", broken, "--model", tiny_model[0], "--out", tmp_path / "out") == 2
@@ -198,8 +204,8 @@ def test_unreadable_and_non_4d_files_are_refused(si_sample, tiny_model, tmp_path
     flat_3d = tmp_path / "three-d.hspy"
     from rsciio.hspy import file_writer
 
-    signal = _signal(si_sample.cbed, 1.0, 1.0, {"beam_energy": 200.0})
-    signal["axes"] = signal["axes"][1:]
+    signal = _signal(sample.cbed[None], (1.0, 1.0), 1.0, {"beam_energy": 200.0})  # (S, P, P): a stack, not a scan
+    signal["data"], signal["axes"] = sample.cbed, signal["axes"][1:]
     for i, axis in enumerate(signal["axes"]):
         axis["index_in_array"] = i
     file_writer(str(flat_3d), signal)

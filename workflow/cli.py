@@ -176,6 +176,14 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _step_pair(text: str) -> tuple[float, ...]:
+    """One positive number, or ``Y,X`` for different steps along the scan's rows and columns."""
+    parts = text.split(",")
+    if len(parts) > 2:
+        raise argparse.ArgumentTypeError(f"{text!r}: give one step or Y,X")
+    return tuple(_positive_float(part) for part in parts)
+
+
 def _fractions(text: str) -> list[float]:
     try:
         values = [float(v) for v in text.split(",") if v.strip()]
@@ -259,8 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
                              ("--semiangle-mrad", "MRAD", "probe convergence semi-angle (mrad)"),
                              ("--dk-inv-a", "INV_A", "detector pixel size (1/Angstrom)"),
                              ("--dk-mrad", "MRAD", "detector pixel size (mrad; converted with the beam energy)"),
-                             ("--scan-step-a", "A", "scan step (Angstrom)")):
-        p.add_argument(flag, type=_positive_float, default=None, metavar=meta,
+                             ("--scan-step-a", "A", "scan step (Angstrom; Y,X when they differ)")):
+        p.add_argument(flag, type=_step_pair if flag == "--scan-step-a" else _positive_float, default=None, metavar=meta,
                        help=f"{what}; overrides the file's metadata")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="accepted for symmetry; no bar here")
     return parser
