@@ -65,6 +65,98 @@ def _write(path: Path, sample: Any, *, energy_kv: float | None = None, semiangle
     return path
 
 
+def _rel_l2(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def _write_empad(folder: Path, sample: Any, detector_px: int = 128) -> Path:
+    """An EMPAD scan written byte by byte from the published layout: ``scan_x{X}_y{Y}.raw`` holds
+    one frame per probe position (row-major), each (128 + 2) x 128 little-endian float32 with the
+    pattern in the top 128 rows (k = 0 at pixel 64) and 2 footer rows; the XML gives the scan size,
+    the scan's field of view [y, x] in metres and the detector pixel (``calibrated_pixelsize``,
+    read as 1e9 x value 1/nm). Returns the XML path (the file `namsa reconstruct` is given)."""
+    meta = sample.meta
+    sy, sx = meta["scan_shape"]
+    p = sample.cbed.shape[-1]
+    frames = np.zeros((sy * sx, detector_px + 2, detector_px), dtype="<f4")
+    lo = detector_px // 2 - p // 2
+    frames[:, lo: lo + p, lo: lo + p] = sample.cbed
+    raw = f"scan_x{sx}_y{sy}.raw"
+    (folder / raw).write_bytes(frames.tobytes())
+    fov_m = [meta["fov_A"][2] * 1e-10, meta["fov_A"][3] * 1e-10]
+    xml = (f'<root><timestamp><isoformat>2026-01-01T00:00:00</isoformat></timestamp>'
+           f'<pix_x>{sx}</pix_x><pix_y>{sy}</pix_y><raw_file filename="{raw}"/>'
+           f'<iom_measurements><optics><get_full_scan_field_of_view>{fov_m!r}</get_full_scan_field_of_view>'
+           f'</optics><calibrated_pixelsize>{meta["pattern_dk_inv_A"] * 10 / 1e9!r}</calibrated_pixelsize>'
+           f'</iom_measurements></root>')
+    (folder / "scan.xml").write_text(xml)
+    return folder / "scan.xml"
+
+
+def _write_mib(folder: Path, sample: Any, counts_per_max: float = 60000.0) -> tuple[Path, np.ndarray]:
+    """A Quantum Detectors Merlin ``.mib`` + ``.hdr`` written byte by byte: per frame a 384-byte
+    ASCII header (``MQ1,<frame>,00384,<chips>,<width>,<height>,U16,<geometry>,...,<timestamp>,
+    <exposure>ns,...``) then the frame as big-endian uint16 counts, rows stored bottom-up (the
+    reader flips them); the ``.hdr`` gives frames per trigger (= scan_x) and in total. Returns
+    the path and the (S, P, P) counts as written (top-down)."""
+    sy, sx = sample.meta["scan_shape"]
+    p = sample.cbed.shape[-1]
+    counts = np.rint(sample.cbed / sample.cbed.max() * counts_per_max).astype(np.uint16)
+    chunks = []
+    for i, frame in enumerate(counts):
+        fields = ["MQ1", f"{i + 1:06d}", "00384", "01", f"{p:05d}", f"{p:05d}", "U16", "   1x1", "01",
+                  "2026-01-01T00:00:00.000000000Z", "1000000ns", "0", ""]
+        chunks.append(",".join(fields).ljust(384).encode() + frame[::-1].astype(">u2").tobytes())
+    (folder / "scan.mib").write_bytes(b"".join(chunks))
+    (folder / "scan.hdr").write_text(f"HDR,\t\nFrames in Acquisition (Number):\t{sy * sx}\n"
+                                     f"Frames per Trigger (Number):\t{sx}\nEnd\t\n")
+    return folder / "scan.mib", counts
+
+
+def _calibration_flags(sample: Any) -> list[Any]:
+    meta = sample.meta
+    sy, sx = meta["scan_shape"]
+    return ["--energy-kv", meta["energy_kv"], "--semiangle-mrad", meta["semiangle_mrad"],
+            "--dk-inv-a", repr(meta["pattern_dk_inv_A"]),
+            "--scan-step-a", f"{meta['fov_A'][2] / sy!r},{meta['fov_A'][3] / sx!r}"]
+
+
+def test_empad_file_round_trip(sample, tiny_model, tmp_path):
+    """EMPAD: scan step and detector pixel from the XML, beam energy and angle from the flags; the
+    128 px detector is cropped around k = 0 to the model's pattern exactly."""
+    model_dir, rec = tiny_model
+    meta = sample.meta
+    path = _write_empad(tmp_path, sample)
+    assert _run("reconstruct", path, "--model", model_dir, "--out", tmp_path / "out", "--energy-kv", meta["energy_kv"],
+                "--semiangle-mrad", meta["semiangle_mrad"]) == 0
+    expected = rec.predict(sample.cbed)[0]
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "potential.npy"), expected, rtol=1e-6,
+                               atol=1e-6 * float(np.abs(expected).max()))
+    info = json.loads((tmp_path / "out" / "reconstruction.json").read_text())
+    assert info["calibrations"]["step_A"]["source"] == "file metadata"
+    assert info["calibrations"]["dk_inv_A"]["source"] == "file metadata"
+    np.testing.assert_allclose(info["calibrations"]["step_A"]["value"],
+                               [meta["fov_A"][2] / meta["scan_shape"][0], meta["fov_A"][3] / meta["scan_shape"][1]],
+                               rtol=1e-6)
+    assert info["resampling"][0].startswith("detector ky: centred crop 128 -> 16 px")
+
+
+def test_mib_file_round_trip(sample, tiny_model, tmp_path):
+    """MIB (integer counts, no calibrations: all from the flags): the counts are brought to a mean
+    total intensity of 1 and give the prediction on the equally normalised simulated stack."""
+    model_dir, rec = tiny_model
+    path, counts = _write_mib(tmp_path, sample)
+    assert _run("reconstruct", path, "--model", model_dir, "--out", tmp_path / "out", *_calibration_flags(sample)) == 0
+    normalised = counts.astype(np.float64) / counts.sum(axis=(1, 2)).mean()
+    expected = rec.predict(normalised.astype(np.float32))[0]
+    got = np.load(tmp_path / "out" / "potential.npy")
+    assert _rel_l2(got, expected) < 1e-5
+    assert _rel_l2(got, rec.predict(sample.cbed)[0]) < 0.05
+    info = json.loads((tmp_path / "out" / "reconstruction.json").read_text())
+    assert any(note.startswith("patterns divided by their mean total") for note in info["resampling"])
+    assert {c["source"] for c in info["calibrations"].values()} == {"command line"}
+
+
 def _run(*argv: Any) -> int:
     from workflow.cli import main
 
@@ -120,10 +212,6 @@ def test_command_line_calibrations_fill_in_and_override_the_file(sample, tiny_mo
     sources = {name: c["source"] for name, c in info["calibrations"].items()}
     assert sources["energy_kv"] == "command line" and sources["semiangle_mrad"] == "file metadata"
     assert sources["dk_inv_A"].startswith("command line (mrad") and sources["step_A"] == "command line"
-
-
-def _rel_l2(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
 def test_twice_the_scan_points_is_subsampled_to_the_model_step(sample, tiny_model, tiny_sim_config, tmp_path):
