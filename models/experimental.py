@@ -357,7 +357,7 @@ def _fit_scan_axis(data: np.ndarray, axis: int, step: float,
         stride = math.ceil(lo / step - 1e-9)
         if stride * step <= hi:
             data, new_step = np.take(data, np.arange(0, n, stride), axis=axis), stride * step
-            note = f"scan {name}: every {stride}th position (step {step:.4g} -> {new_step:.4g} Angstrom)"
+            note = f"scan {name}: one position in {stride} (step {step:.4g} -> {new_step:.4g} Angstrom)"
         else:
             new_step = lo / 0.98
             data = _interpolate_axis(data, axis, np.arange(0.0, n - 1 + 1e-9, new_step / step))
@@ -462,8 +462,10 @@ def write_maps(out_dir: str | Path, maps: Mapping[str, np.ndarray], pixel_A: tup
     """Write each (H, W) map ([row = y, col = x]) as ``<name>.npy`` and ``<name>.tif`` (float32),
     one figure ``reconstruction.png`` and ``reconstruction.json`` (units, pixel size in Angstrom,
     ``info``). Returns name -> path of everything written."""
-    import tifffile
-
+    try:
+        import tifffile
+    except ImportError:
+        raise ExperimentalInputError("writing the maps as TIFF needs tifffile: pip install -e '.[io]'") from None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: dict[str, str] = {}
