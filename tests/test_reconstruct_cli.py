@@ -307,6 +307,24 @@ def test_unreadable_and_non_4d_files_are_refused(sample, tiny_model, tmp_path, c
     assert "unknown file type" in _one_error_line(capsys)
 
 
+@pytest.mark.parametrize("case", ["negative-step", "missing-model", "out-is-a-file"])
+def test_bad_flags_model_and_out_are_one_line(sample, tmp_path, capsys, case):
+    path = _write(tmp_path / "scan.hspy", sample)
+    (tmp_path / "a-file").write_text("x")
+    args = {"negative-step": ["--model", "pretrained:study-scan", "--out", tmp_path / "o", "--scan-step-a", "-1"],
+            "missing-model": ["--model", tmp_path / "no-model", "--out", tmp_path / "o"],
+            "out-is-a-file": ["--model", "pretrained:study-scan", "--out", tmp_path / "a-file"]}[case]
+    expected = {"negative-step": "must be a positive number", "missing-model": "does not exist",
+                "out-is-a-file": "is a file, not a directory"}[case]
+    if case == "negative-step":
+        with pytest.raises(SystemExit) as exit_info:
+            _run("reconstruct", path, *args)
+        assert exit_info.value.code == 2
+    else:
+        assert _run("reconstruct", path, *args) == 2
+    assert expected in _one_error_line(capsys)
+
+
 @pytest.mark.parametrize("scan_px, pattern_px", [(32, 32), (64, 64)], ids=["as-trained", "finer-scan-and-detector"])
 def test_pretrained_study_scan_on_a_simulated_file_correlates_with_the_truth(tmp_path, scan_px, pattern_px):
     """The shipped reconstructor on an .hspy file of a namsa simulation with its physics (200 kV,
