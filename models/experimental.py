@@ -33,9 +33,12 @@ READERS: dict[str, str] = {".hspy": "rsciio.hspy", ".hdf5": "rsciio.hspy", ".h5"
                            ".zspy": "rsciio.zspy", ".emd": "rsciio.emd", ".mib": "rsciio.quantumdetector",
                            ".xml": "rsciio.empad", ".raw": "rsciio.empad", ".dm4": "rsciio.digitalmicrograph",
                            ".dm3": "rsciio.digitalmicrograph", ".blo": "rsciio.blockfile"}
-#: calibration name -> the command-line flag that gives it
-FLAGS: dict[str, str] = {"energy_kv": "--energy-kv", "semiangle_mrad": "--semiangle-mrad",
-                         "dk_inv_A": "--dk-inv-a (or --dk-mrad)", "step_A": "--scan-step-a"}
+#: calibration name -> (what it is, the command-line flag that gives it)
+FLAGS: dict[str, tuple[str, str]] = {
+    "energy_kv": ("beam energy (kV)", "--energy-kv"),
+    "semiangle_mrad": ("convergence semi-angle (mrad)", "--semiangle-mrad"),
+    "dk_inv_A": ("detector pixel size (1/Angstrom or mrad)", "--dk-inv-a (or --dk-mrad)"),
+    "step_A": ("scan step (Angstrom)", "--scan-step-a")}
 #: relative mismatch of beam energy / convergence angle the model still accepts
 PHYSICS_RTOL = 0.01
 #: length units -> Angstrom; reciprocal units -> 1/Angstrom
@@ -224,7 +227,8 @@ def resolve_calibrations(found: Mapping[str, Any], given: Mapping[str, Any]) -> 
 
 def _require(values: Mapping[str, Any], name: str) -> None:
     if name not in values:
-        raise ExperimentalInputError(f"the file's metadata has no {name} calibration; give it with {FLAGS[name]}")
+        what, flag = FLAGS[name]
+        raise ExperimentalInputError(f"the file's metadata has no {what}; give it with {flag}")
 
 
 def _scalar(value: Any, flag: str) -> float:

@@ -198,6 +198,26 @@ def test_file_round_trip_equals_the_prediction_on_the_sample(sample, tiny_model,
     assert (tmp_path / "out" / "reconstruction.png").stat().st_size > 1000
 
 
+def test_file_saved_by_hyperspy_round_trips(sample, tiny_model, tmp_path):
+    """HyperSpy (optional, not a dependency) as a microscopist would save a calibrated scan."""
+    hs = pytest.importorskip("hyperspy.api")
+    model_dir, rec = tiny_model
+    meta = sample.meta
+    sy, sx = meta["scan_shape"]
+    signal = hs.signals.Signal2D(sample.cbed.reshape(sy, sx, *sample.cbed.shape[1:]))
+    nav_x, nav_y = signal.axes_manager.navigation_axes  # HyperSpy lists axes x first
+    for axis, scale, unit in ((nav_y, meta["fov_A"][2] / sy, "Å"), (nav_x, meta["fov_A"][3] / sx, "Å"),
+                              *((a, meta["pattern_dk_inv_A"], "1/Å") for a in signal.axes_manager.signal_axes)):
+        axis.scale, axis.units = scale, unit
+    signal.metadata.set_item("Acquisition_instrument.TEM.beam_energy", meta["energy_kv"])
+    signal.metadata.set_item("Acquisition_instrument.TEM.convergence_angle", meta["semiangle_mrad"])
+    signal.save(tmp_path / "scan.hspy")
+    assert _run("reconstruct", tmp_path / "scan.hspy", "--model", model_dir, "--out", tmp_path / "out") == 0
+    expected = rec.predict(sample.cbed)[0]
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "potential.npy"), expected, rtol=1e-6,
+                               atol=1e-6 * float(np.abs(expected).max()))
+
+
 def test_command_line_calibrations_fill_in_and_override_the_file(sample, tiny_model, tmp_path, capsys):
     model_dir, rec = tiny_model
     meta = sample.meta
