@@ -10,7 +10,7 @@ import pytest
 import stage
 from workflow.cli import EXIT_BAD_INPUT, build_parser, main
 
-SUBCOMMANDS = ("simulate", "stage", "inspect", "train", "evaluate", "run", "scaling")
+SUBCOMMANDS = ("simulate", "stage", "inspect", "train", "evaluate", "run", "scaling", "reconstruct")
 
 MICRO = Path(__file__).resolve().parents[1] / "configs" / "micro.yaml"
 

@@ -7,6 +7,7 @@
     namsa evaluate CONFIG --data DIR --model DIR --out DIR
     namsa run CONFIG [--out DIR]          the whole Parsl DAG: simulate -> train -> evaluate
     namsa scaling CONFIG --data DIR --out DIR
+    namsa reconstruct FILE --model DIR|pretrained:<name> --out DIR   an experimental 4D-STEM file -> maps
 
 CONFIG may be left out: the embedded quickstart config is used. Bad input exits with status 2 and
 one line ``namsa: error: <what is wrong and how to fix it>``.
@@ -150,6 +151,39 @@ def cmd_scaling(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reconstruct(args: argparse.Namespace) -> int:
+    from . import runners
+
+    given = {"energy_kv": args.energy_kv, "semiangle_mrad": args.semiangle_mrad, "dk_inv_A": args.dk_inv_a,
+             "dk_mrad": args.dk_mrad, "step_A": args.scan_step_a}
+    summary = runners.reconstruct(args.file, args.model, args.out, calibrations=given)
+    height, width = summary["shape"]
+    print(f"reconstructed {height} x {width} maps at {summary['pixel_size_A'][0]:.4g} x "
+          f"{summary['pixel_size_A'][1]:.4g} Angstrom/px into {summary['out']} "
+          f"(reconstruction.json lists the calibrations used and where each came from)")
+    for note in summary["notes"]:
+        print(f"  resampled: {note}")
+    return 0
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
+    return value
+
+
+def _step_pair(text: str) -> tuple[float, ...]:
+    """One positive number, or ``Y,X`` for different steps along the scan's rows and columns."""
+    parts = text.split(",")
+    if len(parts) > 2:
+        raise argparse.ArgumentTypeError(f"{text!r}: give one step or Y,X")
+    return tuple(_positive_float(part) for part in parts)
+
+
 def _fractions(text: str) -> list[float]:
     try:
         values = [float(v) for v in text.split(",") if v.strip()]
@@ -222,6 +256,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fractions", type=_fractions, default=[0.125, 0.25, 0.5, 1.0],
                    help="comma-separated training-set fractions (default 0.125,0.25,0.5,1)")
     p.add_argument("--metric", default="rel_l2", help="metric plotted against the training-set size")
+
+    p = add("reconstruct", cmd_reconstruct, "reconstruct the potential and density maps of an experimental 4D-STEM "
+            "file (EMD/HDF5, .hspy, MIB, EMPAD, ... through rosettasciio) with a trained model, plus iCoM")
+    p.add_argument("file", type=Path, metavar="FILE", help="4D-STEM file: (scan_y, scan_x, ky, kx) data")
+    p.add_argument("--model", required=True, help="trained model directory, or pretrained:<name> (e.g. "
+                   "pretrained:study-scan)")
+    p.add_argument("--out", required=True, type=Path, help="output directory (maps as NPY/TIFF, PNG, JSON)")
+    for flag, meta, what in (("--energy-kv", "KV", "beam energy (kV)"),
+                             ("--semiangle-mrad", "MRAD", "probe convergence semi-angle (mrad)"),
+                             ("--dk-inv-a", "INV_A", "detector pixel size (1/Angstrom)"),
+                             ("--dk-mrad", "MRAD", "detector pixel size (mrad; converted with the beam energy)"),
+                             ("--scan-step-a", "A", "scan step (Angstrom; Y,X when they differ)")):
+        p.add_argument(flag, type=_step_pair if flag == "--scan-step-a" else _positive_float, default=None, metavar=meta,
+                       help=f"{what}; overrides the file's metadata")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="accepted for symmetry; no bar here")
     return parser
 
 

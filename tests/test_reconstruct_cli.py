@@ -1,0 +1,365 @@
+"""`namsa reconstruct FILE --model ... --out DIR`: experimental 4D-STEM files -> maps.
+
+Real namsa simulations are written to .hspy and EMD (NCEM) files through rosettasciio with the
+calibrations in their metadata, reconstructed through the CLI, and compared with the model's
+prediction on the simulated stack itself.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from _models_fixture import tiny_trained_model  # noqa: F401  (session fixture)
+
+pytest.importorskip("rsciio")
+tifffile = pytest.importorskip("tifffile")
+
+
+#: a test specimen without a mirror or inversion that would hide a swapped or flipped axis, with
+#: different scan steps along y and x (a sample of the tiny training data)
+MATERIAL, AXIS = "GaAs-zincblende", (0, 1, 1)
+
+
+def _signal(data: np.ndarray, step_A: tuple[float, float] | None, dk_inv_A: float | None,
+            tem: dict[str, float], microscope: dict[str, float] | None = None) -> dict[str, Any]:
+    """An rsciio signal dict of (scan_y, scan_x, ky, kx) data; a None calibration gets no unit."""
+    def axis(i: int, name: str, scale: float | None, unit: str) -> dict[str, Any]:
+        return {"name": name, "size": data.shape[i], "offset": 0.0, "scale": 1.0 if scale is None else scale,
+                "units": "" if scale is None else unit, "navigate": i < 2, "index_in_array": i}
+
+    return {"data": data,
+            "axes": [axis(0, "y", step_A and step_A[0], "Å"), axis(1, "x", step_A and step_A[1], "Å"),
+                     axis(2, "ky", dk_inv_A, "1/Å"), axis(3, "kx", dk_inv_A, "1/Å")],
+            "metadata": {"General": {"title": "scan"}, "Signal": {"signal_type": ""},
+                         "Acquisition_instrument": {"TEM": tem}},
+            "original_metadata": {"microscope": microscope or {}}, "tmp_parameters": {},
+            "attributes": {"_lazy": False}, "learning_results": {}, "models": {},
+            "package_info": {"name": "namsa-tests", "version": "0"}}
+
+
+def _write(path: Path, sample: Any, *, energy_kv: float | None = None, semiangle_mrad: float | None = None,
+           step: bool = True, dk: bool = True, data: np.ndarray | None = None) -> Path:
+    """Write ``sample``'s scan (or ``data``) with its calibrations: .hspy in HyperSpy's TEM
+    metadata, .emd (NCEM) in the microscope attributes; axis scales in Angstrom and 1/Angstrom."""
+    meta = sample.meta
+    sy, sx = meta["scan_shape"]
+    if data is None:
+        data = sample.cbed.reshape(sy, sx, *sample.cbed.shape[1:])
+    phys = {"beam_energy": meta["energy_kv"] if energy_kv is None else energy_kv,
+            "convergence_angle": meta["semiangle_mrad"] if semiangle_mrad is None else semiangle_mrad}
+    phys = {k: v for k, v in phys.items() if v > 0}
+    step_A = (meta["fov_A"][2] / sy, meta["fov_A"][3] / sx) if step else None
+    dk_inv_A = meta["pattern_dk_inv_A"] if dk else None
+    if path.suffix == ".emd":
+        from rsciio.emd import file_writer
+
+        file_writer(str(path), _signal(data, step_A, dk_inv_A, {}, microscope=phys))
+    else:
+        from rsciio.hspy import file_writer
+
+        file_writer(str(path), _signal(data, step_A, dk_inv_A, phys))
+    return path
+
+
+def _rel_l2(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def _write_empad(folder: Path, sample: Any, detector_px: int = 128) -> Path:
+    """An EMPAD scan written byte by byte from the published layout: ``scan_x{X}_y{Y}.raw`` holds
+    one frame per probe position (row-major), each (128 + 2) x 128 little-endian float32 with the
+    pattern in the top 128 rows (k = 0 at pixel 64) and 2 footer rows; the XML gives the scan size,
+    the scan's field of view [y, x] in metres and the detector pixel (``calibrated_pixelsize``,
+    read as 1e9 x value 1/nm). Returns the XML path (the file `namsa reconstruct` is given)."""
+    meta = sample.meta
+    sy, sx = meta["scan_shape"]
+    p = sample.cbed.shape[-1]
+    frames = np.zeros((sy * sx, detector_px + 2, detector_px), dtype="<f4")
+    lo = detector_px // 2 - p // 2
+    frames[:, lo: lo + p, lo: lo + p] = sample.cbed
+    raw = f"scan_x{sx}_y{sy}.raw"
+    (folder / raw).write_bytes(frames.tobytes())
+    fov_m = [meta["fov_A"][2] * 1e-10, meta["fov_A"][3] * 1e-10]
+    xml = (f'<root><timestamp><isoformat>2026-01-01T00:00:00</isoformat></timestamp>'
+           f'<pix_x>{sx}</pix_x><pix_y>{sy}</pix_y><raw_file filename="{raw}"/>'
+           f'<iom_measurements><optics><get_full_scan_field_of_view>{fov_m!r}</get_full_scan_field_of_view>'
+           f'</optics><calibrated_pixelsize>{meta["pattern_dk_inv_A"] * 10 / 1e9!r}</calibrated_pixelsize>'
+           f'</iom_measurements></root>')
+    (folder / "scan.xml").write_text(xml)
+    return folder / "scan.xml"
+
+
+def _write_mib(folder: Path, sample: Any, counts_per_max: float = 60000.0) -> tuple[Path, np.ndarray]:
+    """A Quantum Detectors Merlin ``.mib`` + ``.hdr`` written byte by byte: per frame a 384-byte
+    ASCII header (``MQ1,<frame>,00384,<chips>,<width>,<height>,U16,<geometry>,...,<timestamp>,
+    <exposure>ns,...``) then the frame as big-endian uint16 counts, rows stored bottom-up (the
+    reader flips them); the ``.hdr`` gives frames per trigger (= scan_x) and in total. Returns
+    the path and the (S, P, P) counts as written (top-down)."""
+    sy, sx = sample.meta["scan_shape"]
+    p = sample.cbed.shape[-1]
+    counts = np.rint(sample.cbed / sample.cbed.max() * counts_per_max).astype(np.uint16)
+    chunks = []
+    for i, frame in enumerate(counts):
+        fields = ["MQ1", f"{i + 1:06d}", "00384", "01", f"{p:05d}", f"{p:05d}", "U16", "   1x1", "01",
+                  "2026-01-01T00:00:00.000000000Z", "1000000ns", "0", ""]
+        chunks.append(",".join(fields).ljust(384).encode() + frame[::-1].astype(">u2").tobytes())
+    (folder / "scan.mib").write_bytes(b"".join(chunks))
+    (folder / "scan.hdr").write_text(f"HDR,\t\nFrames in Acquisition (Number):\t{sy * sx}\n"
+                                     f"Frames per Trigger (Number):\t{sx}\nEnd\t\n")
+    return folder / "scan.mib", counts
+
+
+def _calibration_flags(sample: Any) -> list[Any]:
+    meta = sample.meta
+    sy, sx = meta["scan_shape"]
+    return ["--energy-kv", meta["energy_kv"], "--semiangle-mrad", meta["semiangle_mrad"],
+            "--dk-inv-a", repr(meta["pattern_dk_inv_A"]),
+            "--scan-step-a", f"{meta['fov_A'][2] / sy!r},{meta['fov_A'][3] / sx!r}"]
+
+
+def test_empad_file_round_trip(sample, tiny_model, tmp_path):
+    """EMPAD: scan step and detector pixel from the XML, beam energy and angle from the flags; the
+    128 px detector is cropped around k = 0 to the model's pattern exactly."""
+    model_dir, rec = tiny_model
+    meta = sample.meta
+    path = _write_empad(tmp_path, sample)
+    assert _run("reconstruct", path, "--model", model_dir, "--out", tmp_path / "out", "--energy-kv", meta["energy_kv"],
+                "--semiangle-mrad", meta["semiangle_mrad"]) == 0
+    expected = rec.predict(sample.cbed)[0]
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "potential.npy"), expected, rtol=1e-6,
+                               atol=1e-6 * float(np.abs(expected).max()))
+    info = json.loads((tmp_path / "out" / "reconstruction.json").read_text())
+    assert info["calibrations"]["step_A"]["source"] == "file metadata"
+    assert info["calibrations"]["dk_inv_A"]["source"] == "file metadata"
+    np.testing.assert_allclose(info["calibrations"]["step_A"]["value"],
+                               [meta["fov_A"][2] / meta["scan_shape"][0], meta["fov_A"][3] / meta["scan_shape"][1]],
+                               rtol=1e-6)
+    assert info["resampling"][0].startswith("detector ky: centred crop 128 -> 16 px")
+
+
+def test_mib_file_round_trip(sample, tiny_model, tmp_path):
+    """MIB (integer counts, no calibrations: all from the flags): the counts are brought to a mean
+    total intensity of 1 and give the prediction on the equally normalised simulated stack."""
+    model_dir, rec = tiny_model
+    path, counts = _write_mib(tmp_path, sample)
+    assert _run("reconstruct", path, "--model", model_dir, "--out", tmp_path / "out", *_calibration_flags(sample)) == 0
+    normalised = counts.astype(np.float64) / counts.sum(axis=(1, 2)).mean()
+    expected = rec.predict(normalised.astype(np.float32))[0]
+    got = np.load(tmp_path / "out" / "potential.npy")
+    assert _rel_l2(got, expected) < 1e-5
+    assert _rel_l2(got, rec.predict(sample.cbed)[0]) < 0.05
+    info = json.loads((tmp_path / "out" / "reconstruction.json").read_text())
+    assert any(note.startswith("patterns divided by their mean total") for note in info["resampling"])
+    assert {c["source"] for c in info["calibrations"].values()} == {"command line"}
+
+
+def _run(*argv: Any) -> int:
+    from workflow.cli import main
+
+    return main([str(a) for a in argv])
+
+
+@pytest.fixture(scope="module")
+def sample(tiny_sim_config):
+    """GaAs [011] with the tiny data's physics (8 x 8 scan, 16 px patterns)."""
+    import namsa
+
+    return namsa.simulate_sample(MATERIAL, AXIS, tiny_sim_config)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tiny_trained_model):  # noqa: F811
+    import models
+
+    return tiny_trained_model.model_dir, models.load_reconstructor(tiny_trained_model.model_dir, device="cpu")
+
+
+@pytest.mark.parametrize("suffix", [".hspy", ".emd"])
+def test_file_round_trip_equals_the_prediction_on_the_sample(sample, tiny_model, tmp_path, suffix):
+    model_dir, rec = tiny_model
+    path = _write(tmp_path / f"scan{suffix}", sample)
+    assert _run("reconstruct", path, "--model", model_dir, "--out", tmp_path / "out") == 0
+    expected = rec.predict(sample.cbed)[0]
+    got = np.load(tmp_path / "out" / "potential.npy")
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6 * float(np.abs(expected).max()))
+    np.testing.assert_array_equal(tifffile.imread(tmp_path / "out" / "potential.tif"), got)
+    info = json.loads((tmp_path / "out" / "reconstruction.json").read_text())
+    assert info["maps"]["potential"]["unit"] == "V*Angstrom"
+    fov = sample.meta["fov_A"]
+    np.testing.assert_allclose(info["pixel_size_A"], [fov[2] / got.shape[0], fov[3] / got.shape[1]], rtol=1e-9)
+    assert {c["source"] for c in info["calibrations"].values()} == {"file metadata"}
+    assert info["resampling"] == ["none: the file's sampling is the model's"]
+    icom = np.load(tmp_path / "out" / "icom_potential.npy")
+    assert icom.shape == got.shape and np.isfinite(icom).all() and icom.std() > 0
+    assert (tmp_path / "out" / "reconstruction.png").stat().st_size > 1000
+
+
+def test_file_saved_by_hyperspy_round_trips(sample, tiny_model, tmp_path):
+    """HyperSpy (optional, not a dependency) as a microscopist would save a calibrated scan."""
+    hs = pytest.importorskip("hyperspy.api")
+    model_dir, rec = tiny_model
+    meta = sample.meta
+    sy, sx = meta["scan_shape"]
+    signal = hs.signals.Signal2D(sample.cbed.reshape(sy, sx, *sample.cbed.shape[1:]))
+    nav_x, nav_y = signal.axes_manager.navigation_axes  # HyperSpy lists axes x first
+    for axis, scale, unit in ((nav_y, meta["fov_A"][2] / sy, "Å"), (nav_x, meta["fov_A"][3] / sx, "Å"),
+                              *((a, meta["pattern_dk_inv_A"], "1/Å") for a in signal.axes_manager.signal_axes)):
+        axis.scale, axis.units = scale, unit
+    signal.metadata.set_item("Acquisition_instrument.TEM.beam_energy", meta["energy_kv"])
+    signal.metadata.set_item("Acquisition_instrument.TEM.convergence_angle", meta["semiangle_mrad"])
+    signal.save(tmp_path / "scan.hspy")
+    assert _run("reconstruct", tmp_path / "scan.hspy", "--model", model_dir, "--out", tmp_path / "out") == 0
+    expected = rec.predict(sample.cbed)[0]
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "potential.npy"), expected, rtol=1e-6,
+                               atol=1e-6 * float(np.abs(expected).max()))
+
+
+def test_command_line_calibrations_fill_in_and_override_the_file(sample, tiny_model, tmp_path, capsys):
+    model_dir, rec = tiny_model
+    meta = sample.meta
+    path = _write(tmp_path / "bare.hspy", sample, energy_kv=300.0, step=False, dk=False)
+    mrad = meta["pattern_mrad_per_px"]
+    assert _run("reconstruct", path, "--model", model_dir, "--out", tmp_path / "out", "--energy-kv", meta["energy_kv"],
+                "--dk-mrad", mrad, "--scan-step-a",
+                f"{meta['fov_A'][2] / meta['scan_shape'][0]!r},{meta['fov_A'][3] / meta['scan_shape'][1]!r}") == 0
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "potential.npy"), rec.predict(sample.cbed)[0],
+                               rtol=1e-5, atol=1e-5 * float(np.abs(rec.predict(sample.cbed)).max()))
+    info = json.loads((tmp_path / "out" / "reconstruction.json").read_text())
+    sources = {name: c["source"] for name, c in info["calibrations"].items()}
+    assert sources["energy_kv"] == "command line" and sources["semiangle_mrad"] == "file metadata"
+    assert sources["dk_inv_A"].startswith("command line (mrad") and sources["step_A"] == "command line"
+
+
+def test_twice_the_scan_points_is_subsampled_to_the_model_step(sample, tiny_model, tiny_sim_config, tmp_path):
+    import namsa
+
+    model_dir, rec = tiny_model
+    fine = namsa.simulate_sample(MATERIAL, AXIS, tiny_sim_config.model_copy(update={"scan_shape": (16, 16)}))
+    path = _write(tmp_path / "fine-scan.hspy", fine)
+    assert _run("reconstruct", path, "--model", model_dir, "--out", tmp_path / "out") == 0
+    info = json.loads((tmp_path / "out" / "reconstruction.json").read_text())
+    assert any("one position in 2 " in note for note in info["resampling"])
+    got = np.load(tmp_path / "out" / "potential.npy")
+    assert got.shape == sample.potential.shape
+    assert _rel_l2(got, rec.predict(sample.cbed)[0]) < 1e-3
+
+
+def test_finer_detector_is_rebinned_close_to_the_model_sampling(sample, tiny_model, tiny_sim_config, tmp_path):
+    import namsa
+
+    model_dir, rec = tiny_model
+    fine = namsa.simulate_sample(MATERIAL, AXIS, tiny_sim_config.model_copy(update={"pattern_px": 32}))
+    path = _write(tmp_path / "fine-detector.emd", fine)
+    assert _run("reconstruct", path, "--model", model_dir, "--out", tmp_path / "out") == 0
+    info = json.loads((tmp_path / "out" / "reconstruction.json").read_text())
+    assert any(note.startswith("detector ky: rebinned 32 px") for note in info["resampling"])
+    expected = rec.predict(sample.cbed)[0]
+    got = np.load(tmp_path / "out" / "potential.npy")
+    assert _rel_l2(got, expected) < 0.1, _rel_l2(got, expected)
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("namsa: error: ")
+    return err[0]
+
+
+def test_missing_calibration_names_its_flag(sample, tiny_model, tmp_path, capsys):
+    path = _write(tmp_path / "no-step.hspy", sample, step=False)
+    assert _run("reconstruct", path, "--model", tiny_model[0], "--out", tmp_path / "out") == 2
+    assert "--scan-step-a" in _one_error_line(capsys)
+    path = _write(tmp_path / "no-energy.hspy", sample, energy_kv=-1.0)
+    assert _run("reconstruct", path, "--model", tiny_model[0], "--out", tmp_path / "out") == 2
+    assert "--energy-kv" in _one_error_line(capsys)
+
+
+def test_wrong_beam_energy_is_refused(sample, tiny_model, tmp_path, capsys):
+    path = _write(tmp_path / "300kv.hspy", sample, energy_kv=300.0)
+    assert _run("reconstruct", path, "--model", tiny_model[0], "--out", tmp_path / "out") == 2
+    line = _one_error_line(capsys)
+    assert "300 kV" in line and f"{sample.meta['energy_kv']:g} kV" in line
+    assert not (tmp_path / "out" / "potential.npy").exists()
+
+
+def test_wrong_convergence_angle_is_refused(sample, tiny_model, tmp_path, capsys):
+    path = _write(tmp_path / "semi.hspy", sample)
+    assert _run("reconstruct", path, "--model", tiny_model[0], "--out", tmp_path / "out",
+                "--semiangle-mrad", 30) == 2
+    assert "30 mrad (command line)" in _one_error_line(capsys)
+
+
+def test_too_few_scan_points_and_a_short_detector_are_refused(sample, tiny_model, tmp_path, capsys):
+    sy, sx = sample.meta["scan_shape"]
+    stack = sample.cbed.reshape(sy, sx, *sample.cbed.shape[1:])
+    path = _write(tmp_path / "small-scan.hspy", sample, data=stack[: sy // 2])
+    assert _run("reconstruct", path, "--model", tiny_model[0], "--out", tmp_path / "out") == 2
+    assert f"needs at least {sy}" in _one_error_line(capsys)
+    path = _write(tmp_path / "small-detector.hspy", sample, data=stack[:, :, 4:-4, 4:-4])
+    assert _run("reconstruct", path, "--model", tiny_model[0], "--out", tmp_path / "out") == 2
+    assert "the detector reaches" in _one_error_line(capsys)
+
+
+def test_unreadable_and_non_4d_files_are_refused(sample, tiny_model, tmp_path, capsys):
+    broken = tmp_path / "broken.hspy"
+    broken.write_bytes(b"this is not an HDF5 file" * 10)
+    assert _run("reconstruct", broken, "--model", tiny_model[0], "--out", tmp_path / "out") == 2
+    assert "could not be read" in _one_error_line(capsys)
+    flat_3d = tmp_path / "three-d.hspy"
+    from rsciio.hspy import file_writer
+
+    signal = _signal(sample.cbed[None], (1.0, 1.0), 1.0, {"beam_energy": 200.0})  # (S, P, P): a stack, not a scan
+    signal["data"], signal["axes"] = sample.cbed, signal["axes"][1:]
+    for i, axis in enumerate(signal["axes"]):
+        axis["index_in_array"] = i
+    file_writer(str(flat_3d), signal)
+    assert _run("reconstruct", flat_3d, "--model", tiny_model[0], "--out", tmp_path / "out") == 2
+    assert "no 4-D dataset" in _one_error_line(capsys)
+    assert _run("reconstruct", tmp_path / "missing.hspy", "--model", tiny_model[0], "--out", tmp_path / "out") == 2
+    assert "does not exist" in _one_error_line(capsys)
+    odd = tmp_path / "scan.xyz"
+    odd.write_text("x")
+    assert _run("reconstruct", odd, "--model", tiny_model[0], "--out", tmp_path / "out") == 2
+    assert "unknown file type" in _one_error_line(capsys)
+
+
+@pytest.mark.parametrize("case", ["negative-step", "missing-model", "out-is-a-file"])
+def test_bad_flags_model_and_out_are_one_line(sample, tmp_path, capsys, case):
+    path = _write(tmp_path / "scan.hspy", sample)
+    (tmp_path / "a-file").write_text("x")
+    args = {"negative-step": ["--model", "pretrained:study-scan", "--out", tmp_path / "o", "--scan-step-a", "-1"],
+            "missing-model": ["--model", tmp_path / "no-model", "--out", tmp_path / "o"],
+            "out-is-a-file": ["--model", "pretrained:study-scan", "--out", tmp_path / "a-file"]}[case]
+    expected = {"negative-step": "must be a positive number", "missing-model": "does not exist",
+                "out-is-a-file": "is a file, not a directory"}[case]
+    if case == "negative-step":
+        with pytest.raises(SystemExit) as exit_info:
+            _run("reconstruct", path, *args)
+        assert exit_info.value.code == 2
+    else:
+        assert _run("reconstruct", path, *args) == 2
+    assert expected in _one_error_line(capsys)
+
+
+@pytest.mark.parametrize("scan_px, pattern_px", [(32, 32), (64, 64)], ids=["as-trained", "finer-scan-and-detector"])
+def test_pretrained_study_scan_on_a_simulated_file_correlates_with_the_truth(tmp_path, scan_px, pattern_px):
+    """The shipped reconstructor on an .hspy file of a namsa simulation with its physics (200 kV,
+    20 mrad, 0.12 A sampling, 12 A cell); the second file has twice the scan points and detector
+    pixels over the same field and disc, so it is subsampled and rebinned first."""
+    import namsa
+
+    cfg = namsa.SimulationConfig(scan_shape=(scan_px, scan_px), pattern_px=pattern_px, target_px=32)
+    sample = namsa.simulate_sample(namsa.load_structure("Si-diamond"), (0, 0, 1), cfg)
+    path = _write(tmp_path / "si-200kv.hspy", sample)
+    assert _run("reconstruct", path, "--model", "pretrained:study-scan", "--out", tmp_path / "out") == 0
+    got = np.load(tmp_path / "out" / "potential.npy")
+    assert got.shape == sample.potential.shape
+    r = np.corrcoef(got.ravel(), sample.potential.ravel())[0, 1]
+    assert r > 0.8, r
+    info = json.loads((tmp_path / "out" / "reconstruction.json").read_text())
+    assert info["model_expects"]["source"] == "model card expects_input"
+    assert len(info["resampling"]) == (1 if scan_px == 32 else 4), info["resampling"]
