@@ -41,9 +41,9 @@ def _common(exec_cfg: ExecutionConfig, run_dir: Path, executors: list, max_idlet
 
     exit_mode='wait': the default abandons running tasks on exit; usage_tracking=0: no phoning
     home. ``max_idletime``: seconds a block with nothing to do keeps its nodes before Parsl
-    cancels it (a cluster site sets it: `ClusterSite.max_idletime`). No memoisation and no checkpoint files (`NO_MEMO`): Parsl's checkpoints are pickles it
-    loads from every runinfo/*/checkpoint/tasks.pkl at start, so a run directory someone sent
-    would execute code; the stores and the stage summaries already decide what is done.
+    cancels it (a cluster site sets it: `ClusterSite.max_idletime`). No memoisation and no
+    checkpoint files (`NO_MEMO`): Parsl's checkpoints are pickles it loads from every
+    runinfo/*/checkpoint/tasks.pkl at start, so a run directory someone sent would execute code; the stores and the stage summaries already decide what is done.
     """
     return Config(
         executors=executors,
@@ -144,7 +144,8 @@ def slurm_config(exec_cfg: ExecutionConfig, run_dir: Path) -> Config:
     def provider(nodes: int, max_blocks: int, walltime: str, launcher: Launcher,
                  tasks_per_node: int | None = None) -> SlurmProvider:
         return _TasksSlurmProvider(
-            tasks_per_node=tasks_per_node, nodes_per_block=nodes, init_blocks=0, min_blocks=0, max_blocks=max_blocks,
+            tasks_per_node=tasks_per_node, nodes_per_block=nodes, init_blocks=0, min_blocks=0,
+            max_blocks=max_blocks,
             walltime=walltime, launcher=launcher, partition=site.partition, account=site.account,
             qos=site.qos, constraint=site.constraint, exclusive=site.exclusive,
             worker_init=site.worker_init, cores_per_node=site.cores_per_node,
