@@ -43,7 +43,8 @@ def _common(exec_cfg: ExecutionConfig, run_dir: Path, executors: list, max_idlet
     home. ``max_idletime``: seconds a block with nothing to do keeps its nodes before Parsl
     cancels it (a cluster site sets it: `ClusterSite.max_idletime`). No memoisation and no
     checkpoint files (`NO_MEMO`): Parsl's checkpoints are pickles it loads from every
-    runinfo/*/checkpoint/tasks.pkl at start, so a run directory someone sent would execute code; the stores and the stage summaries already decide what is done.
+    runinfo/*/checkpoint/tasks.pkl at start, so a run directory someone sent would execute code;
+    the stores and the stage summaries already decide what is done.
     """
     return Config(
         executors=executors,
