@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?= -m "not slow"
 
-.PHONY: venv demo test test-all study pretrained horovod horovod-cached bench bench-workflow clean
+.PHONY: venv demo test test-all test-slurm study pretrained horovod horovod-cached bench bench-workflow clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "namsa needs Python 3.11 or newer; run e.g. make PYTHON=python3.11 $(MAKECMDGOALS)")'
@@ -45,6 +45,15 @@ test: venv horovod-cached
 
 test-all: venv
 	$(PY) -m pytest -m ""
+
+# The slurm profile against a real one-node Slurm on localhost (docs/cluster.md): installs Debian's
+# slurm-wlm and munge when their daemons are missing (needs root and apt-get), then runs the slow
+# test that starts the cluster (scripts/slurm_localhost.sh), runs `namsa run` on it and stops it.
+test-slurm: venv
+	@if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v munged >/dev/null; then \
+	  echo "make: installing slurm-wlm and munge (apt-get) ..."; \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y slurm-wlm munge; fi
+	OMP_NUM_THREADS=1 $(PY) -m pytest -m slow -v tests/test_slurm_real.py
 
 horovod: venv
 	bash scripts/build_horovod.sh $(VENV)

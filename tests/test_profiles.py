@@ -116,10 +116,26 @@ def test_slurm_profile_submits_worker_and_training_jobs(tmp_path, fake_scheduler
     assert "srun --ntasks 2" in worker_job and "process_worker_pool.py" in worker_job
     assert "--available-accelerators 0 1 2 3" in worker_job
     assert "#SBATCH --nodes=4" in train_job and "#SBATCH --time=120" in train_job
+    # One task per training rank, so the training's `srun --ntasks 16` fits its allocation even on
+    # shared nodes (a real Slurm refuses more tasks than the job holds; tests/test_slurm_real.py).
+    assert "#SBATCH --ntasks-per-node=4" in train_job and "#SBATCH --ntasks-per-node=1" in worker_job
     # The training block runs one MPI-mode manager (SimpleLauncher) that srun-launches each task.
     last_line = train_job.strip().splitlines()[-1]
     assert last_line.startswith("process_worker_pool.py") and "--enable_mpi_mode" in last_line
     assert "--mpi-launcher=srun" in last_line
+
+
+def test_cluster_sites_set_idle_time_and_heartbeats(tmp_path, fake_scheduler):
+    exec_cfg = ExecutionConfig(profile="slurm", slurm=dict(max_idletime=5, heartbeat_threshold=20,
+                                                           cores_per_node=8, address="127.0.0.1"),
+                               train_processes_per_node=2)
+    cfg = build_parsl_config(exec_cfg, tmp_path)
+    assert cfg.max_idletime == 5
+    for executor in cfg.executors:
+        assert executor.heartbeat_threshold == 20 and executor.heartbeat_period == 5
+    _, train_job = _run_dfk_until_submitted(cfg, fake_scheduler)
+    # The cores are split among the training ranks, as Parsl splits them among worker tasks.
+    assert "#SBATCH --ntasks-per-node=2" in train_job and "#SBATCH --cpus-per-task=4" in train_job
 
 
 def test_pbs_profile_submits_worker_and_training_jobs(tmp_path, fake_scheduler):

@@ -216,6 +216,31 @@ def test_failed_simulation_task_is_retried_then_recorded_and_skipped(tmp_path):
     assert simulate_stage(micro(), run_dir).summary.written == 0
 
 
+def test_samples_of_a_lost_node_are_left_for_the_rerun(tmp_path, monkeypatch):
+    """A task whose node went away (scancel, preemption) failed through no fault of its samples:
+    they count as failed in that run only, and the rerun simulates them (tests/test_slurm_real.py
+    does this on a real Slurm)."""
+    import concurrent.futures
+
+    from parsl.executors.high_throughput.errors import ManagerLost
+
+    import workflow.dag
+
+    def lost(*_args, **_kwargs):
+        future = concurrent.futures.Future()
+        future.set_exception(ManagerLost(b"0a1b", "node7"))
+        return future
+
+    run_dir = tmp_path / "run"
+    monkeypatch.setattr(workflow.dag, "simulate_app", lost)
+    summary = simulate_stage(micro(), run_dir).summary
+    assert summary.written == 0 and len(summary.failures) == MICRO_IDS
+    assert all("ManagerLost" in why for _, why in summary.failures)
+    assert json.loads((run_dir / "logs" / "simulate-failures.json").read_text())["failures"] == {}
+    monkeypatch.undo()
+    assert simulate_stage(micro(), run_dir).summary.written == MICRO_IDS
+
+
 def test_the_stores_decide_what_is_done(tmp_path):
     import shutil
 

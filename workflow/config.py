@@ -63,6 +63,12 @@ class ClusterSite(_Section):
     neither = every address Parsl finds (slow: it also asks an external service). `walltime` and
     `train_walltime` are HH:MM:SS; `worker_init` runs on every node before the workers start (load
     modules, activate the environment); `scheduler_options` are extra scheduler directive lines.
+    `max_idletime` (seconds) is how long a block with no task keeps its nodes before Parsl cancels
+    it: the simulation block is idle while training runs, the training block while evaluation
+    runs, so on a busy (or one-node) cluster a shorter value frees nodes for the next stage sooner.
+    `heartbeat_threshold` (seconds) is how long a silent worker node may stay silent before the
+    driver declares it lost and its tasks failed (retried, or left to the next run): a block that was
+    cancelled, preempted or ran out of walltime is noticed this long after it died.
     """
 
     account: str | None = None
@@ -76,6 +82,8 @@ class ClusterSite(_Section):
     max_blocks: int = Field(1, ge=1)
     train_nodes: int = Field(1, ge=1)
     gpus_per_node: int = Field(0, ge=0)
+    max_idletime: float = Field(120.0, gt=0)
+    heartbeat_threshold: int = Field(120, ge=4)
 
 
 class SlurmSite(ClusterSite):

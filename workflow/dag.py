@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import parsl
+from parsl.executors.high_throughput.errors import ManagerLost, WorkerLost
 
 from models.evaluation.verdict import study_reference
 from namsa.errors import UserError
@@ -333,7 +334,7 @@ class Pipeline:
         self.summary.planned = len(plan.specs)
         if missing:
             self._simulate(missing, plan.sources, failures)
-        self.summary.failures = sorted(failures.entries.items())
+        self.summary.failures = sorted(failures.entries.items()) + self.summary.failures
         self.summary.available = len(runners.stored_ids(self.paths.data) & {s.sample_id(cfg.simulation)
                                                                             for s in plan.specs})
 
@@ -407,11 +408,16 @@ class Pipeline:
                 new_failures += result.failed
                 self.log("simulate: " + result.line())
             else:
-                # The task failed after Parsl's retries: record what it left unwritten and go on.
                 reason = f"simulation task failed after {self.cfg.execution.retries} retries: {runners.one_line(exc)}"
                 present = runners.stored_ids(self.paths.data)
-                new_failures += [(s.sample_id(self.cfg.simulation), reason) for s in chunk
-                                 if s.sample_id(self.cfg.simulation) not in present]
+                unwritten = [(s.sample_id(self.cfg.simulation), reason) for s in chunk
+                             if s.sample_id(self.cfg.simulation) not in present]
+                if _node_lost(exc):
+                    # Its job was killed (scancel, walltime, preemption, a dead node): the samples
+                    # are fine, so they count as failed in this run only and the rerun makes them.
+                    self.summary.failures += unwritten
+                else:  # the task itself failed: record what it left unwritten, later runs skip it
+                    new_failures += unwritten
                 self.log(f"simulate: {reason}")
             self.summary.tasks.append(timing)
         failures.record(new_failures)
@@ -547,6 +553,11 @@ class Pipeline:
         self.summary.tasks.append(timing)
         self._add_time("evaluate", time.time() - started)
         return result
+
+
+def _node_lost(exc: BaseException) -> bool:
+    """Whether a task failed because the worker or node running it went away, not by itself."""
+    return isinstance(exc, (ManagerLost, WorkerLost))
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -36,13 +36,15 @@ from .config import PROFILE_NAMES, ClusterSite, ExecutionConfig
 MASTER_PORT = 29500
 
 
-def _common(exec_cfg: ExecutionConfig, run_dir: Path, executors: list) -> Config:
+def _common(exec_cfg: ExecutionConfig, run_dir: Path, executors: list, max_idletime: float = 120.0) -> Config:
     """Settings every profile shares (see FACTS.md, Parsl 2026.10.26).
 
     exit_mode='wait': the default abandons running tasks on exit; usage_tracking=0: no phoning
-    home. No memoisation and no checkpoint files (`NO_MEMO`): Parsl's checkpoints are pickles it
-    loads from every runinfo/*/checkpoint/tasks.pkl at start, so a run directory someone sent
-    would execute code; the stores and the stage summaries already decide what is done.
+    home. ``max_idletime``: seconds a block with nothing to do keeps its nodes before Parsl
+    cancels it (a cluster site sets it: `ClusterSite.max_idletime`). No memoisation and no
+    checkpoint files (`NO_MEMO`): Parsl's checkpoints are pickles it loads from every
+    runinfo/*/checkpoint/tasks.pkl at start, so a run directory someone sent would execute code;
+    the stores and the stage summaries already decide what is done.
     """
     return Config(
         executors=executors,
@@ -54,6 +56,7 @@ def _common(exec_cfg: ExecutionConfig, run_dir: Path, executors: list) -> Config
         usage_tracking=0,
         strategy="simple",
         strategy_period=1,
+        max_idletime=max_idletime,
         initialize_logging=True,
     )
 
@@ -139,9 +142,11 @@ def slurm_config(exec_cfg: ExecutionConfig, run_dir: Path) -> Config:
     """Slurm: an HTEX worker pool launched by srun, and an MPIExecutor (srun) for training."""
     site = exec_cfg.slurm
 
-    def provider(nodes: int, max_blocks: int, walltime: str, launcher: Launcher) -> SlurmProvider:
-        return SlurmProvider(
-            nodes_per_block=nodes, init_blocks=0, min_blocks=0, max_blocks=max_blocks,
+    def provider(nodes: int, max_blocks: int, walltime: str, launcher: Launcher,
+                 tasks_per_node: int | None = None) -> SlurmProvider:
+        return _TasksSlurmProvider(
+            tasks_per_node=tasks_per_node, nodes_per_block=nodes, init_blocks=0, min_blocks=0,
+            max_blocks=max_blocks,
             walltime=walltime, launcher=launcher, partition=site.partition, account=site.account,
             qos=site.qos, constraint=site.constraint, exclusive=site.exclusive,
             worker_init=site.worker_init, cores_per_node=site.cores_per_node,
@@ -151,6 +156,24 @@ def slurm_config(exec_cfg: ExecutionConfig, run_dir: Path) -> Config:
     return _cluster_config(exec_cfg, run_dir, site, provider, SrunLauncher(), "srun")
 
 
+class _TasksSlurmProvider(SlurmProvider):
+    """A SlurmProvider that can ask for ``tasks_per_node`` tasks per node whatever the executor says.
+
+    The MPIExecutor submits its block with one task per node (its one manager, started by
+    SimpleLauncher), so Slurm would allocate one task's CPUs, and the training's own
+    ``srun --ntasks <ranks>`` inside that block fails on a shared node ("More processors requested
+    than permitted"). The training block asks for one task per rank instead; ``cores_per_node`` is
+    then split among them (``--cpus-per-task``), as Parsl does for its worker tasks.
+    """
+
+    def __init__(self, tasks_per_node: int | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.tasks_per_node = tasks_per_node
+
+    def submit(self, command: str, tasks_per_node: int, job_name: str = "parsl.slurm") -> str:
+        return super().submit(command, self.tasks_per_node or tasks_per_node, job_name)
+
+
 def pbs_config(exec_cfg: ExecutionConfig, run_dir: Path) -> Config:
     """PBS Pro: an HTEX worker pool launched by mpiexec, and an MPIExecutor (mpiexec) for training."""
     site = exec_cfg.pbs
@@ -158,7 +181,9 @@ def pbs_config(exec_cfg: ExecutionConfig, run_dir: Path) -> Config:
     if site.gpus_per_node and "ngpus" not in select:
         select = f"{select}:ngpus={site.gpus_per_node}" if select else f"ngpus={site.gpus_per_node}"
 
-    def provider(nodes: int, max_blocks: int, walltime: str, launcher: Launcher) -> PBSProProvider:
+    def provider(nodes: int, max_blocks: int, walltime: str, launcher: Launcher,
+                 tasks_per_node: int | None = None) -> PBSProProvider:
+        # PBS sizes the training block by select/ncpus (cpus_per_node), not by tasks.
         return PBSProProvider(
             nodes_per_block=nodes, init_blocks=0, min_blocks=0, max_blocks=max_blocks,
             walltime=walltime, launcher=launcher, account=site.account, queue=site.queue,
@@ -170,11 +195,11 @@ def pbs_config(exec_cfg: ExecutionConfig, run_dir: Path) -> Config:
 
 
 def _cluster_config(exec_cfg: ExecutionConfig, run_dir: Path, site: ClusterSite,
-                    provider: Callable[[int, int, str, Launcher], ExecutionProvider],
+                    provider: Callable[..., ExecutionProvider],
                     worker_launcher: Launcher, mpi_launcher: str) -> Config:
     """An HTEX pool (one manager per node, started by ``worker_launcher``) for simulation and
     evaluation, and an MPIExecutor whose single manager (SimpleLauncher) starts training ranks
-    with ``mpi_launcher``."""
+    with ``mpi_launcher``; its block asks for as many tasks per node as training starts there."""
     workers = HighThroughputExecutor(
         label=WORKERS,
         address=_driver_address(site),
@@ -182,16 +207,26 @@ def _cluster_config(exec_cfg: ExecutionConfig, run_dir: Path, site: ClusterSite,
         max_workers_per_node=site.gpus_per_node or exec_cfg.workers,
         available_accelerators=site.gpus_per_node,
         provider=provider(site.nodes, site.max_blocks, site.walltime, worker_launcher),
+        **_heartbeat(site),
     )
     train = MPIExecutor(
         label=TRAIN,
         address=_driver_address(site),
         mpi_launcher=mpi_launcher,
         max_workers_per_block=1,
-        provider=provider(site.train_nodes, 1, site.train_walltime, SimpleLauncher()),
+        provider=provider(site.train_nodes, 1, site.train_walltime, SimpleLauncher(),
+                          tasks_per_node=train_ranks_per_node(exec_cfg)),
+        **_heartbeat(site),
     )
     _set_interchange_cmd(train)
-    return _common(exec_cfg, run_dir, [workers, train])
+    return _common(exec_cfg, run_dir, [workers, train], max_idletime=site.max_idletime)
+
+
+def _heartbeat(site: ClusterSite) -> dict[str, int]:
+    """Heartbeats often enough that a few can be missed before ``heartbeat_threshold`` (Parsl's
+    defaults are 30 s and 120 s)."""
+    return {"heartbeat_threshold": site.heartbeat_threshold,
+            "heartbeat_period": max(1, min(30, site.heartbeat_threshold // 4))}
 
 
 def _driver_address(site: ClusterSite) -> str | None:
@@ -228,7 +263,7 @@ def worker_slots(exec_cfg: ExecutionConfig) -> int:
         return exec_cfg.workers
     if exec_cfg.profile == "local-htex":
         return exec_cfg.local_htex.gpus_per_node or exec_cfg.workers
-    site = exec_cfg.slurm if exec_cfg.profile == "slurm" else exec_cfg.pbs
+    site = _site(exec_cfg)
     return (site.gpus_per_node or exec_cfg.workers) * site.nodes * site.max_blocks
 
 
@@ -252,16 +287,28 @@ def train_command(exec_cfg: ExecutionConfig, cli_args: list[str]) -> tuple[str, 
             return f"{python} -m workflow.cli train {args}", {}
         return (f"{python} -m torch.distributed.run --standalone --nproc_per_node={per_node} "
                 f"-m workflow.cli train {args}"), {}
-    site = exec_cfg.slurm if exec_cfg.profile == "slurm" else exec_cfg.pbs
-    ranks_per_node = site.gpus_per_node or per_node
+    site = _site(exec_cfg)
     rendezvous = ('export MASTER_ADDR="${PARSL_MPI_NODELIST%%,*}"; '
                   f"export MASTER_PORT={MASTER_PORT}; ")
     if site.train_launcher == "torchrun":
         command = (rendezvous + "$PARSL_MPI_PREFIX python -m torch.distributed.run "
-                   f"--nnodes={site.train_nodes} --nproc_per_node={ranks_per_node} "
+                   f"--nnodes={site.train_nodes} --nproc_per_node={site.gpus_per_node or per_node} "
                    "--rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT "
                    f"-m workflow.cli train {args}")
         return command, {"num_nodes": site.train_nodes, "ranks_per_node": 1}
     command = rendezvous + f"$PARSL_MPI_PREFIX python -m workflow.cli train {args}"
-    return command, {"num_nodes": site.train_nodes, "ranks_per_node": ranks_per_node}
+    return command, {"num_nodes": site.train_nodes, "ranks_per_node": train_ranks_per_node(exec_cfg)}
+
+
+def _site(exec_cfg: ExecutionConfig) -> ClusterSite:
+    return exec_cfg.slurm if exec_cfg.profile == "slurm" else exec_cfg.pbs
+
+
+def train_ranks_per_node(exec_cfg: ExecutionConfig) -> int:
+    """Processes the cluster launcher starts per training node: one per GPU (or
+    `train_processes_per_node` on CPU nodes), or one torchrun that starts the ranks itself."""
+    site = _site(exec_cfg)
+    if site.train_launcher == "torchrun":
+        return 1
+    return site.gpus_per_node or exec_cfg.train_processes_per_node
 
