@@ -302,9 +302,9 @@ def test_summary_prints_the_evaluation_verdict_for_every_baseline():
 @pytest.mark.slow  # the full quickstart: a few minutes on 2 cores
 def test_quickstart_model_beats_the_mean_baseline_on_held_out_materials(tmp_path):
     summary = run_pipeline(load_config(), tmp_path / "quickstart", progress=False)
-    assert summary.available == summary.planned == 44
-    errors = summary.headline["potential"]
-    assert errors["network"]["rel_l2"] < errors["mean"]["rel_l2"]
+    assert summary.available == summary.planned == 164
+    # "beats" as the report says it: better on every headline metric, intervals apart (issue 15's demo goal)
+    assert summary.verdicts["potential"]["mean"]["beats"], summary.verdicts["potential"]["mean"]["sentence"]
 
 
 def test_stores_go_to_execution_data_dir_with_a_link_in_the_run(tmp_path, monkeypatch):
