@@ -315,8 +315,8 @@ def render_scaling(summary: dict[str, Any], out_dir: Path) -> str:
         f"<h1>Learning curve: held-out {_e(target)} {_e(METRIC_NAMES.get(metric, metric))} against training-set size</h1>",
         f"<p class='note'>The same model and schedule trained on nested subsets of the {summary['n_train_total']:,} "
         "training samples (the first n in store order), each evaluated on the same held-out split; mean over "
-        "samples with its bootstrap interval. The baselines do not depend on the training-set size, except the "
-        "mean training target.</p>",
+        "samples with its bootstrap interval. The baselines do not depend on the training-set size (the mean "
+        "training target is taken over the whole training split).</p>",
         f"<figure><img src='{_e(rel_figure)}' alt='learning curve'></figure>",
         _table(["training samples", "fraction", "steps"] + [METHOD_NAMES[m] for m in methods] + ["evaluation"],
                rows, left=1),
