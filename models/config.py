@@ -115,9 +115,10 @@ class Architecture:
         """Input channels of the first conv: S patterns, or pattern_bins^2 binned pattern pixels."""
         return self.in_channels if self.input_layout == "patterns" else self.pattern_bins ** 2
 
-    def data_mismatch(self, patterns: int, pattern_px: int, target_px: int) -> str | None:
+    def data_mismatch(self, patterns: int, pattern_px: int, target_px: int | None) -> str | None:
         """Why data of ``patterns`` patterns of ``pattern_px`` px with ``target_px`` targets cannot
-        train this network (a one-line hint naming the setting to change), or None if it can."""
+        train this network (a one-line hint naming the setting to change), or None if it can.
+        ``target_px`` None checks the input alone (what a forward pass sees)."""
         m = self.size_multiple
         if patterns != self.in_channels:
             return (f"the data has {patterns} patterns per sample but the model expects in_channels="
@@ -126,7 +127,7 @@ class Architecture:
             if pattern_px % m:
                 return (f"pattern_px={pattern_px} is not a multiple of {m} (tu_stride^levels); change "
                         "simulation.pattern_px or lower model.levels")
-            if target_px != pattern_px:
+            if target_px is not None and target_px != pattern_px:
                 return (f"the patterns layout maps (S, P, P) to (C, P, P), but targets are {target_px} px and "
                         f"patterns {pattern_px} px: set simulation.target_px = pattern_px, or model.input_layout: scan")
             return None
@@ -136,7 +137,7 @@ class Architecture:
         if pattern_px % self.pattern_bins:
             return (f"pattern_px={pattern_px} is not a multiple of model.pattern_bins={self.pattern_bins}; "
                     f"choose pattern_bins dividing {pattern_px}")
-        if self.scan_shape != (target_px, target_px):
+        if target_px is not None and self.scan_shape != (target_px, target_px):
             return (f"the scan layout maps a {self.scan_shape[0]}x{self.scan_shape[1]} scan to maps of the same size, "
                     f"but targets are {target_px}x{target_px}: set simulation.target_px to the scan size")
         return None
@@ -233,9 +234,10 @@ def _square_scan(patterns: int) -> tuple[int, int]:
 
 
 def _check_architecture(arch: Architecture) -> None:
-    for name in ("kernel_size", "stem_kernel"):
-        if getattr(arch, name) % 2 == 0 and not (name == "stem_kernel" and arch.stem_kernel == 0):
-            raise ModelConfigError(f"model.{name}={getattr(arch, name)} must be odd ('same' padding keeps the size)")
+    kernels = {"kernel_size": arch.kernel_size, "stem_kernel": arch.stem_kernel or arch.kernel_size}
+    for name, size in kernels.items():
+        if size % 2 == 0:
+            raise ModelConfigError(f"model.{name}={size} must be odd ('same' padding keeps the size)")
     if len(arch.layers_per_block) != 2 * arch.levels + 1 or min(arch.layers_per_block) < 1:
         raise ModelConfigError(
             f"model.layers_per_block={list(arch.layers_per_block)} needs 2 * levels + 1 = {2 * arch.levels + 1} "

@@ -173,8 +173,7 @@ class FCDenseNet(nn.Module):
             raise ModelConfigError(
                 f"model input must be (B, S={arch.in_channels}, P, P) diffraction stacks, got {tuple(x.shape)}; "
                 f"set model.in_channels to the data's patterns per sample (scan_y * scan_x)")
-        target_px = x.shape[-1] if arch.input_layout == "patterns" else arch.scan_shape[0]
-        problem = arch.data_mismatch(x.shape[1], x.shape[-1], target_px)
+        problem = arch.data_mismatch(x.shape[1], x.shape[-1], target_px=None)
         if problem:
             raise ModelConfigError(problem)
 

@@ -55,8 +55,13 @@ def _entry(structure_id: str) -> dict[str, Any]:
         f"unknown structure id {structure_id!r}; {suggest_ids(structure_id)}")
 
 
-def suggest_ids(structure_id: str) -> str:
-    """A one-line hint naming the library ids closest to ``structure_id``."""
+#: what an unknown id gets told to do instead, from Python and from a config file
+API_ADVICE = "pass a CIF path for anything else"
+CONFIG_ADVICE = "for anything else put CIF files in a folder and set simulation.cif_dir to it"
+
+
+def suggest_ids(structure_id: str, otherwise: str = API_ADVICE) -> str:
+    """A one-line hint naming the library ids closest to ``structure_id``, else ``otherwise``."""
     ids = list_ids()
     lowered = {i.lower(): i for i in ids}
     close = difflib.get_close_matches(str(structure_id).lower(), list(lowered), n=3, cutoff=0.5)
@@ -65,7 +70,7 @@ def suggest_ids(structure_id: str) -> str:
     names = list(dict.fromkeys(prefix + [lowered[c] for c in close]))
     if names:
         return f"did you mean {', '.join(names)}? (namsa.library.list_ids() lists all)"
-    return "namsa.library.list_ids() lists the built-in ids; pass a CIF path for anything else"
+    return f"namsa.library.list_ids() lists the built-in ids; {otherwise}"
 
 
 def _lattice(params: dict[str, float]) -> Lattice:

@@ -550,6 +550,9 @@ def _plan_sources(cfg: SimulationConfig, plan: Plan) -> dict[str, Any]:
             structures[material_id] = (generator.build(material_id) if generator.is_generated_id(material_id)
                                        else library.get(material_id))
             plan.sources[material_id] = material_id
+        except library.UnknownStructureIdError:   # advice a config file can follow
+            plan.failures.append((material_id, f"unknown structure id {material_id!r}; "
+                                               f"{library.suggest_ids(material_id, library.CONFIG_ADVICE)}"))
         except UserError as exc:
             plan.failures.append((material_id, str(exc)))
     if cfg.cif_dir:

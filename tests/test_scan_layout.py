@@ -73,6 +73,8 @@ def test_cards_written_before_the_scan_layout_still_load():
 @pytest.mark.parametrize("overrides, message", [
     (dict(in_channels=1000), "not a square scan"),
     (dict(in_channels=64, scan_shape=[4, 8]), "holds 32 positions"),
+    (dict(stem_kernel=2), r"model.stem_kernel=2 must be odd"),
+    (dict(stem_kernel=0, kernel_size=4), r"model.kernel_size=4 must be odd"),
 ])
 def test_inconsistent_scan_settings_are_refused(overrides, message):
     with pytest.raises(ModelConfigError, match=message):
@@ -91,3 +93,10 @@ def test_pipeline_config_checks_data_against_the_layout(tmp_path, sets, message)
     load_config(path)  # consistent as written
     with pytest.raises(ConfigError, match=message):
         load_config(path, sets)
+
+
+def test_a_non_square_scan_runs_forward():
+    """The forward check looks at the input alone: a 4 x 8 scan (maps 4 x 8) is a valid input."""
+    model = build_model(ModelConfig(preset="scan", in_channels=32, scan_shape=[4, 8], levels=2,
+                                    pattern_bins=4).architecture())
+    assert model(torch.rand(2, 32, 16, 16)).shape == (2, 1, 4, 8)

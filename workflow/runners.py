@@ -120,22 +120,11 @@ def plan(cfg: "PipelineConfig"):
     import namsa
 
     planned = namsa.plan_samples(cfg.simulation)
-    planned.failures = [(mid, _config_advice(why)) for mid, why in planned.failures]
     if not planned.specs and not planned.failures:
         where = f"and {cfg.simulation.cif_dir} holds no .cif file" if cfg.simulation.cif_dir else "and no cif_dir is set"
         raise UserError(f"nothing to simulate: simulation.materials is empty {where}; list library ids in "
                         f"simulation.materials or point simulation.cif_dir at a folder of CIF files")
     return planned
-
-
-#: the library's advice for an unknown id, right for the Python API but not for a config file
-_API_ADVICE = "pass a CIF path for anything else"
-_CONFIG_ADVICE = "for anything else put CIF files in a folder and set simulation.cif_dir to it"
-
-
-def _config_advice(reason: str) -> str:
-    """A planning failure's reason with advice a config file can follow (simulation.cif_dir)."""
-    return reason.replace(_API_ADVICE, _CONFIG_ADVICE)
 
 
 def stored_ids(data_dir: str | Path) -> set[str]:
