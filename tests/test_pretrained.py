@@ -38,6 +38,9 @@ def test_publish_a_run_and_load_it_back(tiny_trained_model, tiny_data_dir, tiny_
     assert np.array_equal(rec.predict(cbed), models.load_reconstructor(tiny_trained_model.model_dir).predict(cbed))
     with pytest.raises(UserError, match="run the whole pipeline first"):
         pretrained.publish(tmp_path / "nothing", "x", root=tmp_path / "shipped")
+    for bad in ("", "../elsewhere", ".hidden"):
+        with pytest.raises(UserError, match="must be a plain folder name"):
+            pretrained.publish(run, bad, root=tmp_path / "shipped")
 
 
 def test_shipped_reconstructors_load_and_say_what_they_expect():
