@@ -193,6 +193,14 @@ CASES: list[Case] = [
     Case("simulate-into-a-truncated-store", ("simulate", MICRO, "--out", "{truncated_parent}", "--no-progress"),
          "data.mdb is truncated"),
     Case("run-out-is-a-file", ("run", MICRO, "--out", "{file}", "--no-progress"), "{file}"),
+    # -- issue 18: microscope files read by `namsa reconstruct` ------------------------------
+    # (end of microscope files)
+    # -- issue 18: model directories, cards, safetensors and checkpoints --------------------
+    # (end of model directories)
+    # -- issue 18: one writer per output, stores written exactly once ----------------------
+    # (end of one writer per output)
+    # -- issue 18: run directories, disk and permission errors, sizes and options ----------
+    # (end of run directories and options)
     # -- neighbours that must succeed ---------------------------------------------------------
     Case("inspect-a-good-store", ("inspect", "--verify", "{data}"), "", "ok"),
     Case("simulate-one-bad-material", sim("simulation.materials=[Si-diamond,Unobtainium]",
