@@ -1,0 +1,288 @@
+"""The model card schema: what `load_reconstructor`, `namsa evaluate` and `namsa reconstruct` read
+from ``model_card.json``, typed and bounded, checked before anything is built or allocated.
+
+A model directory is a file a user may receive from anyone, so every field that code reads is
+declared here with its type and range; unknown fields, missing required ones, wrong types,
+non-finite numbers, JSON that is not an object, bytes that are not UTF-8 and cards larger than
+`MAX_CARD_BYTES` are refused with one line (`ModelDirError`, a `UserError`: exit 2 in the CLI).
+Informational sections (training facts, metrics, provenance) are free-form objects.
+
+`inside(base, relpath)` resolves a path named inside a card or a checkpoint state and refuses it
+when it (or a symlink on the way) leaves ``base``.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from namsa.errors import UserError
+
+from .config import Architecture, ModelConfigError, _check_architecture
+
+CARD_FILE = "model_card.json"
+MODEL_FILE = "model.safetensors"
+#: the shipped card is 35 kB; a card is metadata, never data
+MAX_CARD_BYTES = 4 << 20
+#: JSON nesting deeper than this is refused before parsing (the json module recurses)
+MAX_JSON_DEPTH = 64
+
+_STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, protected_namespaces=())
+_LOOSE = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
+Pos = Annotated[int, Field(ge=1)]
+TargetName = Literal["potential", "density"]
+
+
+class ModelDirError(UserError):
+    """A model directory (card, weights or checkpoint state) that cannot be used as it is."""
+
+
+class ArchitectureSpec(BaseModel):
+    """`models.config.Architecture` as a card states it, with bounds a real network stays within."""
+
+    model_config = _STRICT
+
+    in_channels: Annotated[int, Field(ge=1, le=1 << 20)]
+    out_channels: Annotated[int, Field(ge=1, le=2)]
+    init_channels: Annotated[int, Field(ge=1, le=1 << 16)]
+    init_bias: bool
+    growth_rate: Annotated[int, Field(ge=1, le=1 << 16)]
+    kernel_size: Annotated[int, Field(ge=1, le=31)]
+    levels: Annotated[int, Field(ge=0, le=8)]
+    layers_per_block: Annotated[list[Annotated[int, Field(ge=1, le=1024)]], Field(min_length=1, max_length=17)]
+    td_channels: Annotated[list[Annotated[int, Field(ge=1, le=1 << 20)]], Field(max_length=8)] | None
+    skip: bool
+    dense_bn: bool
+    td_bn: bool
+    bn_affine: bool
+    pool: Literal["avg", "max"]
+    tu_kernel: Annotated[int, Field(ge=1, le=16)]
+    tu_stride: Annotated[int, Field(ge=2, le=8)]
+    dropout: Annotated[float, Field(ge=0.0, lt=1.0)]
+    head_input: Literal["all", "new"]
+    input_layout: Literal["patterns", "scan"] = "patterns"
+    pattern_bins: Annotated[int, Field(ge=0, le=1024)] = 0
+    scan_shape: Annotated[list[Annotated[int, Field(ge=0, le=1 << 20)]], Field(min_length=2, max_length=2)] = [0, 0]
+    stem_kernel: Annotated[int, Field(ge=0, le=31)] = 0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ArchitectureSpec":
+        if self.input_layout == "scan" and self.pattern_bins < 1:
+            raise ValueError("the scan layout needs pattern_bins >= 1")
+        try:
+            _check_architecture(self.architecture())
+        except ModelConfigError as exc:
+            raise ValueError(str(exc).replace("model.", "architecture.")) from None
+        return self
+
+    def architecture(self) -> Architecture:
+        return Architecture.from_dict(self.model_dump())
+
+
+class NormalizerSpec(BaseModel):
+    """`stage.Normalizer.to_dict()`: the input transform and the standardisation of each target."""
+
+    model_config = _STRICT
+
+    transform: Literal["none", "log1p", "sqrt"]
+    cbed_mean: float
+    cbed_std: Annotated[float, Field(gt=0)]
+    intensity_scale: Annotated[float, Field(gt=0)]
+    targets: dict[TargetName, Annotated[list[float], Field(min_length=2, max_length=2)]]
+
+    @model_validator(mode="after")
+    def _positive_spread(self) -> "NormalizerSpec":
+        bad = [name for name, (_, std) in self.targets.items() if not std > 0]
+        if bad:
+            raise ValueError(f"the standard deviation of {bad[0]} must be > 0")
+        return self
+
+
+class FileInfo(BaseModel):
+    model_config = _STRICT
+
+    bytes: Annotated[int, Field(ge=8, le=1 << 42)]
+    xxh3_128: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
+
+
+class ExpectsInput(BaseModel):
+    """The simulation physics a published model expects (read by `namsa reconstruct`)."""
+
+    model_config = _STRICT
+
+    energy_kv: Annotated[float, Field(gt=0, le=10_000)]
+    semiangle_mrad: Annotated[float, Field(gt=0, le=1_000)]
+    sampling_A: Annotated[float, Field(gt=0, le=100)]
+    scan_shape: Annotated[list[Annotated[int, Field(ge=1, le=1 << 16)]], Field(min_length=2, max_length=2)]
+    pattern_px: Annotated[int, Field(ge=1, le=1 << 16)]
+    target_px: Annotated[int, Field(ge=1, le=1 << 16)]
+    cell_lateral_A: Annotated[float, Field(gt=0, le=1e6)]
+    band_limit: Annotated[float, Field(gt=0, le=1)]
+    thickness_A: Annotated[float, Field(gt=0)] | None = None
+    aberrations: dict[str, float] | None = None
+    variations: dict[str, Any] | None = None
+
+
+class DataInfo(BaseModel):
+    """What the model was trained on; ``dirs`` are the training stores (absolute, this machine's)."""
+
+    model_config = _STRICT
+
+    dirs: Annotated[list[Annotated[str, Field(max_length=4096)]], Field(max_length=4096)] | None = None
+    node_local_dir: Annotated[str, Field(max_length=4096)] | None = None
+    train_samples: Annotated[int, Field(ge=0)] | None = None
+    dev_samples: Annotated[int, Field(ge=0)] | None = None
+    input_shape: Annotated[list[Annotated[int, Field(ge=1)]], Field(max_length=4)] | None = None
+
+
+class Provenance(BaseModel):
+    """``trained_on`` / ``held_out_evaluation`` of a published card (read by the verdict)."""
+
+    model_config = _LOOSE
+
+    data: dict[str, Any] | None = None
+    aggregates: dict[str, Any] | None = None
+
+
+class ModelCard(BaseModel):
+    """Every field of ``model_card.json`` (trainer export, `workflow.pretrained` or a checkpoint's
+    state); see the module docstring."""
+
+    model_config = _STRICT
+
+    format: Literal["namsa-reconstructor"]
+    format_version: Literal[1]
+    architecture: ArchitectureSpec
+    targets: Annotated[list[TargetName], Field(min_length=1, max_length=2)]
+    normalizer: NormalizerSpec
+    files: dict[Literal["model.safetensors"], FileInfo]
+    model_config_: Annotated[dict[str, Any] | None, Field(alias="model_config")] = None
+    target_units: dict[TargetName, str] | None = None
+    data_manifest_hash: Annotated[str, Field(max_length=256)] | None = None
+    code_version: Annotated[str, Field(max_length=256)] | None = None
+    train_config: dict[str, Any] | None = None
+    metrics: dict[str, Any] | None = None
+    metrics_csv: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
+    training: dict[str, Any] | None = None
+    data: DataInfo | None = None
+    parameters: Annotated[int, Field(ge=0)] | None = None
+    forward_conv_ops_per_sample: Annotated[int, Field(ge=0)] | None = None
+    expects_input: ExpectsInput | None = None
+    trained_on: Provenance | None = None
+    held_out_evaluation: Provenance | None = None
+    name: Annotated[str, Field(max_length=256)] | None = None
+    source: Literal["checkpoint"] | None = None
+    step: Annotated[int, Field(ge=0)] | None = None
+
+    @model_validator(mode="after")
+    def _targets_fit(self) -> "ModelCard":
+        if len(set(self.targets)) != len(self.targets):
+            raise ValueError(f"targets {self.targets} repeat a name")
+        if len(self.targets) != self.architecture.out_channels:
+            raise ValueError(f"{len(self.targets)} targets but architecture.out_channels="
+                             f"{self.architecture.out_channels}")
+        missing = [t for t in self.targets if t not in self.normalizer.targets]
+        if missing:
+            raise ValueError(f"normalizer.targets has no statistics for {missing[0]}")
+        if MODEL_FILE not in self.files:
+            raise ValueError(f"files names no {MODEL_FILE}")
+        return self
+
+
+def _describe(exc: ValidationError) -> str:
+    """The first problem of a pydantic error as ``field: what``, on one line."""
+    err = exc.errors(include_url=False)[0]
+    where = ".".join(str(p) for p in err["loc"]) or "the card"
+    if err["type"] == "extra_forbidden":
+        return f"unknown field {where}"
+    if err["type"] == "missing":
+        return f"missing field {where}"
+    shown = repr(err.get("input"))
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    return f"{where}: {err['msg']} (got {shown})"
+
+
+def validate_card(obj: Any, where: str) -> ModelCard:
+    """``obj`` (parsed JSON) as a `ModelCard`; one-line `ModelDirError` naming the field otherwise."""
+    if not isinstance(obj, dict):
+        raise ModelDirError(f"{where} is not a model card: it holds a JSON {type(obj).__name__}, not an object; "
+                            f"use the {CARD_FILE} that namsa train wrote")
+    try:
+        return ModelCard.model_validate(obj)
+    except ValidationError as exc:
+        raise ModelDirError(f"{where}: {_describe(exc)}; use the {CARD_FILE} that namsa train wrote "
+                            f"(or re-export the model)") from None
+
+
+def parse_json_bytes(raw: bytes, where: str, limit: int = MAX_CARD_BYTES) -> Any:
+    """JSON from untrusted bytes: size, UTF-8, nesting depth and syntax checked; one line otherwise."""
+    if len(raw) > limit:
+        raise ModelDirError(f"{where} is {len(raw)} bytes, more than the {limit} a card may have; it is not a card")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ModelDirError(f"{where} is not UTF-8 text (byte {exc.start}); it is damaged or not a card") from None
+    if _depth(text) > MAX_JSON_DEPTH:
+        raise ModelDirError(f"{where} nests deeper than {MAX_JSON_DEPTH} levels; it is not a card")
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        raise ModelDirError(f"{where} is not valid JSON ({reason}); it is damaged or not a card") from None
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _depth(text: str) -> int:
+    """Deepest bracket nesting outside strings (bounds json's recursion)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            escaped = not escaped and ch == "\\"
+            in_string = escaped or ch != '"'
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def read_card_file(path: Path) -> tuple[dict[str, Any], ModelCard]:
+    """(the card as parsed, validated) of the card file ``path``, read with a size cap."""
+    where = f"model card {path}"
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_CARD_BYTES + 1)
+    except OSError as exc:
+        raise ModelDirError(f"{where} cannot be read ({exc.strerror or exc}); check the model directory") from None
+    obj = parse_json_bytes(raw, where)
+    return obj, validate_card(obj, where)
+
+
+def inside(base: str | Path, relpath: str | Path, what: str = "path") -> Path:
+    """``base / relpath`` resolved (symlinks followed); refused with one line when it leaves ``base``.
+
+    For every path a card or a checkpoint state names (weights file, metrics CSV, ...): the file a
+    user received decides nothing outside its own directory.
+    """
+    text = str(relpath)
+    if not text or "\x00" in text:
+        raise ModelDirError(f"{what} {text!r} in {base} is not a file name")
+    root = Path(base).resolve()
+    target = (root / relpath).resolve()
+    if not target.is_relative_to(root):
+        raise ModelDirError(f"{what} {text!r} leads outside {base} (to {target}); a model directory may only "
+                            f"name files inside itself")
+    return target
+
+
+__all__ = ["ModelCard", "ModelDirError", "ArchitectureSpec", "NormalizerSpec", "ExpectsInput", "validate_card",
+           "read_card_file", "parse_json_bytes", "inside", "CARD_FILE", "MODEL_FILE", "MAX_CARD_BYTES"]
