@@ -36,11 +36,15 @@ from safetensors.torch import load_file, save_file
 
 from namsa.errors import UserError
 
+from .card import MODEL_FILE, ModelDirError, inside, parse_json_bytes
+
 FORMAT_VERSION = 1
-MODEL_FILE, OPTIM_FILE, STATE_FILE = "model.safetensors", "optimizer.safetensors", "state.json"
+OPTIM_FILE, STATE_FILE = "optimizer.safetensors", "state.json"
 EXPECTED_FILES = (MODEL_FILE, OPTIM_FILE, STATE_FILE)
 PICKLE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".bin", ".npy", ".npz")
 _TMP_PREFIX = ".tmp-"
+#: RNG states, optimiser scalars and configs: tens of kB; far more is not a namsa state
+MAX_STATE_BYTES = 64 << 20
 
 
 class CheckpointError(UserError):
@@ -194,15 +198,42 @@ def step_dir_name(step: int) -> str:
     return f"step-{step:08d}"
 
 
+class CheckpointWriteError(CheckpointError):
+    """A checkpoint that could not be written (disk full, file too large, read-only, ...)."""
+
+
 def save_checkpoint(root: Path, step: int, model_state: dict[str, torch.Tensor],
                     optimizer_state: dict[str, Any], state: dict[str, Any]) -> Path:
-    """Write one checkpoint atomically under ``root``; return its directory."""
+    """Write one checkpoint atomically under ``root``; return its directory.
+
+    A failed write (no space, a file-size limit, ...) removes the temporary directory and raises
+    `CheckpointWriteError` (one line): the checkpoints written before stay intact and loadable.
+    """
+    from safetensors import SafetensorError
+
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
     final = root / step_dir_name(step)
     tmp = root / f"{_TMP_PREFIX}{final.name}.{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        _write_checkpoint_files(tmp, step, model_state, optimizer_state, state)
+    except (OSError, SafetensorError) as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        reason = getattr(exc, "strerror", None) or str(exc).splitlines()[0]
+        kept = list_checkpoints(root)
+        raise CheckpointWriteError(
+            f"cannot write checkpoint {final} ({reason}); free disk space (or raise the file-size limit) and "
+            f"resume with --resume: {kept[-1].name + ' is intact' if kept else 'no earlier checkpoint exists'}"
+        ) from None
+    _publish(root, tmp, final)
+    return final
+
+
+def _write_checkpoint_files(tmp: Path, step: int, model_state: dict[str, torch.Tensor],
+                            optimizer_state: dict[str, Any], state: dict[str, Any]) -> None:
+    """The three files of a checkpoint, each fsynced, into the temporary directory ``tmp``."""
     save_file({k: v.detach().contiguous().cpu() for k, v in model_state.items()}, str(tmp / MODEL_FILE))
     opt_tensors, opt_meta = split_optimizer_state(optimizer_state)
     save_file(opt_tensors, str(tmp / OPTIM_FILE))
@@ -213,6 +244,10 @@ def save_checkpoint(root: Path, step: int, model_state: dict[str, torch.Tensor],
     payload = {**state, "format_version": FORMAT_VERSION, "step": step, "optimizer": opt_meta, "files": files}
     write_json_atomic(tmp / STATE_FILE, payload)
     _fsync_dir(tmp)
+
+
+def _publish(root: Path, tmp: Path, final: Path) -> None:
+    """Rename the finished ``tmp`` to ``final`` (replacing a checkpoint of the same step whole)."""
     if final.exists():  # the same step written again after a resume: replace it whole
         trash = root / f"{_TMP_PREFIX}old-{final.name}.{os.getpid()}"
         os.replace(final, trash)
@@ -221,17 +256,20 @@ def save_checkpoint(root: Path, step: int, model_state: dict[str, torch.Tensor],
     else:
         os.replace(tmp, final)
     _fsync_dir(root)
-    return final
 
 
 def read_state(path: Path) -> dict[str, Any]:
-    """The JSON state of checkpoint ``path`` (no verification of the tensor files)."""
+    """The JSON state of checkpoint ``path`` (no verification of the tensor files), read with a
+    size and nesting cap (`models.card.parse_json_bytes`)."""
     try:
-        return json.loads((Path(path) / STATE_FILE).read_text())
+        with open(_state_file(Path(path), STATE_FILE), "rb") as fh:
+            raw = fh.read(MAX_STATE_BYTES + 1)
     except FileNotFoundError:
         raise CorruptCheckpointError(f"checkpoint {path} has no {STATE_FILE}; it is incomplete") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CorruptCheckpointError(f"checkpoint {path}: {STATE_FILE} is not valid JSON ({exc})") from None
+    try:
+        return parse_json_bytes(raw, f"checkpoint {path}: {STATE_FILE}", limit=MAX_STATE_BYTES)
+    except ModelDirError as exc:
+        raise CorruptCheckpointError(str(exc)) from None
 
 
 def verify_checkpoint(path: Path) -> dict[str, Any]:
@@ -241,11 +279,12 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint {path} does not exist; point at a step-* directory or a model dir")
     refuse_pickles(path)
     state = read_state(path)
-    if state.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(f"checkpoint {path} has format {state.get('format_version')}, this code reads "
+    if not isinstance(state, dict) or state.get("format_version") != FORMAT_VERSION:
+        found = state.get("format_version") if isinstance(state, dict) else type(state).__name__
+        raise CheckpointError(f"checkpoint {path} has format {found}, this code reads "
                               f"{FORMAT_VERSION}; retrain or use the matching namsa version")
-    for name, info in state.get("files", {}).items():
-        file = path / name
+    for name, info in _file_entries(path, state).items():
+        file = _state_file(path, name)
         if not file.is_file():
             raise CorruptCheckpointError(f"checkpoint {path} is missing {name}")
         if file.stat().st_size != info["bytes"]:
@@ -255,6 +294,26 @@ def verify_checkpoint(path: Path) -> dict[str, Any]:
         if file_digest(file) != info["xxh3_128"]:
             raise CorruptCheckpointError(f"checkpoint {path}: {name} does not match its recorded digest")
     return state
+
+
+def _file_entries(path: Path, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``state["files"]``, checked: only the two tensor files, each with an int size and a digest."""
+    files = state.get("files", {})
+    ok = isinstance(files, dict) and all(
+        name in (MODEL_FILE, OPTIM_FILE) and isinstance(info, dict) and type(info.get("bytes")) is int
+        and isinstance(info.get("xxh3_128"), str) for name, info in files.items())
+    if not ok:
+        raise CorruptCheckpointError(f"checkpoint {path}: {STATE_FILE} 'files' must map {MODEL_FILE} / {OPTIM_FILE} "
+                                     f"to their bytes and xxh3_128; it is damaged")
+    return files
+
+
+def _state_file(path: Path, name: str) -> Path:
+    """``path / name``, refused when a symlink takes it outside the checkpoint directory."""
+    try:
+        return inside(path, name, "checkpoint file")
+    except ModelDirError as exc:
+        raise CorruptCheckpointError(str(exc)) from None
 
 
 def load_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]:

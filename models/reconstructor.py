@@ -11,7 +11,6 @@ col = x], in the order of ``rec.targets``. Loading reads safetensors + JSON only
 """
 from __future__ import annotations
 
-import json
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -20,10 +19,11 @@ import numpy as np
 import torch
 
 from . import checkpoint as ckpt
+from .card import CARD_FILE, ModelDirError, inside, read_card_file, validate_card
 from .config import Architecture
 from .fcdensenet import FCDenseNet
+from .weights_check import check_header, check_size, expected_tensors
 
-CARD_FILE = "model_card.json"
 #: ``load_reconstructor("pretrained:<name>")`` loads ``models/pretrained/<name>/`` (package data)
 PRETRAINED_PREFIX = "pretrained:"
 PRETRAINED_DIR = "pretrained"
@@ -68,32 +68,50 @@ class Reconstructor:
         return torch.stack(maps, dim=1).cpu().numpy().astype(np.float32, copy=False)
 
 
-class ReconstructorInputError(ckpt.CheckpointError):
+class ReconstructorInputError(ckpt.CheckpointError, ModelDirError):
     """Bad input to `load_reconstructor` or `Reconstructor.predict`."""
 
 
 def _resolve(path: Path) -> tuple[Path, dict[str, Any]]:
-    """(directory holding model.safetensors, card) for a model dir, run dir or checkpoint dir."""
+    """(directory holding model.safetensors, validated card) for a model dir, run dir or checkpoint
+    dir; the card is checked against its schema (`models.card`) before anything else is read."""
     if (path / "model" / CARD_FILE).is_file():
-        path = path / "model"
+        path = inside(path, "model", "the run's model folder")
     if (path / CARD_FILE).is_file():
         ckpt.refuse_pickles(path)
-        card = json.loads((path / CARD_FILE).read_text())
-        info = card.get("files", {}).get(ckpt.MODEL_FILE)
-        weights = path / ckpt.MODEL_FILE
-        if info is None or not weights.is_file() or weights.stat().st_size != info["bytes"] \
-                or ckpt.file_digest(weights) != info["xxh3_128"]:
-            raise ckpt.CorruptCheckpointError(f"model {path}: {ckpt.MODEL_FILE} is missing or does not match "
-                                              f"{CARD_FILE}; re-export it from a checkpoint")
+        card, spec = read_card_file(inside(path, CARD_FILE, "the model card"))
+        info = spec.files[ckpt.MODEL_FILE]
+        weights = inside(path, ckpt.MODEL_FILE, "the weights file")
+        if not weights.is_file() or weights.stat().st_size != info.bytes:
+            raise ckpt.CorruptCheckpointError(f"model {path}: {ckpt.MODEL_FILE} is missing or not the {info.bytes} "
+                                              f"bytes {CARD_FILE} records; re-export it from a checkpoint")
         return path, card
     if (path / ckpt.STATE_FILE).is_file():
         state = ckpt.verify_checkpoint(path)
-        card = {k: state[k] for k in ("model_config", "architecture", "targets", "normalizer",
-                                      "data_manifest_hash", "code_version", "train_config")}
-        card.update(source="checkpoint", step=state["step"], metrics={"position": state["position"]})
+        card = {k: state.get(k) for k in ("model_config", "architecture", "targets", "normalizer",
+                                          "data_manifest_hash", "code_version", "train_config", "files")}
+        card.update(format="namsa-reconstructor", format_version=state.get("format_version"), source="checkpoint",
+                    step=state.get("step"))
+        card["files"] = {ckpt.MODEL_FILE: (state.get("files") or {}).get(ckpt.MODEL_FILE)}
+        validate_card(card, f"checkpoint {path / ckpt.STATE_FILE}")
+        card["metrics"] = {"position": state.get("position")}
         return path, card
     raise ReconstructorInputError(f"{path} is neither a model dir ({CARD_FILE}), a run dir (model/) nor a checkpoint "
                                   f"dir ({ckpt.STATE_FILE}); pass the --out of `namsa train` or one of its folders")
+
+
+def _check_weights(folder: Path, card: dict[str, Any]) -> Architecture:
+    """The card's architecture, once its size is sane and the weights file's header, size and
+    digest match it (nothing is allocated before this returns)."""
+    arch = Architecture.from_dict(card["architecture"])
+    weights = folder / ckpt.MODEL_FILE
+    check_size(arch, f"the card in {folder}")
+    check_header(weights, expected_tensors(arch))
+    verified = card.get("source") == "checkpoint"  # verify_checkpoint has checked its digest already
+    if not verified and ckpt.file_digest(weights) != card["files"][ckpt.MODEL_FILE]["xxh3_128"]:
+        raise ckpt.CorruptCheckpointError(f"model {folder}: {ckpt.MODEL_FILE} does not match the digest its card "
+                                          f"records; re-export it from a checkpoint")
+    return arch
 
 
 def pretrained_names() -> list[str]:
@@ -112,7 +130,7 @@ def _pretrained_path(name: str) -> Path:
 def pretrained_card(name: str) -> dict[str, Any]:
     """The model card of the shipped reconstructor ``name`` (what it expects, what it was trained on,
     its held-out scores), without loading its weights."""
-    return json.loads((_pretrained_path(name) / CARD_FILE).read_text())
+    return read_card_file(_pretrained_path(name) / CARD_FILE)[0]
 
 
 def load_reconstructor(path: str | Path, device: str | torch.device | None = None,
@@ -122,7 +140,11 @@ def load_reconstructor(path: str | Path, device: str | torch.device | None = Non
     what it was trained on and how it scored on held-out materials).
 
     ``device``: None picks cuda when available, else cpu. ``batch_size``: stacks per forward pass.
+    A damaged or hostile directory (card schema, paths leaving it, a network above the size limit,
+    weights whose header does not match the architecture) raises `ReconstructorInputError` /
+    `models.card.ModelDirError` (one line) before the network is built.
     """
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     text = str(path)
@@ -130,7 +152,12 @@ def load_reconstructor(path: str | Path, device: str | torch.device | None = Non
     if not path.exists():
         raise ReconstructorInputError(f"model path {path} does not exist; pass the --out of `namsa train`")
     folder, card = _resolve(path)
+    arch = _check_weights(folder, card)
     dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = FCDenseNet(Architecture.from_dict(card["architecture"]))
-    model.load_state_dict(load_file(str(folder / ckpt.MODEL_FILE)))
+    model = FCDenseNet(arch)
+    try:
+        model.load_state_dict(load_file(str(folder / ckpt.MODEL_FILE)))
+    except (SafetensorError, RuntimeError, OSError, ValueError) as exc:  # changed on disk since the checks
+        raise ckpt.CorruptCheckpointError(f"model {folder}: {ckpt.MODEL_FILE} cannot be loaded "
+                                          f"({str(exc).splitlines()[0][:160]}); re-export it") from None
     return Reconstructor(model.to(dev), card, dev, batch_size)
