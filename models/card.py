@@ -103,7 +103,7 @@ class NormalizerSpec(BaseModel):
 class FileInfo(BaseModel):
     model_config = _STRICT
 
-    bytes: Annotated[int, Field(ge=8, le=1 << 42)]
+    bytes: Annotated[int, Field(ge=0, le=1 << 42)]
     xxh3_128: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
 
 

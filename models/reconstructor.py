@@ -88,8 +88,8 @@ def _resolve(path: Path) -> tuple[Path, dict[str, Any]]:
         return path, card
     if (path / ckpt.STATE_FILE).is_file():
         state = ckpt.verify_checkpoint(path)
-        card = {k: state.get(k) for k in ("model_config", "architecture", "targets", "normalizer",
-                                          "data_manifest_hash", "code_version", "train_config", "files")}
+        card = {k: state[k] for k in ("model_config", "architecture", "targets", "normalizer",
+                                      "data_manifest_hash", "code_version", "train_config") if k in state}
         card.update(format="namsa-reconstructor", format_version=state.get("format_version"), source="checkpoint",
                     step=state.get("step"))
         card["files"] = {ckpt.MODEL_FILE: (state.get("files") or {}).get(ckpt.MODEL_FILE)}
