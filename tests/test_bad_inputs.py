@@ -196,6 +196,11 @@ CASES: list[Case] = [
     # -- issue 18: microscope files read by `namsa reconstruct` ------------------------------
     # (end of microscope files)
     # -- issue 18: model directories, cards, safetensors and checkpoints --------------------
+    Case("evaluate-model-is-a-file", ("evaluate", MICRO, "--data", "{data}", "--model", "{file}", "--out", "{tmp}/e"),
+         "is neither a model dir"),
+    Case("evaluate-pretrained-traversal", ("evaluate", MICRO, "--data", "{data}", "--model",
+                                           "pretrained:../pretrained/study-scan", "--out", "{tmp}/e"),
+         "no pretrained reconstructor '../pretrained/study-scan'"),
     # (end of model directories)
     # -- issue 18: one writer per output, stores written exactly once ----------------------
     # (end of one writer per output)
