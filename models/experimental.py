@@ -28,6 +28,8 @@ import numpy as np
 from namsa.constants import wavelength_A
 from namsa.errors import UserError
 
+from .microscope_files import check_file, check_values
+
 #: file extension -> rosettasciio plugin module that reads it
 READERS: dict[str, str] = {".hspy": "rsciio.hspy", ".hdf5": "rsciio.hspy", ".h5": "rsciio.hspy",
                            ".zspy": "rsciio.zspy", ".emd": "rsciio.emd", ".mib": "rsciio.quantumdetector",
@@ -122,6 +124,7 @@ def read_scan(path: str | Path) -> RawScan:
     if not path.is_file():
         raise ExperimentalInputError(f"{path} does not exist or is not a file; pass a 4D-STEM file "
                                      f"({', '.join(sorted(READERS))})")
+    check_file(path)  # before rsciio opens it: nothing outside the file is followed
     signals = _rsciio_read(path)
     four_d = [s for s in signals if np.ndim(s.get("data")) == 4]
     if not four_d:
@@ -130,6 +133,7 @@ def read_scan(path: str | Path) -> RawScan:
                                      "(scan_y, scan_x, ky, kx) data")
     signal = four_d[0]
     data = np.asarray(signal["data"])
+    check_values(data, str(path))
     return RawScan(data=data, found=_calibrations_in(signal), path=str(path))
 
 
@@ -461,11 +465,29 @@ MAP_UNITS: dict[str, str] = {"potential": "V*Angstrom", "density": "electrons/An
                              "icom_potential": "V*Angstrom (mean undetermined, set to 0)"}
 
 
+def is_output_name(name: str) -> bool:
+    """Whether ``name`` is a file `write_maps` writes (what an earlier reconstruction may have left)."""
+    stem, _, ext = name.rpartition(".")
+    return name in ("reconstruction.png", "reconstruction.json") or (stem in MAP_UNITS and ext in ("npy", "tif"))
+
+
+def check_map_names(names: Sequence[str]) -> None:
+    """Only the known map names (`MAP_UNITS`) become file names: a model card's ``targets`` decide
+    them, and a name like ``../../x`` or ``/etc/x`` must not place a file outside ``--out``."""
+    unknown = [name for name in names if name not in MAP_UNITS]
+    if unknown:
+        raise ExperimentalInputError(f"the model names an output {unknown[0]!r}, which is not one of the maps namsa "
+                                     f"writes ({', '.join(MAP_UNITS)}); its card is damaged or not from namsa: "
+                                     "use a model directory written by `namsa train` or a pretrained:NAME")
+
+
 def write_maps(out_dir: str | Path, maps: Mapping[str, np.ndarray], pixel_A: tuple[float, float],
                info: Mapping[str, Any]) -> dict[str, str]:
     """Write each (H, W) map ([row = y, col = x]) as ``<name>.npy`` and ``<name>.tif`` (float32),
     one figure ``reconstruction.png`` and ``reconstruction.json`` (units, pixel size in Angstrom,
-    ``info``). Returns name -> path of everything written."""
+    ``info``). Returns name -> path of everything written. Names outside `MAP_UNITS` are refused
+    before anything is written."""
+    check_map_names(list(maps))
     try:
         import tifffile
     except ImportError:
@@ -476,11 +498,11 @@ def write_maps(out_dir: str | Path, maps: Mapping[str, np.ndarray], pixel_A: tup
     for name, image in maps.items():
         image = np.asarray(image, dtype=np.float32)
         np.save(out / f"{name}.npy", image)
-        tifffile.imwrite(out / f"{name}.tif", image, metadata={"unit": MAP_UNITS.get(name, ""), "axes": "YX"},
+        tifffile.imwrite(out / f"{name}.tif", image, metadata={"unit": MAP_UNITS[name], "axes": "YX"},
                          resolution=(1.0 / pixel_A[1], 1.0 / pixel_A[0]))
         written[f"{name}.npy"], written[f"{name}.tif"] = str(out / f"{name}.npy"), str(out / f"{name}.tif")
     written["reconstruction.png"] = str(_figure(out / "reconstruction.png", maps, pixel_A))
-    summary = {"maps": {name: {"unit": MAP_UNITS.get(name, ""), "shape": list(np.shape(m)), "npy": f"{name}.npy",
+    summary = {"maps": {name: {"unit": MAP_UNITS[name], "shape": list(np.shape(m)), "npy": f"{name}.npy",
                                "tif": f"{name}.tif"} for name, m in maps.items()},
                "pixel_size_A": list(pixel_A), "axes": "[row = y, col = x]", **info}
     (out / "reconstruction.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
@@ -502,7 +524,7 @@ def _figure(path: Path, maps: Mapping[str, np.ndarray], pixel_A: tuple[float, fl
         ax.set_title(name)
         ax.set_xlabel("x (Angstrom)")
         ax.set_ylabel("y (Angstrom)")
-        fig.colorbar(shown, ax=ax, label=MAP_UNITS.get(name, "").split(" (")[0])
+        fig.colorbar(shown, ax=ax, label=MAP_UNITS[name].split(" (")[0])
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -194,6 +194,13 @@ CASES: list[Case] = [
          "data.mdb is truncated"),
     Case("run-out-is-a-file", ("run", MICRO, "--out", "{file}", "--no-progress"), "{file}"),
     # -- issue 18: microscope files read by `namsa reconstruct` ------------------------------
+    Case("reconstruct-out-below-a-file", ("reconstruct", "{tmp}/scan.hspy", "--model", "pretrained:study-scan",
+                                          "--out", "{file}/maps"), "--out {file}/maps lies below {file}, which is a file"),
+    Case("reconstruct-out-under-proc", ("reconstruct", "{tmp}/scan.hspy", "--model", "pretrained:study-scan",
+                                        "--out", "/proc/namsa-maps"), "--out /proc/namsa-maps cannot be written"),
+    Case("reconstruct-out-holds-other-files", ("reconstruct", "{tmp}/scan.hspy", "--model", "pretrained:study-scan",
+                                               "--out", "{junk_dir}"),
+         "holds files this command did not write (e.g. 'notes.txt')"),
     # (end of microscope files)
     # -- issue 18: model directories, cards, safetensors and checkpoints --------------------
     Case("evaluate-model-is-a-file", ("evaluate", MICRO, "--data", "{data}", "--model", "{file}", "--out", "{tmp}/e"),

@@ -355,15 +355,34 @@ def reconstruct(path: str | Path, model: str | Path, out_dir: str | Path, *,
     per detector pixel, step_A (Angstrom per scan step); None entries are read from the file
     (models.experimental). Maps are [row = y, col = x], pixel (0, 0) at the first probe position.
     Returns a summary: the files written, the pixel size (Angstrom) and what was resampled.
+
+    Everything is written into a temporary sibling of ``out_dir`` that then replaces it as a whole
+    (workflow.replace_out), so a kill leaves the earlier result or the new one, never a mix.
     """
+    from models import experimental as ex
+
+    from .replace_out import discard, start_replacing
+
+    out = require_directory(out_dir)
+    tmp = start_replacing(out, ex.is_output_name)  # refuses an unwritable --out before any work
+    try:
+        return _reconstruct_into(tmp, out, path, model, calibrations or {})
+    except BaseException:
+        discard(tmp)
+        raise
+
+
+def _reconstruct_into(tmp: Path, out: Path, path: str | Path, model: str | Path,
+                      calibrations: Mapping[str, Any]) -> dict[str, Any]:
+    """The work of `reconstruct`: read, check, predict, write into ``tmp``, swap it into ``out``."""
     from models import experimental as ex
     from models import load_reconstructor
     from namsa.icom import icom_reconstruct
 
-    out = require_directory(out_dir)
     scan = ex.read_scan(path)
-    cal = ex.resolve_calibrations(scan.found, calibrations or {})
+    cal = ex.resolve_calibrations(scan.found, calibrations)
     rec = load_reconstructor(model)
+    ex.check_map_names(rec.targets)  # the card's targets become file names
     expect = ex.model_expectation(rec.card)
     prepared = ex.fit_to_model(scan, cal, expect)
     stitched = ex.stitch(rec.predict(prepared.cbed), prepared.tiles)
@@ -375,9 +394,24 @@ def reconstruct(path: str | Path, model: str | Path, out_dir: str | Path, *,
         ex.scan_block(prepared), (ty * sy, tx * sx), k_sampling_invA=prepared.dk_inv_A, energy_kv=cal.energy_kv,
         scan_step_A=prepared.step_A, output_shape=stitched.shape[1:], periodic=False).astype("float32")
     info = _reconstruct_info(path, model, cal, expect, prepared)
-    files = ex.write_maps(out, maps, pixel, info)
-    return {"out": str(out), "files": files, "pixel_size_A": pixel, "shape": list(stitched.shape[1:]),
+    written = _write_and_swap(ex, tmp, out, maps, pixel, info)
+    return {"out": str(out), "files": written, "pixel_size_A": pixel, "shape": list(stitched.shape[1:]),
             "notes": prepared.notes}
+
+
+def _write_and_swap(ex: Any, tmp: Path, out: Path, maps: Mapping[str, Any], pixel: tuple[float, float],
+                    info: Mapping[str, Any]) -> dict[str, str]:
+    """Write the maps into ``tmp`` and swap it into the place of ``out``; a failed write (disk full,
+    file too large, permission) is one line and leaves the earlier result in ``out`` as it was."""
+    from .replace_out import finish_replacing
+
+    try:
+        files = ex.write_maps(tmp, maps, pixel, info)
+        finish_replacing(tmp, out)
+    except OSError as exc:
+        raise UserError(f"writing the maps into --out {out} failed ({exc.strerror or exc}); free some space or "
+                        "choose another --out (an earlier result there is unchanged)") from None
+    return {name: str(out / Path(p).name) for name, p in files.items()}
 
 
 def _reconstruct_info(path: str | Path, model: str | Path, cal: Any, expect: Any, prepared: Any) -> dict[str, Any]:
