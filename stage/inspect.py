@@ -27,6 +27,7 @@ class StoreSummary:
     verified: bool = False
     corrupt: list[str] = field(default_factory=list)
     error: str | None = None
+    ids: list[str] = field(default_factory=list, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -43,8 +44,18 @@ class InspectReport:
     verified: bool
 
     @property
+    def duplicates(self) -> dict[str, list[Path]]:
+        """Sample ids stored in more than one store here, each with its stores (training counts
+        each once, from the first; a data directory should hold each id once)."""
+        where: dict[str, list[Path]] = {}
+        for s in self.stores:
+            for sid in s.ids:
+                where.setdefault(sid, []).append(s.path)
+        return {sid: paths for sid, paths in where.items() if len(paths) > 1}
+
+    @property
     def ok(self) -> bool:
-        return bool(self.stores) and all(s.ok for s in self.stores)
+        return bool(self.stores) and all(s.ok for s in self.stores) and not self.duplicates
 
     @property
     def corrupt(self) -> list[str]:
@@ -64,6 +75,12 @@ class InspectReport:
     def problems(self) -> str:
         """One line naming what is wrong ('' when `ok`)."""
         bad = [s for s in self.stores if not s.ok]
+        duplicates = self.duplicates
+        if duplicates and not bad:
+            sid, paths = next(iter(duplicates.items()))
+            return (f"{len(duplicates)} sample id(s) under {self.root} are stored in more than one store (e.g. "
+                    f"{sid!r} in {', '.join(p.name for p in paths)}); training counts each once, but delete the "
+                    f"extra stores or re-simulate into a fresh directory to keep every id in one store")
         if not bad:
             return ""
         corrupt = sum(len(s.corrupt) for s in bad)
@@ -94,6 +111,12 @@ class InspectReport:
             if s.verified:
                 lines.append(f"  verify: {len(s.corrupt)} corrupt record(s)" +
                              (": " + ", ".join(s.corrupt) if s.corrupt else ", every checksum matches"))
+        duplicates = self.duplicates
+        if duplicates:
+            lines.append(f"duplicates: {len(duplicates)} sample id(s) stored in more than one store")
+            lines += [f"  {sid}: {', '.join(str(p) for p in paths)}" for sid, paths in list(duplicates.items())[:10]]
+            if len(duplicates) > 10:
+                lines.append(f"  ... {len(duplicates) - 10} more")
         lines.append("OK" if self.ok else "PROBLEMS FOUND")
         return "\n".join(lines)
 
@@ -110,6 +133,7 @@ def _summarise(path: Path, verify: bool) -> StoreSummary:
             summary.code_version, summary.record_bytes = m["code_version"], m["bytes"]
             summary.file_bytes = (path / DATA_NAME).stat().st_size
             summary.reconciled = reader.reconciled
+            summary.ids = reader.ids()
             if verify:
                 summary.corrupt = reader.verify_all()
                 summary.verified = True

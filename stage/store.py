@@ -20,6 +20,7 @@ import bisect
 import errno
 import fcntl
 import json
+import logging
 import os
 import resource
 import shutil
@@ -57,6 +58,7 @@ _DBS = (b"records", b"index", b"info")
 _INFO_KEY = b"store"
 #: errno values that mean "the disk is full" (EFBIG: a file-size limit, e.g. RLIMIT_FSIZE or quota).
 _DISK_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_log = logging.getLogger(__name__)
 
 
 def code_version() -> str:
@@ -223,14 +225,12 @@ def _acquire_env(path: Path, *, write: bool, map_size: int = 0, readahead: bool 
             # Readers of this store are open in this process (a notebook, a test): reopen the one
             # handle writable; the readers go through the entry and follow.
             entry.env.close()
-            entry.env = _open_writable_env(path, map_size)
-            entry.dbs = _open_dbs(entry.env, create=True)
+            entry.env, entry.dbs = _open_writable_env(path, map_size)
             entry.writable = True
         entry.refs += 1
         return entry
     if write:
-        env = _open_writable_env(path, map_size)
-        entry = _EnvEntry(env, _open_dbs(env, create=True), True)
+        entry = _EnvEntry(*_open_writable_env(path, map_size), True)
     else:
         env = _open_readonly_env(path, readahead)
         entry = _EnvEntry(env, _open_dbs_readonly(env), False)
@@ -246,14 +246,32 @@ def _check_complete(path: Path) -> None:
                                   f"from its source (namsa stage SRC DST), or delete it and run namsa simulate again")
 
 
-def _open_writable_env(path: Path, map_size: int) -> lmdb.Environment:
+def _open_writable_env(path: Path, map_size: int) -> tuple[lmdb.Environment, dict[bytes, Any]]:
+    """The writable environment of ``path`` and its databases (created on first use)."""
     _check_complete(path)
     try:
-        return lmdb.open(str(path), map_size=map_size, max_dbs=len(_DBS), subdir=True,
-                         readahead=False, meminit=False, max_spare_txns=1)
+        env = lmdb.open(str(path), map_size=map_size, max_dbs=len(_DBS), subdir=True,
+                        readahead=False, meminit=False, max_spare_txns=1)
     except lmdb.Error as exc:
-        raise StoreError(f"cannot open store {path} for writing: {exc}; check the path and "
-                         f"free disk space") from exc
+        raise _creation_error(path, exc) from exc
+    try:
+        return env, _open_dbs(env, create=True)
+    except lmdb.Error as exc:
+        env.close()
+        raise _creation_error(path, exc) from exc
+
+
+def _creation_error(path: Path, exc: lmdb.Error) -> StoreError:
+    """One line for a store that cannot be opened or created. LMDB reports a write cut short by a
+    full disk or a file size limit as EIO, so an I/O error here is named as the likely full disk."""
+    text = " ".join(str(exc).split())
+    if _is_disk_full(exc) or os.strerror(errno.EIO).lower() in text.lower():
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        ulimit = f", or raise the file size limit (ulimit -f is {limit >> 10} KiB)" if limit != resource.RLIM_INFINITY else ""
+        return StoreFullError(f"cannot create store {path}: the disk is full or a file size limit is reached "
+                              f"({text}); free space there{ulimit} "
+                              f"and run again, or write to a disk with room (--out, data.node_local_dir)")
+    return StoreError(f"cannot open store {path} for writing: {text}; check the path and free disk space")
 
 
 def _release_env(path: Path, entry: _EnvEntry) -> None:
@@ -359,10 +377,14 @@ class StoreWriter:
             who = f"pid {holder[0]} on {holder[1]}" if holder else "pid unknown"
             raise StoreLockedError(f"store {self.path} is already open by another writer ({who}); "
                                    f"give every writer its own store directory") from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(f"{os.getpid()} {socket.gethostname()}")
-        fh.flush()
+        try:
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"{os.getpid()} {socket.gethostname()}")
+            fh.flush()
+        except OSError as exc:  # readers must see that a writer is open: no lock without its holder
+            fh.close()
+            raise _creation_error(self.path, lmdb.Error(f"{self.path / LOCK_NAME}: {exc.strerror}")) from exc
         self._lock_fh = fh
 
     def _open_env(self) -> None:
@@ -710,10 +732,7 @@ class StoreReader:
         except PermissionError as exc:
             raise StoreError(f"permission denied reading store {self.path} ({exc.filename}); fix its "
                              f"permissions") from exc
-        self._ids = [s["id"] for s in self.manifest["samples"]]
-        self._keys = [sid.encode() for sid in self._ids]
-        self._position = {sid: i for i, sid in enumerate(self._ids)}
-        self._splits = [s["split"] for s in self.manifest["samples"]]
+        self._list_samples()
         if not self._ids and not allow_empty:
             raise EmptyStoreError(f"store {self.path} holds no samples; run namsa simulate into it first "
                                   f"(or remove the empty directory)")
@@ -721,6 +740,19 @@ class StoreReader:
             # small records: check the first one now (large ones are checked on every read
             # anyway, and a get prefaults the whole value)
             self._check_first_record()
+
+    def _list_samples(self) -> None:
+        self._ids = [s["id"] for s in self.manifest["samples"]]
+        self._keys = [sid.encode() for sid in self._ids]
+        self._position = {sid: i for i, sid in enumerate(self._ids)}
+        self._splits = [s["split"] for s in self.manifest["samples"]]
+
+    def hide(self, sample_ids: set[str]) -> None:
+        """Leave ``sample_ids`` out of this reader (its length, ids, indices and manifest): how a
+        `StoreSet` counts a sample stored in two stores once."""
+        self._index = {sid: entry for sid, entry in self._index.items() if sid not in sample_ids}
+        self.manifest = build_manifest(self.path, self.info, self._index)
+        self._list_samples()
 
     def _check_path(self) -> None:
         path = self.path
@@ -940,11 +972,39 @@ class StoreReader:
         return f"StoreReader({str(self.path)!r}, {len(self)} samples)"
 
 
+def duplicate_ids(readers: Sequence[StoreReader]) -> dict[str, list[Path]]:
+    """Sample ids held by more than one of ``readers``, each with the stores holding it (in order)."""
+    where: dict[str, list[Path]] = {}
+    for reader in readers:
+        for sid in reader.ids():
+            where.setdefault(sid, []).append(reader.path)
+    return {sid: paths for sid, paths in where.items() if len(paths) > 1}
+
+
+def _count_each_id_once(readers: list[StoreReader]) -> list[StoreReader]:
+    """Hide every sample id a store shares with an earlier store (the first store wins), say so in
+    one log line, and drop stores left empty."""
+    duplicates = duplicate_ids(readers)
+    if not duplicates:
+        return readers
+    seen: set[str] = set()
+    for reader in readers:
+        ids = set(reader.ids())
+        reader.hide(ids & seen)
+        seen |= ids
+    first = next(iter(duplicates.items()))
+    _log.warning(f"namsa: warning: {len(duplicates)} sample id(s) are stored in more than one store (e.g. "
+                 f"{first[0]!r} in {[str(p) for p in first[1]]}); each is counted once, from the first store "
+                 f"that holds it (namsa inspect --verify lists them)")
+    return [r for r in readers if len(r)]
+
+
 class StoreSet:
-    """Several stores read as one sequence (concatenated in the order given)."""
+    """Several stores read as one sequence (concatenated in the order given); a sample id stored in
+    more than one of them is counted once, from the first store that holds it."""
 
     def __init__(self, readers: Sequence[StoreReader]):
-        self.readers = list(readers)
+        self.readers = _count_each_id_once(list(readers))
         self._offsets = [0]
         for r in self.readers:
             self._offsets.append(self._offsets[-1] + len(r))

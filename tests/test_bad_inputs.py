@@ -210,6 +210,12 @@ CASES: list[Case] = [
          "no pretrained reconstructor '../pretrained/study-scan'"),
     # (end of model directories)
     # -- issue 18: one writer per output, stores written exactly once ----------------------
+    Case("train-out-below-a-file", ("train", MICRO, "--data", "{data}", "--out", "{file}/t", "--no-progress"),
+         "--out {file}/t: {file} is not a directory; choose another --out"),
+    Case("run-out-below-a-file", ("run", MICRO, "--out", "{file}/r", "--no-progress"),
+         "--out {file}/r: {file} is not a directory; choose another --out"),
+    Case("wait-is-not-for-simulate", ("simulate", MICRO, "--out", "{tmp}/o", "--wait"),
+         "unrecognized arguments: --wait"),
     # (end of one writer per output)
     # -- issue 18: run directories, disk and permission errors, sizes and options ----------
     # (end of run directories and options)

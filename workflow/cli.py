@@ -52,6 +52,13 @@ def _add_data_and_out(parser: argparse.ArgumentParser, out_help: str) -> None:
     _add_config(parser)
     parser.add_argument("--data", required=True, type=Path, action="append", help="data directory (repeatable)")
     parser.add_argument("--out", required=True, type=Path, help=out_help)
+    _add_wait(parser)
+
+
+def _add_wait(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--wait", action="store_true",
+                        help="if another namsa command is writing the same --out, wait for it to finish "
+                             "instead of exiting (one writer per output: its lock is <parent>/.<name>.lock)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -109,11 +116,23 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return EXIT_FAILED
 
 
+def _hold(args: argparse.Namespace, out: Path | None = None, what: str = "output directory"):
+    """The lock of ``--out`` (or ``out``) for this command: one writer per output (workflow.outlock)."""
+    from .outlock import hold_output
+
+    return hold_output(out if out is not None else args.out, f"namsa {args.command}", wait=args.wait, what=what)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
+    import contextlib
+
     from . import runners
 
     cfg = _load(args)
-    summary = runners.train(cfg, args.data, args.out, resume=args.resume, progress=args.progress)
+    # Under torchrun/srun every rank runs this command on one --out: rank 0 holds the lock for all.
+    held = _hold(args) if runners._is_main_rank() else contextlib.nullcontext()
+    with held:
+        summary = runners.train(cfg, args.data, args.out, resume=args.resume, progress=args.progress)
     print(f"trained {summary['steps']} steps; model: {summary['model_dir']}; "
           f"best checkpoint: {summary['best_checkpoint']}; final dev loss: {summary['final_dev_loss']}")
     return 0
@@ -124,17 +143,19 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from .dag import _headline_lines
 
     cfg = _load(args)
-    summary = runners.evaluate(cfg, args.data, args.model, args.out)
+    with _hold(args):
+        summary = runners.evaluate(cfg, args.data, args.model, args.out)
     print(f"metrics: {summary['metrics_json']}\nreport: {summary['report_html']}")
     print("\n".join(_headline_lines(summary["headline"], summary["verdicts"])))
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .dag import run_pipeline
+    from .dag import RunPaths, run_pipeline
 
     cfg = _load(args)
-    summary = run_pipeline(cfg, args.out, progress=args.progress, retry_failed=args.retry_failed)
+    with _hold(args, RunPaths.for_config(cfg, args.out).root, what="run directory"):
+        summary = run_pipeline(cfg, args.out, progress=args.progress, retry_failed=args.retry_failed)
     print(summary.text())
     _say_failures(summary.failures, produced=summary.available,
                   listed_in=Path(summary.run_dir) / "logs" / "simulate-failures.json")
@@ -145,8 +166,9 @@ def cmd_scaling(args: argparse.Namespace) -> int:
     from . import runners
 
     cfg = _load(args)
-    result = runners.scaling(cfg, args.data, args.out, fractions=args.fractions, metric=args.metric,
-                              progress=args.progress)
+    with _hold(args):
+        result = runners.scaling(cfg, args.data, args.out, fractions=args.fractions, metric=args.metric,
+                                  progress=args.progress)
     print(f"scaling study: {result.get('json')}\nfigure: {result.get('figure')}\nreport: {result.get('report')}")
     return 0
 
@@ -156,7 +178,8 @@ def cmd_reconstruct(args: argparse.Namespace) -> int:
 
     given = {"energy_kv": args.energy_kv, "semiangle_mrad": args.semiangle_mrad, "dk_inv_A": args.dk_inv_a,
              "dk_mrad": args.dk_mrad, "step_A": args.scan_step_a}
-    summary = runners.reconstruct(args.file, args.model, args.out, calibrations=given)
+    with _hold(args):
+        summary = runners.reconstruct(args.file, args.model, args.out, calibrations=given)
     height, width = summary["shape"]
     print(f"reconstructed {height} x {width} maps at {summary['pixel_size_A'][0]:.4g} x "
           f"{summary['pixel_size_A'][1]:.4g} Angstrom/px into {summary['out']} "
@@ -250,6 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config(p)
     p.add_argument("--out", type=Path, default=None, help="run directory (default: runs/<name>)")
     p.add_argument("--retry-failed", action="store_true", help="try again the samples that failed in earlier runs")
+    _add_wait(p)
 
     p = add("scaling", cmd_scaling, "train on growing subsets of the data and plot error vs training-set size")
     _add_data_and_out(p, "output directory of the study")
@@ -263,6 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="trained model directory, or pretrained:<name> (e.g. "
                    "pretrained:study-scan)")
     p.add_argument("--out", required=True, type=Path, help="output directory (maps as NPY/TIFF, PNG, JSON)")
+    _add_wait(p)
     for flag, meta, what in (("--energy-kv", "KV", "beam energy (kV)"),
                              ("--semiangle-mrad", "MRAD", "probe convergence semi-angle (mrad)"),
                              ("--dk-inv-a", "INV_A", "detector pixel size (1/Angstrom)"),

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import os
 import shlex
 import sys
 import time
@@ -33,12 +34,14 @@ from parsl.executors.high_throughput.errors import ManagerLost, WorkerLost
 from models.evaluation.verdict import study_reference
 from namsa.errors import UserError
 from stage.config import expand_path
+from stage.errors import StoreLockedError
 
 from . import runners
 from .apps import evaluate_app, simulate_app, train_app
 from .config import PipelineConfig, save_resolved
 from .errors import NotEnoughSamples, StageFailed
 from .memory import check_fits
+from .outlock import HELD_ENV
 from .profiles import build_parsl_config, train_command, worker_slots
 
 #: lines of the training log quoted when training fails
@@ -412,9 +415,10 @@ class Pipeline:
                 present = runners.stored_ids(self.paths.data)
                 unwritten = [(s.sample_id(self.cfg.simulation), reason) for s in chunk
                              if s.sample_id(self.cfg.simulation) not in present]
-                if _node_lost(exc):
-                    # Its job was killed (scancel, walltime, preemption, a dead node): the samples
-                    # are fine, so they count as failed in this run only and the rerun makes them.
+                if _node_lost(exc) or isinstance(exc, StoreLockedError):
+                    # Its job was killed (scancel, walltime, preemption, a dead node), or other live
+                    # writers held its store: the samples are fine, so they count as failed in this
+                    # run only and the rerun makes them.
                     self.summary.failures += unwritten
                 else:  # the task itself failed: record what it left unwritten, later runs skip it
                     new_failures += unwritten
@@ -479,6 +483,8 @@ class Pipeline:
         # Time stamps around the job itself, so Parsl's own latency can be told apart from it.
         command = (f"date +%s.%N > {shlex.quote(str(started_file))}; {command}; rc=$?; "
                    f"date +%s.%N > {shlex.quote(str(ended_file))}; exit $rc")
+        if os.environ.get(HELD_ENV):  # this run holds the run directory's lock: its `namsa train` must not wait on it
+            command = f"export {HELD_ENV}={shlex.quote(os.environ[HELD_ENV])}; {command}"
         self.dfk()
         timing = TaskTiming("train", submitted=time.time())
         future = train_app(command, stdout=(str(log_path), "a"),

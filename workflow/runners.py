@@ -147,55 +147,90 @@ def simulate_specs(sim_cfg: "SimulationConfig", data_cfg: "DataConfig", store_di
     """Simulate ``specs`` (namsa SampleSpecs) into the single store ``store_dir`` (one writer = one
     store); ``sources`` maps each material id to what `namsa.simulate_sample` loads (`Plan.sources`).
 
-    Ids already in the store are skipped; a sample whose simulation raises is recorded in
+    Exactly once per data directory (``store_dir``'s parent): ids already in this store are
+    skipped, and every other id is claimed (`stage.claims.ClaimBook`) before it is simulated, so a
+    sample stored or being written by another store of the data directory is skipped too. When
+    another live writer holds ``store_dir`` itself, the next free name (``store-000-1``, ...) is
+    used: a lock clash is never a sample failure. A sample whose simulation raises is recorded in
     ``failed`` with a one-line reason and skipped (a store failure, e.g. a full disk, is not a
     sample failure and propagates). ``progress_path`` gets a small JSON after every sample so a
     driver can show live progress across processes.
     """
-    import namsa
-    import stage
-
     summary = SimulateSummary(store=str(store_dir), planned=len(specs), started_at=time.time())
     if progress_path is not None:  # marks the task as started for a watching driver
         write_json_atomic(progress_path, summary.to_dict())
     if not specs:  # nothing to do: do not create an empty store
         summary.finished_at = time.time()
         return summary
-    physics_hash = sim_cfg.physics_hash()
-    with stage.StoreWriter(store_dir, config_hash=physics_hash, data_cfg=data_cfg) as writer, \
+    with open_free_writer(store_dir, sim_cfg.physics_hash(), data_cfg) as writer, \
             progress_bar(len(specs), Path(store_dir).name, "sample", progress) as bar:
-        for spec in specs:
-            if stop.is_set():
-                summary.stopped = True
-                break
-            sid = spec.sample_id(sim_cfg)
-            if writer.has(sid):
-                summary.skipped += 1
-            else:
-                try:
-                    sample = namsa.simulate_sample(sources[spec.material_id], tuple(spec.zone_axis),
-                                                   sim_cfg, variant=spec.variant)
-                    writer.put(sample)
-                    summary.written += 1
-                except stage.StoreError:
-                    raise
-                except Exception as exc:  # one bad structure must not stop the others
-                    summary.failed.append((sid, one_line(exc)))
-            bar.update(1)
-            bar.set_postfix(written=summary.written, failed=len(summary.failed), refresh=False)
-            if progress_path is not None:
-                summary.finished_at = time.time()
-                write_json_atomic(progress_path, summary.to_dict())
+        summary.store = str(writer.path)
+        _simulate_into(writer, sim_cfg, specs, sources, summary, bar, progress_path, stop)
     summary.finished_at = time.time()
     if progress_path is not None:
         write_json_atomic(progress_path, summary.to_dict())
     return summary
 
 
+#: how many other names (store-000-1, store-000-2, ...) a writer tries when its store is busy
+FREE_STORE_TRIES = 64
+
+
+def open_free_writer(store_dir: str | Path, physics_hash: str, data_cfg: "DataConfig") -> Any:
+    """A `stage.StoreWriter` on ``store_dir``, or, while another live writer holds it, on the first
+    free ``<store_dir>-<k>`` (each writer its own store; the claims keep samples exactly once)."""
+    import stage
+
+    store_dir = Path(store_dir)
+    for k in range(FREE_STORE_TRIES + 1):
+        path = store_dir if k == 0 else store_dir.with_name(f"{store_dir.name}-{k}")
+        try:
+            return stage.StoreWriter(path, config_hash=physics_hash, data_cfg=data_cfg)
+        except stage.StoreLockedError:
+            continue
+    raise stage.StoreLockedError(f"{store_dir} and {FREE_STORE_TRIES} alternatives beside it are all held by "
+                                 f"live writers; wait for some of them to finish and run again")
+
+
+def _simulate_into(writer: Any, sim_cfg: "SimulationConfig", specs: Sequence[Any], sources: Mapping[str, str],
+                   summary: SimulateSummary, bar: Any, progress_path: str | Path | None,
+                   stop: threading.Event) -> None:
+    """The sample loop of `simulate_specs`: claim, simulate, store, mark stored."""
+    import namsa
+    import stage
+    from stage.claims import ClaimBook
+
+    claims = ClaimBook(writer.path)
+    for spec in specs:
+        if stop.is_set():
+            summary.stopped = True
+            break
+        sid = spec.sample_id(sim_cfg)
+        if writer.has(sid) or claims.claim(sid) is not None:
+            summary.skipped += 1  # stored here, or stored / being written by another store
+        else:
+            try:
+                sample = namsa.simulate_sample(sources[spec.material_id], tuple(spec.zone_axis),
+                                               sim_cfg, variant=spec.variant)
+                writer.put(sample)
+                claims.stored(sid)
+                summary.written += 1
+            except stage.StoreError:
+                raise
+            except Exception as exc:  # one bad structure must not stop the others
+                summary.failed.append((sid, one_line(exc)))
+        bar.update(1)
+        bar.set_postfix(written=summary.written, failed=len(summary.failed), refresh=False)
+        if progress_path is not None:
+            summary.finished_at = time.time()
+            write_json_atomic(progress_path, summary.to_dict())
+
+
 def simulate(cfg: "PipelineConfig", out_dir: str | Path, *, worker: int = 0, num_workers: int = 1,
              progress: bool = True) -> SimulateSummary:
     """`namsa simulate`: plan the dataset, take every ``num_workers``-th sample starting at
-    ``worker``, and write them into ``<out_dir>/store-<worker>``.
+    ``worker``, and write them into ``<out_dir>/store-<worker>`` (or the next free
+    ``store-<worker>-<k>`` while another live writer holds it; see `simulate_specs`).
 
     Samples already in any store below ``out_dir`` are skipped, so a rerun (even with another
     worker count) only simulates what is missing. Materials that fail to load are listed in the
