@@ -211,9 +211,9 @@ CASES: list[Case] = [
     # (end of model directories)
     # -- issue 18: one writer per output, stores written exactly once ----------------------
     Case("train-out-below-a-file", ("train", MICRO, "--data", "{data}", "--out", "{file}/t", "--no-progress"),
-         "--out {file}/t: {file} is not a directory; choose another --out"),
+         "--out {file}/t lies below {file}, which is a file"),
     Case("run-out-below-a-file", ("run", MICRO, "--out", "{file}/r", "--no-progress"),
-         "--out {file}/r: {file} is not a directory; choose another --out"),
+         "--out {file}/r lies below {file}, which is a file"),
     Case("wait-is-not-for-simulate", ("simulate", MICRO, "--out", "{tmp}/o", "--wait"),
          "unrecognized arguments: --wait"),
     # (end of one writer per output)

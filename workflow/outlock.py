@@ -31,6 +31,8 @@ from typing import IO, Iterator
 
 from namsa.errors import UserError
 
+from .replace_out import refuse_file_above
+
 #: lock files held by an ancestor process (a `namsa run` whose training child locks the same --out)
 HELD_ENV = "NAMSA_OUT_LOCKS_HELD"
 
@@ -58,6 +60,7 @@ def holder_text(raw: str) -> str:
 
 
 def _open(path: Path, out: Path, flag: str) -> IO[str]:
+    refuse_file_above(out, flag)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         return open(path, "a+")

@@ -36,7 +36,7 @@ def start_replacing(out: str | Path, owned: Callable[[str], bool]) -> Path:
     """An empty temporary sibling of ``out`` to write into; refuses an ``out`` that cannot be
     written or that holds files an earlier run did not write (``owned(name)`` says which)."""
     out = Path(os.path.abspath(out))
-    _refuse_file_above(out)
+    refuse_file_above(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         clean_leftovers(out)
@@ -107,11 +107,12 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _refuse_file_above(out: Path) -> None:
+def refuse_file_above(out: Path, flag: str = "--out") -> None:
+    """One line when a path component above ``out`` is a file (mkdir would fail with ENOTDIR)."""
     for above in out.parents:
         if above.exists():
             if not above.is_dir():
-                raise UserError(f"--out {out} lies below {above}, which is a file, not a directory; choose a "
+                raise UserError(f"{flag} {out} lies below {above}, which is a file, not a directory; choose a "
                                 "directory path")
             return
 
