@@ -161,6 +161,9 @@ def simulate_specs(sim_cfg: "SimulationConfig", data_cfg: "DataConfig", store_di
     if not specs:  # nothing to do: do not create an empty store
         summary.finished_at = time.time()
         return summary
+    from .plansize import check_disk
+
+    check_disk(sim_cfg, data_cfg, len(specs), store_dir)   # a full disk is found now, not at sample 9000
     physics_hash = sim_cfg.physics_hash()
     with stage.StoreWriter(store_dir, config_hash=physics_hash, data_cfg=data_cfg) as writer, \
             progress_bar(len(specs), Path(store_dir).name, "sample", progress) as bar:
