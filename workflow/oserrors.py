@@ -33,9 +33,12 @@ ADVICE: dict[int, str] = {
 OTHER_ADVICE = "check the path and the file system, then rerun (finished work is kept)"
 
 
-def os_error_line(command: str | None, exc: OSError) -> str:
-    """``<command> <path>: <strerror>; <advice>`` on one line (the text after ``namsa: error: ``)."""
-    where = exc.filename if exc.filename is not None else ""
+def os_error_line(command: str | None, exc: OSError, out: object = None) -> str:
+    """``<command> <path>: <strerror>; <advice>`` on one line (the text after ``namsa: error: ``).
+
+    An error raised by a write (not an open) carries no file name: the command's ``out`` stands in.
+    """
+    where = exc.filename if exc.filename is not None else (f"writing under {out}" if out is not None else "")
     if exc.filename2 is not None:
         where = f"{where} -> {exc.filename2}"
     reason = exc.strerror or (os.strerror(exc.errno) if exc.errno else " ".join(str(exc).split()))

@@ -317,20 +317,27 @@ def evaluate(cfg: "PipelineConfig", data_dirs: Sequence[str | Path], model_dir: 
              out_dir: str | Path, *, train_metrics_csv: str | Path | None = None) -> dict[str, Any]:
     """`namsa evaluate`: `models.evaluation.evaluate`; writes ``eval-summary.json`` beside metrics.json."""
     from models.evaluation import evaluate as run_evaluation
+    from models.evaluation.outdir import replaced_atomically
 
-    require_directory(out_dir)
+    out = require_directory(out_dir)
     started = time.time()
-    result = run_evaluation(cfg.evaluation, cfg.data, list(data_dirs), model_dir, out_dir,
-                            train_metrics_csv=train_metrics_csv)
-    summary = {
-        "metrics_json": str(result.metrics_json), "report_html": str(result.report_html),
-        "figures": [str(f) for f in result.figures], "headline": result.headline,
-        "verdicts": result.verdicts, "compute_seconds": result.compute_seconds,
-        "n_samples": result.n_samples, "model_dir": str(model_dir),
-        "data_fingerprint": data_fingerprint(data_dirs), "config_hash": section_hash(cfg, *EVAL_SECTIONS),
-        "started_at": started, "finished_at": time.time(),
-    }
-    write_json_atomic(Path(out_dir) / EVAL_SUMMARY, summary)
+    # Written into a sibling and swapped in whole: a kill leaves the earlier result or this one.
+    with replaced_atomically(out) as staging:
+        result = run_evaluation(cfg.evaluation, cfg.data, list(data_dirs), model_dir, staging,
+                                train_metrics_csv=train_metrics_csv)
+
+        def final(path: Path) -> str:
+            return str(out / Path(path).relative_to(staging))
+
+        summary = {
+            "metrics_json": final(result.metrics_json), "report_html": final(result.report_html),
+            "figures": [final(f) for f in result.figures], "headline": result.headline,
+            "verdicts": result.verdicts, "compute_seconds": result.compute_seconds,
+            "n_samples": result.n_samples, "model_dir": str(model_dir),
+            "data_fingerprint": data_fingerprint(data_dirs), "config_hash": section_hash(cfg, *EVAL_SECTIONS),
+            "started_at": started, "finished_at": time.time(),
+        }
+        write_json_atomic(staging / EVAL_SUMMARY, summary)
     return summary
 
 
