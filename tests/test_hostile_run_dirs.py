@@ -183,3 +183,13 @@ def test_a_full_disk_while_evaluate_writes_is_one_line_and_keeps_the_earlier_res
     assert lines[0].startswith(f"namsa: error: evaluate writing under {out}: ") and "File too large" in lines[0] and "ulimit -f" in lines[0]
     assert _tree(out) == before
     assert [p.name for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.")] == []
+
+
+def test_stores_larger_than_the_free_disk_are_refused_before_a_store_is_made(tmp_path):
+    from workflow.plansize import PlanTooLargeError, check_disk
+
+    cfg = load_config(MICRO, [])
+    with pytest.raises(PlanTooLargeError, match="GB free"):
+        check_disk(cfg.simulation, cfg.data, 10**13, tmp_path / "data" / "store-000")
+    check_disk(cfg.simulation, cfg.data, 8, tmp_path / "data" / "store-000")   # the micro plan fits
+    assert not (tmp_path / "data").exists()

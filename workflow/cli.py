@@ -293,7 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(exc.detail, file=sys.stderr)
         return EXIT_FAILED
     except OSError as exc:  # a full disk, a read-only or unwritable place: the system's word, and what to do
-        print(f"namsa: error: {os_error_line(args.command, exc, getattr(args, 'out', None) or getattr(args, 'dst', None))}", file=sys.stderr)
+        where = getattr(args, "out", None) or getattr(args, "dst", None)
+        print(f"namsa: error: {os_error_line(args.command, exc, where)}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
 

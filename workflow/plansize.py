@@ -65,11 +65,14 @@ def plan_problem(sim: Any, data: Any) -> str | None:
 
 
 def free_bytes(path: str | Path) -> tuple[float, Path]:
-    """(free bytes, the existing directory measured) on the file system that will hold ``path``."""
+    """(free bytes, the existing directory measured) on the file system that will hold ``path``;
+    infinite on a pseudo file system of no size (/proc, /sys), where the write itself will fail
+    with the system's own reason."""
     probe = Path(path).absolute()
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
-    return float(shutil.disk_usage(probe).free), probe
+    usage = shutil.disk_usage(probe)
+    return (float(usage.free) if usage.total else float("inf")), probe
 
 
 def check_disk(sim: Any, data: Any, n_samples: int, out_dir: str | Path) -> None:

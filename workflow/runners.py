@@ -256,6 +256,9 @@ def require_directory(path: str | Path, flag: str = "--out") -> Path:
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise UserError(f"{flag} {path} is a file, not a directory; choose a directory")
+    # Made now: an unwritable place (under a file, read-only, full) is found before any work,
+    # as an OSError that the CLI turns into one line.
+    path.mkdir(parents=True, exist_ok=True)
     return path
 
 
