@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from models.checkpoint import _fsync_dir
+
 #: renameat2 flag: swap the two names atomically (Linux >= 3.15, glibc >= 2.28)
 RENAME_EXCHANGE = 2
 #: renameat2 "relative to the current directory"
@@ -80,15 +82,6 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(code, os.strerror(code), str(a), None, str(b))
 
 
-def _sync_dir(path: Path) -> None:
-    """Make a rename in ``path`` durable (the swap survives a power cut, not only a kill)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def replace_dir(new: Path, final: Path) -> None:
     """Put the complete tree ``new`` at ``final``; the earlier tree there is removed."""
     if not final.exists():
@@ -100,7 +93,7 @@ def replace_dir(new: Path, final: Path) -> None:
         final.rename(aside)
         new.rename(final)
         shutil.rmtree(aside)
-    _sync_dir(final.parent)
+    _fsync_dir(final.parent)   # the swap survives a power cut, not only a kill
 
 
 @contextmanager
