@@ -70,7 +70,7 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -243,7 +243,7 @@ def _write_checkpoint_files(tmp: Path, step: int, model_state: dict[str, torch.T
         files[name] = {"bytes": (tmp / name).stat().st_size, "xxh3_128": file_digest(tmp / name)}
     payload = {**state, "format_version": FORMAT_VERSION, "step": step, "optimizer": opt_meta, "files": files}
     write_json_atomic(tmp / STATE_FILE, payload)
-    _fsync_dir(tmp)
+    fsync_dir(tmp)
 
 
 def _publish(root: Path, tmp: Path, final: Path) -> None:
@@ -255,7 +255,7 @@ def _publish(root: Path, tmp: Path, final: Path) -> None:
         shutil.rmtree(trash, ignore_errors=True)
     else:
         os.replace(tmp, final)
-    _fsync_dir(root)
+    fsync_dir(root)
 
 
 def read_state(path: Path) -> dict[str, Any]:
@@ -357,7 +357,7 @@ def set_aside(root: Path, damaged: list[Path]) -> Path:
     aside.mkdir(parents=True, exist_ok=True)
     for path in damaged:
         os.replace(path, aside / path.name)
-    _fsync_dir(Path(root))
+    fsync_dir(Path(root))
     return aside
 
 

@@ -8,8 +8,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .generator import GeneratorConfig
+from .generator import MAX_SEED, GeneratorConfig
 from .sample import config_hash
+
+#: most potential slices one sample may need (thickness over slice thickness): the paper's
+#: specimens need a few hundred; more is a typo that would run for days
+MAX_SLICES = 10_000
 
 #: bump when the simulator's physics changes in a way that changes samples (part of physics_hash)
 PHYSICS_SCHEMA = 1
@@ -99,8 +103,8 @@ class SimulationConfig(BaseModel):
     #: frozen-phonon configurations per sample: the patterns (and targets) are the mean over this
     #: many thermal configurations, as abTEM's FrozenPhonons averages them (needs
     #: ``variations.frozen_phonon``); 1 is one thermal snapshot per sample
-    phonon_configs: int = Field(1, ge=1)
-    seed: int = 0
+    phonon_configs: int = Field(1, ge=1, le=1000)
+    seed: int = Field(0, ge=0, le=MAX_SEED)
 
     # -- execution (does not change a sample) ---------------------------------------------------
     device: str = "cpu"
@@ -114,8 +118,8 @@ class SimulationConfig(BaseModel):
     #: ``materials``; see namsa.generator
     generator: GeneratorConfig = GeneratorConfig()
     zone_axes: list[tuple[int, int, int]] | Literal["auto"] = "auto"
-    max_zone_axes: int = Field(3, ge=1)
-    variants: int = Field(1, ge=1)
+    max_zone_axes: int = Field(3, ge=1, le=100)
+    variants: int = Field(1, ge=1, le=1_000_000)
 
     @field_validator("scan_shape")
     @classmethod
@@ -143,6 +147,11 @@ class SimulationConfig(BaseModel):
         if self.phonon_configs > 1 and not self.variations.frozen_phonon:
             raise ValueError(f"phonon_configs={self.phonon_configs} averages over frozen-phonon configurations: "
                              "set variations.frozen_phonon: true, or phonon_configs: 1")
+        thickest = max(self.thickness_A, *(self.variations.thickness_range_A or (0.0, 0.0)))
+        if thickest / self.slice_thickness_A > MAX_SLICES:
+            raise ValueError(f"a {thickest:g} Angstrom specimen in {self.slice_thickness_A:g} Angstrom slices needs "
+                             f"{thickest / self.slice_thickness_A:.3g} slices, more than {MAX_SLICES}; lower "
+                             f"thickness_A (or variations.thickness_range_A) or raise slice_thickness_A")
         if self.sampling_A is None and self.gpts is None:
             raise ValueError("set sampling_A (Angstrom/pixel) or gpts (pixels per side)")
         if self.scan_fov_A is not None:

@@ -39,6 +39,13 @@ DEFAULT_ELEMENTS: tuple[str, ...] = tuple(
 SCALE_LIMITS: tuple[float, float] = (0.5, 2.5)
 #: separates the parts of a generated id
 SEPARATOR = ":"
+#: most generated materials one config may ask for: each recipe is drawn and checked one by one
+#: before the first sample is simulated (a few ms each), so more would stall planning silently
+MAX_GENERATED = 20_000
+#: seconds one recipe draw takes on a laptop core (measured: ~3.5 ms), for the refusal's estimate
+SECONDS_PER_DRAW = 0.004
+#: seeds are stored as JSON integers and fed to numpy: non-negative and 63-bit
+MAX_SEED = 2**63 - 1
 
 
 class GeneratorError(UserError):
@@ -61,7 +68,18 @@ class GeneratorConfig(BaseModel):
     templates: list[str] | Literal["all"] = "all"
     elements: list[str] | None = None
     lattice_jitter: float = Field(0.04, ge=0.0, le=0.3)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
+
+    @field_validator("count")
+    @classmethod
+    def _count_bounded(cls, value: int) -> int:
+        # Refused up front: the draws below would run for hours before anything is simulated.
+        if value > MAX_GENERATED:
+            raise ValueError(f"count={value} generated materials would take about "
+                             f"{_duration(value * SECONDS_PER_DRAW)} just to draw the recipes, before any "
+                             f"sample is simulated; set generator.count to at most {MAX_GENERATED} (and raise "
+                             f"variants or zone axes for more samples per material)")
+        return value
 
     @field_validator("templates")
     @classmethod
@@ -83,6 +101,14 @@ class GeneratorConfig(BaseModel):
                 raise ValueError(f"elements {bad or value}: need at least 3 distinct element symbols "
                                  "with a known atomic radius, e.g. [Mg, O, Si, Ga, As]")
         return value
+
+
+def _duration(seconds: float) -> str:
+    """``seconds`` as the largest sensible unit, e.g. '46 days'."""
+    for unit, size in (("days", 86400.0), ("hours", 3600.0), ("minutes", 60.0)):
+        if seconds >= size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.3g} s"
 
 
 def is_generated_id(material_id: str) -> bool:

@@ -22,6 +22,7 @@ from typing import Callable, Sequence
 from namsa.errors import UserError
 
 from .errors import NothingSimulated, StageFailed
+from .oserrors import os_error_line
 
 #: exit status for bad input (like argparse), for a failed stage, and for Ctrl-C (128 + SIGINT)
 EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED = 2, 1, 130
@@ -316,6 +317,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.detail:
             print(exc.detail, file=sys.stderr)
         return EXIT_FAILED
+    except OSError as exc:  # a full disk, a read-only or unwritable place: the system's word, and what to do
+        where = getattr(args, "out", None) or getattr(args, "dst", None)
+        print(f"namsa: error: {os_error_line(args.command, exc, where)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":

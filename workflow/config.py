@@ -24,6 +24,7 @@ from namsa.errors import UserError
 from stage import DataConfig
 
 from .memory import cbed_problem, machine_memory
+from .plansize import plan_problem
 
 #: names of the execution profiles; `workflow.profiles.FACTORIES` maps each to a Parsl Config factory.
 PROFILE_NAMES: tuple[str, ...] = ("local", "local-htex", "slurm", "pbs")
@@ -192,6 +193,9 @@ class PipelineConfig(_Section):
         too_big = cbed_problem(self.simulation, machine_memory()[0])
         if too_big:
             raise ValueError(f"simulation.scan_shape: {too_big}")
+        too_many = plan_problem(self.simulation, self.data)
+        if too_many:
+            raise ValueError(f"simulation: {too_many}")
         arch = self.model.architecture()
         sim = self.simulation
         problem = arch.data_mismatch(sim.scan_shape[0] * sim.scan_shape[1], sim.pattern_px, sim.target_px)

@@ -57,19 +57,32 @@ TRAINING_OUTPUTS = (TRAIN_RUN_FILE, "checkpoints", "model", "metrics.csv", runne
 # run directory and bookkeeping
 
 
+#: names inside a run directory that namsa writes through: none may be a symbolic link (a run
+#: directory someone sent could otherwise redirect the writes, or the reads of a resumed run)
+RUN_PARTS = ("data", "logs", "checkpoints", "model", "eval", "runinfo", "previous", "config.resolved.yaml",
+             "summary.json", "metrics.csv", TRAIN_RUN_FILE, runners.TRAIN_SUMMARY)
+
+
 @dataclass
 class RunPaths:
-    """The layout of one run directory."""
+    """The layout of one run directory.
+
+    Symbolic links: the run directory itself may be one (the user chose it). Inside it no part in
+    `RUN_PARTS` may be a link, with one exception: ``data`` may be the link namsa makes to the
+    configured ``execution.data_dir``; a link to anywhere else is refused (`check_parts`).
+    """
 
     root: Path
     data: Path
 
     @classmethod
     def for_config(cls, cfg: PipelineConfig, run_dir: str | Path | None) -> "RunPaths":
-        root = Path(run_dir) if run_dir is not None else Path("runs") / cfg.name
-        # execution.data_dir may name $SCRATCH, $TMPDIR, ~ ... (expanded where the driver runs)
-        data = expand_path(cfg.execution.data_dir, "execution.data_dir") if cfg.execution.data_dir else root / "data"
-        return cls(root=root.resolve(), data=data.resolve())
+        root = (Path(run_dir) if run_dir is not None else Path("runs") / cfg.name).resolve()
+        # execution.data_dir may name $SCRATCH, $TMPDIR, ~ ... (expanded where the driver runs);
+        # <run>/data is not resolved: a link there is checked, not followed
+        data = expand_path(cfg.execution.data_dir, "execution.data_dir").resolve() if cfg.execution.data_dir \
+            else root / "data"
+        return cls(root=root, data=data)
 
     @property
     def checkpoints(self) -> Path:
@@ -87,19 +100,48 @@ class RunPaths:
     def resolved_config(self) -> Path:
         return self.root / "config.resolved.yaml"
 
+    def check_parts(self) -> None:
+        """Refuse a run directory whose parts are symbolic links (see the class docstring)."""
+        for name in RUN_PARTS:
+            part = self.root / name
+            if not part.is_symlink():
+                continue
+            target = Path(os.readlink(part))
+            if name == "data" and self.data != part and (part.parent / target).resolve() == self.data:
+                continue   # the link namsa made to execution.data_dir
+            raise UserError(f"run directory {self.root}: {name} is a symbolic link to {target}; namsa reads and "
+                            f"writes only inside the run directory: replace the link by a directory (for stores "
+                            f"elsewhere set execution.data_dir), or choose another --out")
+
     def create(self) -> None:
+        self.check_parts()
         for path in (self.root, self.data, self.eval, self.logs):
             try:
                 path.mkdir(parents=True, exist_ok=True)
             except (FileExistsError, NotADirectoryError):
-                raise UserError(f"run directory {self.root}: {path} exists and is not a directory; choose "
+                blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), path)
+                raise UserError(f"run directory {self.root}: {blocker} is a file, not a directory; choose "
                                 f"another --out") from None
             except PermissionError:
                 raise UserError(f"run directory {self.root}: permission denied creating {path}; choose a "
                                 f"writable --out") from None
         link = self.root / "data"
-        if self.data != link and not link.exists():
+        if self.data != link and not link.exists() and not link.is_symlink():
             link.symlink_to(self.data, target_is_directory=True)
+
+    def inside(self, text: Any, what: str) -> Path:
+        """``text`` (a path read from a JSON file in the run directory) resolved, refused with one line
+        unless it lies inside the run directory."""
+        if not isinstance(text, str) or not text.strip():
+            raise UserError(f"run directory {self.root}: {what} in a summary is {text!r}, not a path; delete the "
+                            f"summary file named in it (or the run directory) and rerun")
+        path = Path(text)
+        resolved = (self.root / path).resolve() if not path.is_absolute() else path.resolve()
+        if not resolved.is_relative_to(self.root):
+            raise UserError(f"run directory {self.root}: {what} {text!r} in a summary lies outside the run "
+                            f"directory; namsa reads only inside it: delete the summary (or the run directory) "
+                            f"and rerun")
+        return resolved
 
 
 @dataclass
@@ -521,6 +563,11 @@ class Pipeline:
         self.log(f"train: earlier training outputs moved to {archive}")
 
     def _record_model(self, train_summary: dict[str, Any]) -> None:
+        """Check the summary's paths (a summary may come with a run directory someone sent) and record them."""
+        train_summary["model_dir"] = str(self.paths.inside(train_summary.get("model_dir"), "model_dir"))
+        for key in ("metrics_csv", "best_checkpoint"):
+            if train_summary.get(key) is not None:
+                train_summary[key] = str(self.paths.inside(train_summary[key], key))
         self.summary.model_dir = train_summary.get("model_dir")
         self.summary.best_checkpoint = train_summary.get("best_checkpoint")
 
@@ -530,6 +577,9 @@ class Pipeline:
         done = self._done(summary_path, runners.EVAL_SECTIONS, model_finished_at=model_stamp)
         if done is None:
             done = self._evaluate(train_future, model_stamp)
+        for key in ("metrics_json", "report_html"):
+            if done.get(key) is not None:
+                done[key] = str(self.paths.inside(done[key], key))
         self.summary.metrics_json = done.get("metrics_json")
         self.summary.report_html = done.get("report_html")
         self.summary.headline = done.get("headline", {})
@@ -548,7 +598,7 @@ class Pipeline:
         _wait([future], lambda: None)
         if future.exception() is not None:
             exc = future.exception()
-            if isinstance(exc, UserError):
+            if isinstance(exc, (UserError, OSError)):   # one line from main(), not "evaluation failed"
                 raise exc
             raise StageFailed(f"evaluation failed: {runners.one_line(exc)}; see {self.paths.root / 'runinfo'}")
         result = future.result()

@@ -1,9 +1,9 @@
 """Replace an output directory as a whole, so a kill at any point leaves the old result or the new one.
 
-    tmp = start_replacing(out)      # .<name>.tmp-<pid> beside out, empty; out checked writable
-    ... write everything into tmp ...
-    finish_replacing(tmp, out)      # swap tmp into place, remove the old result
-    (discard(tmp) on failure)
+    with replaced_atomically(out, owned) as tmp:   # .<name>.tmp-<pid> beside out, empty
+        ... write everything into tmp ...          # swapped into place on a clean exit,
+                                                   # discarded on an error
+or the three steps by hand: start_replacing, finish_replacing, discard.
 
 The swap is one ``renameat2(RENAME_EXCHANGE)`` on Linux (atomic: ``out`` always names a complete
 result); elsewhere, or on a file system without it, the old result is renamed aside to
@@ -21,15 +21,34 @@ import errno
 import os
 import shutil
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
+from models.checkpoint import fsync_dir as _fsync_dir
 from namsa.errors import UserError
 
 TMP_TAG = ".tmp-"
 OLD_TAG = ".old-"
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
+
+
+@contextmanager
+def replaced_atomically(out: str | Path, owned: Callable[[str], bool]) -> Iterator[Path]:
+    """Yield an empty temporary sibling of ``out``; on a clean exit it replaces ``out`` as a whole,
+    on an error it is removed and ``out`` is left as it was. A symlinked ``out`` is replaced at its
+    target, so the link keeps pointing where it did."""
+    out = Path(os.path.abspath(out))
+    if out.is_symlink():
+        out = out.resolve()
+    tmp = start_replacing(out, owned)
+    try:
+        yield tmp
+    except BaseException:
+        discard(tmp)
+        raise
+    finish_replacing(tmp, out)
 
 
 def start_replacing(out: str | Path, owned: Callable[[str], bool]) -> Path:
@@ -62,6 +81,7 @@ def finish_replacing(tmp: Path, out: str | Path) -> None:
         os.rename(out, aside)
         os.rename(tmp, out)
         _remove(aside)
+    _fsync_dir(out.parent)  # the swap survives a power cut, not only a kill
 
 
 def discard(tmp: Path) -> None:

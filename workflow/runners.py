@@ -32,6 +32,8 @@ STOP = threading.Event()
 TRAIN_SUMMARY = "train-summary.json"
 #: summary of a finished evaluation, written beside metrics.json.
 EVAL_SUMMARY = "eval-summary.json"
+#: what `namsa evaluate` writes into --out: an --out holding anything else is refused, never replaced
+EVAL_OUTPUTS = frozenset({"metrics.json", "report.html", "figures", EVAL_SUMMARY})
 
 
 def one_line(exc: BaseException) -> str:
@@ -162,6 +164,9 @@ def simulate_specs(sim_cfg: "SimulationConfig", data_cfg: "DataConfig", store_di
     if not specs:  # nothing to do: do not create an empty store
         summary.finished_at = time.time()
         return summary
+    from .plansize import check_disk
+
+    check_disk(sim_cfg, data_cfg, len(specs), store_dir)   # a full disk is found now, not at sample 9000
     with open_free_writer(store_dir, sim_cfg.physics_hash(), data_cfg) as writer, \
             progress_bar(len(specs), Path(store_dir).name, "sample", progress) as bar:
         summary.store = str(writer.path)
@@ -288,6 +293,9 @@ def require_directory(path: str | Path, flag: str = "--out") -> Path:
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise UserError(f"{flag} {path} is a file, not a directory; choose a directory")
+    # Made now: an unwritable place (under a file, read-only, full) is found before any work,
+    # as an OSError that the CLI turns into one line.
+    path.mkdir(parents=True, exist_ok=True)
     return path
 
 
@@ -349,20 +357,27 @@ def evaluate(cfg: "PipelineConfig", data_dirs: Sequence[str | Path], model_dir: 
              out_dir: str | Path, *, train_metrics_csv: str | Path | None = None) -> dict[str, Any]:
     """`namsa evaluate`: `models.evaluation.evaluate`; writes ``eval-summary.json`` beside metrics.json."""
     from models.evaluation import evaluate as run_evaluation
+    from .replace_out import replaced_atomically
 
-    require_directory(out_dir)
+    out = require_directory(out_dir)
     started = time.time()
-    result = run_evaluation(cfg.evaluation, cfg.data, list(data_dirs), model_dir, out_dir,
-                            train_metrics_csv=train_metrics_csv)
-    summary = {
-        "metrics_json": str(result.metrics_json), "report_html": str(result.report_html),
-        "figures": [str(f) for f in result.figures], "headline": result.headline,
-        "verdicts": result.verdicts, "compute_seconds": result.compute_seconds,
-        "n_samples": result.n_samples, "model_dir": str(model_dir),
-        "data_fingerprint": data_fingerprint(data_dirs), "config_hash": section_hash(cfg, *EVAL_SECTIONS),
-        "started_at": started, "finished_at": time.time(),
-    }
-    write_json_atomic(Path(out_dir) / EVAL_SUMMARY, summary)
+    # Written into a sibling and swapped in whole: a kill leaves the earlier result or this one.
+    with replaced_atomically(out, EVAL_OUTPUTS.__contains__) as staging:
+        result = run_evaluation(cfg.evaluation, cfg.data, list(data_dirs), model_dir, staging,
+                                train_metrics_csv=train_metrics_csv)
+
+        def final(path: Path) -> str:
+            return str(out / Path(path).relative_to(staging))
+
+        summary = {
+            "metrics_json": final(result.metrics_json), "report_html": final(result.report_html),
+            "figures": [final(f) for f in result.figures], "headline": result.headline,
+            "verdicts": result.verdicts, "compute_seconds": result.compute_seconds,
+            "n_samples": result.n_samples, "model_dir": str(model_dir),
+            "data_fingerprint": data_fingerprint(data_dirs), "config_hash": section_hash(cfg, *EVAL_SECTIONS),
+            "started_at": started, "finished_at": time.time(),
+        }
+        write_json_atomic(staging / EVAL_SUMMARY, summary)
     return summary
 
 

@@ -37,6 +37,8 @@ TIMED_METHODS: tuple[str, ...] = ("network", "icom", "ptycho")
 #: classical baselines put into the truth's units by a per-sample least-squares fit (potential only).
 FITTED_BASELINES: tuple[str, ...] = ("icom", "ptycho")
 UNITS: tuple[str, ...] = ("physical", "normalized")
+#: what models.train writes beside the model directory it makes (marks a training run directory)
+TRAIN_RUN_FILE = "train_run.json"
 #: element classes of the breakdown by atomic number (heaviest element of the sample).
 Z_CLASSES: tuple[tuple[str, int], ...] = (("light (Z<=14)", 14), ("medium (15<=Z<=36)", 36), ("heavy (Z>=37)", 999))
 
@@ -426,18 +428,32 @@ def _data_summary(stores: Any, data_cfg: Any, split: str) -> dict[str, Any]:
 
 
 def _find_metrics_csv(given: str | Path | None, model_dir: Path, card: dict | None) -> Path | None:
+    """The training metrics CSV for the learning-curve figure.
+
+    ``given`` (the caller's, e.g. the DAG's) is used as given. A model directory is a file someone
+    may have sent, so the card's ``metrics_csv`` is never opened where it points: only its file
+    name is looked up inside the model directory, then ``metrics.csv`` there or in the training
+    run directory that holds the model (one with ``train_run.json``); a candidate that resolves
+    (through a symbolic link) outside those directories is not read.
+    """
     if given is not None:
         path = Path(given)
         if not path.is_file():
             raise EvaluationInputError(f"training metrics CSV {path} does not exist; pass the metrics.csv "
                                        f"written by namsa train, or leave it out")
         return path
+    model_dir = Path(model_dir)
+    homes = [model_dir.resolve()]
     candidates = []
-    if isinstance(card, dict) and card.get("metrics_csv"):
-        candidates.append(Path(card["metrics_csv"]))
-        candidates.append(model_dir / Path(card["metrics_csv"]).name)
-    candidates += [model_dir / "metrics.csv", model_dir.parent / "metrics.csv"]
-    return next((c for c in candidates if c.is_file()), None)
+    if isinstance(card, dict) and isinstance(card.get("metrics_csv"), str) and card["metrics_csv"].strip():
+        name = Path(card["metrics_csv"].replace("\\", "/")).name
+        if name not in ("", ".", ".."):
+            candidates.append(model_dir / name)
+    candidates.append(model_dir / "metrics.csv")
+    if (model_dir.parent / TRAIN_RUN_FILE).is_file():   # the model sits in its training run directory
+        homes.append(model_dir.parent.resolve())
+        candidates.append(model_dir.parent / "metrics.csv")
+    return next((c for c in candidates if c.is_file() and any(c.resolve().is_relative_to(h) for h in homes)), None)
 
 
 def _batches(items: list[int], size: int) -> Iterable[list[int]]:

@@ -18,7 +18,10 @@ from namsa.errors import UserError
 from . import figures
 from .report import render_scaling, write_html
 from .config import EvaluationConfig
-from .evaluate import evaluate
+from .evaluate import COLUMN_METRICS, IMAGE_METRICS, evaluate
+
+#: metrics a scaling curve can plot: every physical-units aggregate of `evaluate`
+SCALING_METRICS: tuple[str, ...] = (*IMAGE_METRICS, *COLUMN_METRICS)
 
 
 class ScalingInputError(UserError):
@@ -38,6 +41,13 @@ def training_sizes(n_train: int, fractions: Sequence[float], min_size: int = 1) 
     return sorted({max(1, min_size, math.ceil(float(f) * n_train)) for f in fractions})
 
 
+def check_metric(metric: str) -> None:
+    """Refuse a metric the evaluation does not aggregate, naming the ones it does."""
+    if metric not in SCALING_METRICS:
+        raise ScalingInputError(f"--metric {metric!r} is not a metric the evaluation reports; choose one of "
+                                f"{', '.join(SCALING_METRICS)}")
+
+
 def scaling_study(model_cfg: Any, train_cfg: Any, dist_cfg: Any, data_cfg: Any, eval_cfg: EvaluationConfig,
                   data_dirs: str | Path | Sequence[str | Path], out_dir: str | Path,
                   fractions: Sequence[float] = (0.125, 0.25, 0.5, 1.0), metric: str = "rel_l2") -> dict[str, Any]:
@@ -51,14 +61,19 @@ def scaling_study(model_cfg: Any, train_cfg: Any, dist_cfg: Any, data_cfg: Any, 
     from models import train
     from stage import open_stores
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    check_metric(metric)   # before anything trains: the metric is only read after the last size
     paths = [data_dirs] if isinstance(data_dirs, (str, Path)) else list(data_dirs)
     with open_stores(paths) as stores:
         n_total = len(stores.indices("train"))
+        if eval_cfg.split != "train" and not stores.indices(eval_cfg.split):
+            raise ScalingInputError(f"the data holds no '{eval_cfg.split}' samples to evaluate each size on; "
+                                    f"simulate more materials, change data.split_fractions or evaluation.split")
+    sizes = training_sizes(n_total, fractions, min_size=int(train_cfg.batch_size))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     rows = []
     # A subset smaller than one batch cannot train: the smallest fractions are raised to a batch.
-    for n in training_sizes(n_total, fractions, min_size=int(train_cfg.batch_size)):
+    for n in sizes:
         run_dir = out / f"n{n:06d}"
         result = train(model_cfg, train_cfg.model_copy(update={"max_train_samples": n}), dist_cfg, data_cfg,
                        paths, run_dir, resume=True)
