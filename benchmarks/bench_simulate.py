@@ -47,7 +47,7 @@ CASE = dict(material="Si-diamond", zone_axis=(1, 1, 0), lateral_A=(22.0, 21.0), 
 
 def supercell():
     from namsa.library import get
-    from namsa.structures import orient_supercell
+    from namsa.supercell import orient_supercell
 
     return orient_supercell(get(CASE["material"]), CASE["zone_axis"], CASE["lateral_A"], CASE["thickness_A"])
 
@@ -74,7 +74,7 @@ def cutoff_crop(gpts, sampling, band_limit=2 / 3):
 
 
 def run_namsa(cell, pos, gpts: int, method: str, device: str = "cpu", fft: str = "auto") -> tuple[float, dict]:
-    from namsa.simulate import prepare_simulation
+    from namsa.simulation import prepare_simulation
 
     start = time.perf_counter()
     sim = prepare_simulation(cell, energy_kv=CASE["energy_kv"], semiangle_mrad=CASE["semiangle_mrad"], gpts=gpts,
@@ -150,7 +150,8 @@ def vm_hwm_bytes() -> int:
 
 def peak_rss_child(method: str, budget_gb: float) -> None:
     """Runs in a fresh process: the paper-size case, prints JSON with the peak RSS."""
-    from namsa.simulate import pattern_rebinner, prepare_simulation
+    from namsa.detector import pattern_rebinner
+    from namsa.simulation import prepare_simulation
 
     cell = supercell()
     pos = positions(cell, 32)
@@ -245,7 +246,7 @@ def fft_plans(variants: list[str], cache_root: str) -> dict:
 def plan_child(method: str, fft: str, gpts: int, scan: int) -> None:
     """Runs in a fresh process: what the first simulation on a machine pays once, planning (and
     saving the wisdom of) the FFTs of the case; prints JSON with the time."""
-    from namsa.simulate import prepare_simulation
+    from namsa.simulation import prepare_simulation
 
     cell = supercell()
     start = time.perf_counter()

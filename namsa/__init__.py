@@ -6,21 +6,22 @@ __version__ = "0.1.0"
 from .errors import UserError
 from .sample import Sample, sample_id
 from .config import SimulationConfig
-from .simulate import Plan, SampleSpec, plan_samples, simulate_cbed, simulate_sample
+from .plan import Plan, SampleSpec, plan_samples
+from .simulate import simulate_cbed, simulate_sample
 
 
-_LAZY_SUBMODULES = ("library", "structures", "icom", "periodic", "potential", "optics", "targets", "kirkland",
-                    "multislice", "backend", "constants")
+_LAZY_SUBMODULES = ("library", "structure_io", "supercell", "zone_axes", "thermal", "icom", "periodic",
+                    "potential", "optics", "targets", "kirkland", "multislice", "backend", "constants")
 
 
 def __getattr__(name: str):
-    # namsa.load_structure is namsa.structures.load_structure, and submodules such as
+    # namsa.load_structure is namsa.structure_io.load_structure, and submodules such as
     # namsa.library are imported on first use, so that `import namsa` (and the stage/models rooms
     # that only need Sample) do not pay for pymatgen.
     import importlib
 
     if name == "load_structure":
-        return importlib.import_module(".structures", __name__).load_structure
+        return importlib.import_module(".structure_io", __name__).load_structure
     if name in _LAZY_SUBMODULES:
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'namsa' has no attribute {name!r}")

@@ -38,7 +38,7 @@ class Variations(BaseModel):
     model_config = ConfigDict(extra="forbid")
     frozen_phonon: bool = False
     #: RMS thermal displacement (Angstrom, per Cartesian axis): one value for every element, a
-    #: {symbol: value} map, or None for the per-element Debye-Waller defaults of namsa.structures
+    #: {symbol: value} map, or None for the per-element Debye-Waller defaults of namsa.thermal
     thermal_sigma_A: float | dict[str, float] | None = None
     #: maximum specimen tilt (mrad); each variant draws a tilt uniformly in the disc of this radius
     tilt_mrad: float = Field(0.0, ge=0.0, le=50.0)

@@ -44,8 +44,9 @@ from namsa import SimulationConfig, simulate_cbed, simulate_sample
 from namsa.constants import wavelength_A
 from namsa.library import get
 from namsa.potential import Grid, build_potential, make_grid
-from namsa.simulate import pattern_rebinner, phonon_configurations
-from namsa.structures import orient_supercell
+from namsa.detector import pattern_rebinner
+from namsa.variations import phonon_configurations
+from namsa.supercell import orient_supercell
 
 abtem = pytest.importorskip("abtem")
 POSITIONS = np.array([[0.3, 0.2], [2.0, 3.1], [1.0, 1.0]])   # [y, x] Angstrom

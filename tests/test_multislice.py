@@ -14,7 +14,7 @@ from namsa.library import get
 from namsa.multislice import fresnel_propagator
 from namsa.optics import band_limit_mask, probe_fourier, shift_phases
 from namsa.potential import build_potential, make_grid
-from namsa.structures import orient_supercell
+from namsa.supercell import orient_supercell
 
 OPTICS = dict(energy_kv=200.0, semiangle_mrad=20.0)
 POSITIONS = np.array([[0.5, 0.7], [2.0, 3.0], [3.3, 1.1]])
@@ -193,7 +193,7 @@ def test_auto_picks_the_periodic_path_for_many_probes(si110):
 
 def test_periodic_path_only_for_exact_tilings():
     from namsa.periodic import tile_atoms
-    from namsa.structures import thermal_displace
+    from namsa.thermal import thermal_displace
 
     cell = orient_supercell(get("Si-diamond"), (1, 1, 0), 8.0, 8.0)
     tile = tile_atoms(cell.positions_A, cell.numbers, cell.cell_A, cell.tiling)
@@ -212,7 +212,7 @@ def test_periodic_path_matches_multislice_across_the_library():
     the periodic path equals probe-by-probe multislice to float32 round-off (measured worst 1e-6)."""
     from namsa.library import list_ids
     from namsa.periodic import tile_atoms
-    from namsa.structures import auto_zone_axes
+    from namsa.zone_axes import auto_zone_axes
 
     checked = 0
     for material in list_ids():

@@ -13,7 +13,7 @@ from namsa.constants import FE_TO_POTENTIAL_V_A2, interaction_constant
 from namsa.library import get
 from namsa.potential import (assign_slices, build_potential, make_grid, slice_edges_A,
                              transmission_functions)
-from namsa.structures import orient_supercell
+from namsa.supercell import orient_supercell
 from namsa.targets import density_coefficients, evaluate_fourier_series, projected_density_map
 
 

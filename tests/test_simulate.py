@@ -6,9 +6,10 @@ import pytest
 from pydantic import ValidationError
 
 from namsa import SampleSpec, SimulationConfig, UserError, plan_samples, simulate_sample
+from namsa.detector import overlap_matrix, pattern_rebinner
 from namsa.potential import Grid
 from namsa.sample import REQUIRED_META_KEYS
-from namsa.simulate import overlap_matrix, pattern_rebinner, resolve_fov
+from namsa.simulate import resolve_fov
 
 #: a small, fast physics config: 6x6 scan, 12 px patterns and targets, ~70 px grid, 8 A thick
 SMALL = dict(scan_shape=(6, 6), pattern_px=12, target_px=12, cell_lateral_A=8.0, thickness_A=8.0,
@@ -184,15 +185,15 @@ def test_public_names_and_lazy_submodules():
     for name in ("__version__", "UserError", "Sample", "sample_id", "SimulationConfig", "load_structure",
                  "simulate_cbed", "simulate_sample", "plan_samples", "Plan", "SampleSpec"):
         assert hasattr(namsa, name), name
-    assert load_structure is namsa.structures.load_structure
+    assert load_structure is namsa.structure_io.load_structure
     assert "Si-diamond" in namsa.library.list_ids()
 
 
 def test_phonon_configs_average_the_patterns_of_that_many_thermal_configurations():
     from namsa import simulate_cbed
     from namsa.library import get
-    from namsa.simulate import phonon_configurations
-    from namsa.structures import orient_supercell
+    from namsa.variations import phonon_configurations
+    from namsa.supercell import orient_supercell
 
     varied = {"frozen_phonon": True, "defocus_range_A": (-30.0, 30.0)}
     cfg = SimulationConfig(**SMALL, variations=varied, phonon_configs=3)
@@ -236,7 +237,7 @@ def test_phonon_configs_need_frozen_phonons_and_one_keeps_the_sample_ids():
 
 def test_simulate_cbed_orients_a_structure_along_a_zone_axis():
     import namsa
-    from namsa.structures import orient_supercell
+    from namsa.supercell import orient_supercell
 
     structure = namsa.load_structure("Si-diamond")
     physics = dict(energy_kv=200.0, semiangle_mrad=20.0, sampling_A=0.15)

@@ -14,8 +14,10 @@ from scipy.spatial import cKDTree
 
 from namsa import library
 from namsa.errors import UserError
-from namsa.structures import (Supercell, auto_zone_axes, debye_waller_sigma_A, load_cif_dir, load_structure,
-                              normalize_zone_axis, orient_supercell, thermal_displace)
+from namsa.structure_io import load_cif_dir, load_structure
+from namsa.supercell import Supercell, normalize_zone_axis, orient_supercell
+from namsa.thermal import debye_waller_sigma_A, thermal_displace
+from namsa.zone_axes import auto_zone_axes
 
 A_SI = 5.4310  # library lattice parameter of Si (Angstrom)
 

@@ -1,29 +1,23 @@
-"""Crystal structures in, oriented periodic supercells out.
+"""Orientation into a periodic supercell: a commensurate orthogonal cell with z along a zone axis
+(lattice search and strain ranking, docs/structures.md), tiled to the requested size.
 
-Units: lengths in Angstrom, angles in degrees. A :class:`Supercell` is an orthorhombic box with
-z along the beam (increasing downstream) and periodic in x and y; its ``positions_A`` columns are
-(x, y, z). Zone axes are direct-lattice directions [u v w] in the basis of the lattice of the
-structure as given (the conventional cell for library structures; hexagonal axes use three
-indices, so [0001] is ``(0, 0, 1)``).
-
-The commensurate-cell algorithm, the strain measure, the thickness rule and the thermal
-displacement model are described in docs/structures.md.
+Units: lengths in Angstrom. A :class:`Supercell` is an orthorhombic box with z along the beam
+(increasing downstream) and periodic in x and y; its ``positions_A`` columns are (x, y, z). Zone
+axes are direct-lattice directions [u v w] in the basis of the lattice of the structure as given
+(the conventional cell for library structures; hexagonal axes use three indices, so [0001] is
+``(0, 0, 1)``).
 """
 from __future__ import annotations
 
-import dataclasses
 import math
-import os
-import warnings
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
-from pymatgen.core import Element, IStructure, Structure
+from pymatgen.core import Element, Structure
 
-from . import generator, library
 from .errors import UserError
+from .structure_io import load_structure
 
 #: default upper bound on the atom count of one supercell (about 100 MB of float64 positions;
 #: the paper's 10 x 10 x 20 nm cells hold ~1e5 atoms).
@@ -41,177 +35,11 @@ _MAX_COS_TO_BEAM = 0.3
 _N_CANDIDATES = 120
 #: ... plus all usable vectors up to MIN_SEARCH_A, at most this many (bounds the pair count).
 _N_SHORT = 600
-#: heaviest element the potential table covers (Kirkland 2010 parameterises Z = 1..103).
-MAX_Z = 103
-
-
-class StructureError(UserError):
-    """A structure that cannot be read or used (file, element, occupancy)."""
 
 
 class ZoneAxisError(UserError):
     """A zone axis that is not a non-zero integer 3-vector, or has no usable periodic cell."""
 
-
-# ----------------------------------------------------------------------------------------------
-# Loading
-# ----------------------------------------------------------------------------------------------
-
-def load_structure(path_or_id: Any) -> Structure:
-    """Load a crystal structure and check that namsa can simulate it.
-
-    ``path_or_id`` is a built-in library id (``namsa.library.list_ids()``), a generated material
-    id (``namsa.generator``, e.g. ``"NaCl-rocksalt:K,Br:1.0731"``), a CIF file path (str or Path), a pymatgen ``Structure`` (copied) or an ase ``Atoms`` (converted with
-    pymatgen's AseAtomsAdaptor). The result is ordered, holds only real elements with
-    Z <= 103, carries no oxidation states, and has ``properties["material_id"]`` set (library
-    or generated id, CIF file stem, or the reduced formula).
-
-    Raises :class:`StructureError` (a ``UserError``) for unreadable or malformed CIFs, unknown
-    elements, partial occupancies and unknown library ids.
-    """
-    if isinstance(path_or_id, IStructure):
-        structure = Structure.from_sites(path_or_id.sites, properties=dict(path_or_id.properties))
-        name = structure.properties.get("material_id") or structure.composition.reduced_formula
-    elif _is_ase_atoms(path_or_id):
-        structure, name = _from_ase(path_or_id)
-    elif isinstance(path_or_id, (str, os.PathLike)):
-        structure, name = _from_path_or_id(path_or_id)
-    else:
-        raise StructureError(
-            f"cannot load a structure from a {type(path_or_id).__name__}; pass a library id, a CIF "
-            "path, a pymatgen Structure or an ase Atoms")
-    return _checked(structure, str(name))
-
-
-def load_cif_dir(path: str | os.PathLike) -> tuple[dict[str, Structure], list[tuple[str, str]]]:
-    """Load every ``*.cif`` file of a directory (e.g. a Materials Project export).
-
-    Returns ``(structures, failures)``: ``structures`` maps the file stem (the stable material
-    id, e.g. ``"mp-149"``) to its checked structure, in sorted file-name order; ``failures``
-    lists ``(file name, one-line reason)`` for files that could not be used. One bad file never
-    stops the others.
-    """
-    directory = Path(path)
-    if not directory.is_dir():
-        raise StructureError(f"CIF directory {str(directory)!r} does not exist or is not a directory; "
-                             "pass the folder that holds the .cif files")
-    structures: dict[str, Structure] = {}
-    failures: list[tuple[str, str]] = []
-    for file in sorted(p for p in directory.iterdir() if p.suffix.lower() == ".cif" and p.is_file()):
-        if file.stem in structures:
-            failures.append((file.name, f"duplicate material id {file.stem!r}; rename one of the files"))
-            continue
-        try:
-            structures[file.stem] = load_structure(file)
-        except UserError as err:
-            failures.append((file.name, str(err)))
-    return structures, failures
-
-
-def _is_ase_atoms(obj: Any) -> bool:
-    try:
-        from ase import Atoms
-    except ImportError:  # ase is a dependency, but keep loading CIFs working without it
-        return False
-    return isinstance(obj, Atoms)
-
-
-def _from_ase(atoms: Any) -> tuple[Structure, str]:
-    from pymatgen.io.ase import AseAtomsAdaptor
-
-    if not all(atoms.pbc) or abs(atoms.cell.volume) < 1e-6:
-        raise StructureError(
-            f"ase Atoms {atoms.get_chemical_formula()} is not a periodic 3-D crystal (pbc={list(atoms.pbc)}, "
-            f"cell volume {abs(atoms.cell.volume):.3g} A^3); set a full unit cell and pbc=True")
-    structure = AseAtomsAdaptor.get_structure(atoms)
-    return structure, structure.composition.reduced_formula
-
-
-def _from_path_or_id(source: str | os.PathLike) -> tuple[Structure, str]:
-    path = Path(source)
-    if path.is_file():
-        return _read_cif(path), path.stem
-    if path.is_dir():
-        raise StructureError(f"{str(path)!r} is a directory; use namsa.structures.load_cif_dir for a folder of CIFs")
-    text = str(source)
-    if text in library.list_ids():
-        return library.get(text), text
-    if generator.is_generated_id(text):
-        return generator.build(text), text
-    if path.suffix.lower() == ".cif" or os.sep in text or isinstance(source, os.PathLike):
-        raise StructureError(f"CIF file {text!r} not found; check the path")
-    raise StructureError(f"unknown structure {text!r}: not a library id or an existing file; "
-                         f"{library.suggest_ids(text)}")
-
-
-def _read_cif(path: Path) -> Structure:
-    from pymatgen.io.cif import CifParser
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            structures = CifParser(str(path)).parse_structures(primitive=False)
-        except Exception as err:  # pymatgen raises many types on malformed files
-            hint = _first_warning(caught)
-            raise StructureError(
-                f"cannot read CIF {str(path)!r} ({type(err).__name__}: {err}{hint}); "
-                "check that it is a complete CIF with cell parameters and atom sites, or export it again") from None
-    if not structures:
-        raise StructureError(f"CIF {str(path)!r} holds no structure; export it again with atom sites")
-    structure = structures[0]
-    unknown = _unknown_species(structure)
-    if unknown:
-        raise StructureError(
-            f"CIF {str(path)!r} has unknown element symbol(s) {unknown}{_first_warning(caught)}; "
-            "fix _atom_site_type_symbol to real element symbols")
-    return structure
-
-
-def _first_warning(caught: Sequence[warnings.WarningMessage]) -> str:
-    return f"; pymatgen says: {str(caught[0].message).splitlines()[0][:160]}" if caught else ""
-
-
-def _unknown_species(structure: Structure) -> list[str]:
-    bad = set()
-    for site in structure:
-        for specie in site.species:
-            if not isinstance(getattr(specie, "element", specie), Element):
-                bad.add(str(getattr(specie, "symbol", specie)))
-    return sorted(bad)
-
-
-def _checked(structure: Structure, name: str) -> Structure:
-    """Refuse what the simulator cannot represent; strip oxidation states; tag the id."""
-    if len(structure) == 0:
-        raise StructureError(f"structure {name!r} has no atoms; pass a structure with atom sites")
-    unknown = _unknown_species(structure)
-    if unknown:
-        raise StructureError(f"structure {name!r} has unknown species {unknown}; use real element symbols")
-    if not structure.is_ordered:
-        raise StructureError(
-            f"structure {name!r} has partial occupancies ({_disorder_summary(structure)}); order it first, "
-            "e.g. with pymatgen's OrderDisorderedStructureTransformation, or pick an ordered structure")
-    heavy = sorted({site.specie.symbol for site in structure if site.specie.Z > MAX_Z})
-    if heavy:
-        raise StructureError(f"structure {name!r} contains {heavy} beyond Z={MAX_Z}, which the Kirkland "
-                             "potential table does not cover; remove or substitute those atoms")
-    if structure.volume < 1e-3:
-        raise StructureError(f"structure {name!r} has a degenerate cell (volume {structure.volume:.3g} A^3)")
-    structure = structure.copy()
-    structure.remove_oxidation_states()
-    structure.properties["material_id"] = name
-    return structure
-
-
-def _disorder_summary(structure: Structure) -> str:
-    disordered = [(i, site) for i, site in enumerate(structure) if not site.is_ordered]
-    first_index, first = disordered[0]
-    return f"{len(disordered)} site(s), e.g. site {first_index}: {first.species.formula}"
-
-
-# ----------------------------------------------------------------------------------------------
-# Zone axes and the commensurate orthogonal cell
-# ----------------------------------------------------------------------------------------------
 
 @dataclass
 class Supercell:
@@ -289,7 +117,7 @@ def normalize_zone_axis(zone_axis: Any) -> tuple[int, int, int]:
     return (ints[0] // g, ints[1] // g, ints[2] // g)
 
 
-class _Orienter:
+class Orienter:
     """Lattice geometry shared by :func:`orient_supercell` and :func:`auto_zone_axes`.
 
     Works on the primitive cell, so centred lattices get their true (shortest) repeats.
@@ -431,7 +259,7 @@ def orient_supercell(structure: Structure | Any, zone_axis: Sequence[int], later
     lateral_x, lateral_y = _lateral_pair(lateral_A)
     thickness = _positive("thickness_A", thickness_A)
     _positive("max_strain", max_strain, allow_zero=True)
-    orienter = _Orienter(structure, max(lateral_x, lateral_y))
+    orienter = Orienter(structure, max(lateral_x, lateral_y))
     cell = _choose_cell(orienter, axis, max_strain, material_id)
     ax, by, c = cell.unit_A
     tiling = (_repeats(lateral_x, ax), _repeats(lateral_y, by), _repeats(thickness, c))
@@ -445,19 +273,19 @@ def orient_supercell(structure: Structure | Any, zone_axis: Sequence[int], later
     frac, numbers = _cell_contents(orienter.primitive, cell.index_matrix, per_cell)
     positions, numbers = _tile(frac * np.array(cell.unit_A), numbers, cell.unit_A, tiling)
     box = (tiling[0] * ax, tiling[1] * by, tiling[2] * c)
-    return Supercell(positions_A=_wrap(positions, box), numbers=numbers, cell_A=box, zone_axis=axis,
+    return Supercell(positions_A=wrap_positions(positions, box), numbers=numbers, cell_A=box, zone_axis=axis,
                      repeat_A=c, strain=cell.strain, material_id=material_id, unit_A=cell.unit_A,
                      tiling=tiling)
 
 
-def _choose_cell(orienter: _Orienter, axis: tuple[int, int, int], max_strain: float,
+def _choose_cell(orienter: Orienter, axis: tuple[int, int, int], max_strain: float,
                  material_id: str | None) -> _Cell:
     cells = orienter.candidate_cells(axis)
     if not cells:
         raise ZoneAxisError(
             f"zone axis {list(axis)} of {material_id}: no lattice vectors within {orienter.search_A:.0f} A are "
             "close to perpendicular to the beam; choose a lower-index axis (see auto_zone_axes)")
-    feasible = _best_feasible(cells, max_strain)
+    feasible = best_feasible(cells, max_strain)
     if feasible is not None:
         return feasible
     best = cells[0]
@@ -468,7 +296,7 @@ def _choose_cell(orienter: _Orienter, axis: tuple[int, int, int], max_strain: fl
         "or raise the lateral size so that larger commensurate cells are searched")
 
 
-def _best_feasible(cells: list[_Cell], max_strain: float) -> _Cell | None:
+def best_feasible(cells: list[_Cell], max_strain: float) -> _Cell | None:
     """The best-ranked cell within ``max_strain`` (ranking buckets strain to 1e-4, so a slightly
     less strained cell may sit below the first), or None."""
     return next((cell for cell in cells if cell.strain <= max_strain), None)
@@ -519,128 +347,8 @@ def _tile(positions: np.ndarray, numbers: np.ndarray, unit: tuple[float, float, 
     return tiled, np.tile(numbers, len(grid))
 
 
-def _wrap(positions: np.ndarray, box: tuple[float, float, float]) -> np.ndarray:
+def wrap_positions(positions: np.ndarray, box: tuple[float, float, float]) -> np.ndarray:
     lengths = np.array(box)
     wrapped = np.mod(positions, lengths)
     wrapped = np.where(wrapped >= lengths, wrapped - lengths, wrapped)
     return wrapped
-
-
-# ----------------------------------------------------------------------------------------------
-# Automatic zone axes
-# ----------------------------------------------------------------------------------------------
-
-def auto_zone_axes(structure: Structure | Any, max_axes: int = 3, max_index: int = 2, *,
-                   max_strain: float = 0.02, lateral_A: float = MIN_SEARCH_A) -> list[tuple[int, int, int]]:
-    """Low-index zone axes with short beam repeats and small commensurate cells.
-
-    Candidates are all [u v w] with |indices| <= ``max_index``; symmetry-equivalent axes (under
-    the point group from pymatgen's SpacegroupAnalyzer, and u v w ~ -u -v -w) count once.
-    Axes whose orthogonal cell would need more than ``max_strain`` (searching in-plane vectors
-    up to ``lateral_A``) are dropped. Sorted by index order (largest |index|), then exact
-    (strain-free) cells before strained ones, then beam repeat, then in-plane cell area;
-    deterministic. With the default ``lateral_A``, every returned axis can be oriented by
-    :func:`orient_supercell` at any lateral size with the same ``max_strain``.
-    """
-    structure = load_structure(structure)
-    if int(max_axes) < 1 or int(max_index) < 1:
-        raise UserError(f"auto_zone_axes needs max_axes >= 1 and max_index >= 1 (got {max_axes}, {max_index})")
-    orienter = _Orienter(structure, lateral_A)
-    scored = []
-    for axis in _distinct_axes(structure, int(max_index)):
-        cells = orienter.candidate_cells(axis)
-        best = _best_feasible(cells, max_strain)
-        if best is not None:
-            scored.append((max(abs(i) for i in axis), best.strain > 0, round(best.unit_A[2], 6),
-                           round(best.area_A2, 6), axis))
-    scored.sort()
-    return [axis for *_, axis in scored[: int(max_axes)]]
-
-
-def _canonical(axis: Iterable[int]) -> tuple[int, int, int]:
-    values = [int(v) for v in axis]
-    g = math.gcd(*values)
-    values = [v // g for v in values]
-    first = next(v for v in values if v != 0)
-    return tuple(-v for v in values) if first < 0 else tuple(values)  # type: ignore[return-value]
-
-
-def _distinct_axes(structure: Structure, max_index: int) -> list[tuple[int, int, int]]:
-    """One representative per symmetry class: lowest |index|, fewest minus signs, then smallest."""
-    from pymatgen.symmetry.analyzer import SpacegroupAnalyzer
-
-    rotations = [op.rotation_matrix for op in
-                 SpacegroupAnalyzer(structure, symprec=0.01).get_symmetry_operations(cartesian=False)]
-    span = range(-max_index, max_index + 1)
-    candidates = sorted({_canonical((u, v, w)) for u in span for v in span for w in span if (u, v, w) != (0, 0, 0)})
-    seen: set[tuple[int, int, int]] = set()
-    representatives = []
-    for axis in candidates:
-        if axis in seen:
-            continue
-        orbit = {_canonical(np.rint(r @ np.array(axis)).astype(int)) for r in rotations} | {axis}
-        seen |= orbit
-        members = [m for m in orbit if max(abs(i) for i in m) <= max_index]
-        representatives.append(min(members, key=lambda m: (max(abs(i) for i in m), sum(i < 0 for i in m), m)))
-    return representatives
-
-
-# ----------------------------------------------------------------------------------------------
-# Frozen-phonon thermal displacements
-# ----------------------------------------------------------------------------------------------
-
-#: Isotropic Debye-Waller factors B (A^2) near 300 K, rounded to two figures, after
-#: L.-M. Peng, G. Ren, S. L. Dudarev and M. J. Whelan, Acta Cryst. A52, 456-470 (1996)
-#: (elemental crystals) and H. X. Gao and L.-M. Peng, Acta Cryst. A55, 926-932 (1999).
-#: Values for light elements in compounds (O, N, F, S, ...) are typical of oxides/nitrides.
-DEBYE_WALLER_B_300K: dict[str, float] = {
-    "Li": 2.7, "Be": 0.40, "B": 0.35, "C": 0.15, "N": 0.40, "O": 0.50, "F": 0.80, "Na": 1.8,
-    "Mg": 1.6, "Al": 0.86, "Si": 0.46, "P": 0.45, "S": 0.60, "Cl": 1.3, "K": 1.9, "Ca": 0.70,
-    "Ti": 0.60, "V": 0.49, "Cr": 0.25, "Mn": 0.40, "Fe": 0.35, "Co": 0.34, "Ni": 0.38, "Cu": 0.55,
-    "Zn": 1.0, "Ga": 0.70, "Ge": 0.57, "As": 0.60, "Se": 0.80, "Sr": 0.80, "Zr": 0.45, "Nb": 0.45,
-    "Mo": 0.20, "Ru": 0.30, "Pd": 0.47, "Ag": 0.66, "Cd": 1.2, "In": 1.0, "Sn": 0.80, "Sb": 1.0,
-    "Te": 1.0, "Ba": 0.70, "Ce": 0.40, "Ta": 0.24, "W": 0.16, "Pt": 0.32, "Au": 0.62, "Pb": 2.0,
-    "Bi": 1.3, "Th": 0.40, "U": 0.40,
-}
-#: B (A^2) for elements not in the table: a mid-range value for room-temperature solids.
-DEFAULT_B_A2 = 0.5
-
-
-def debye_waller_sigma_A(symbol: str) -> float:
-    """RMS displacement per axis (Angstrom) at ~300 K: sigma = sqrt(B / (8 pi^2))."""
-    b = DEBYE_WALLER_B_300K.get(symbol, DEFAULT_B_A2)
-    return math.sqrt(b / (8.0 * math.pi ** 2))
-
-
-def thermal_displace(supercell: Supercell, rng: np.random.Generator,
-                     sigma_A: dict[str, float] | None = None) -> Supercell:
-    """One frozen-phonon configuration of ``supercell``.
-
-    Each atom moves by independent Gaussian displacements along x, y and z with per-element RMS
-    ``sigma_A[symbol]`` (Angstrom, per axis); elements missing from ``sigma_A`` use the
-    Debye-Waller default :func:`debye_waller_sigma_A`. x and y are wrapped into the periodic
-    box; z is clipped into [0, Lz) so every atom stays inside the slab. Returns a new Supercell.
-    """
-    if not isinstance(rng, np.random.Generator):
-        raise UserError(f"rng must be a numpy.random.Generator (got {type(rng).__name__}); "
-                        "use numpy.random.default_rng(seed)")
-    sigma_of_z = _sigma_per_element(supercell, sigma_A or {})
-    sigma = sigma_of_z[supercell.numbers]
-    moved = supercell.positions_A + rng.standard_normal(supercell.positions_A.shape) * sigma[:, None]
-    lx, ly, lz = supercell.cell_A
-    moved[:, :2] = _wrap(moved[:, :2], (lx, ly))
-    moved[:, 2] = np.clip(moved[:, 2], 0.0, np.nextafter(lz, 0.0))
-    return dataclasses.replace(supercell, positions_A=moved)
-
-
-def _sigma_per_element(supercell: Supercell, overrides: dict[str, float]) -> np.ndarray:
-    for symbol, value in overrides.items():
-        if not Element.is_valid_symbol(symbol):
-            raise UserError(f"sigma_A key {symbol!r} is not an element symbol; use e.g. {{'Si': 0.076}}")
-        if not (math.isfinite(float(value)) and float(value) >= 0):
-            raise UserError(f"sigma_A[{symbol!r}]={value!r} must be a non-negative RMS displacement in Angstrom")
-    table = np.zeros(int(supercell.numbers.max()) + 1)
-    for z in np.unique(supercell.numbers):
-        symbol = Element.from_Z(int(z)).symbol
-        table[z] = float(overrides[symbol]) if symbol in overrides else debye_waller_sigma_A(symbol)
-    return table

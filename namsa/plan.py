@@ -1,0 +1,86 @@
+"""Planning: which samples a config asks for (SampleSpec, Plan, plan_samples); a structure that
+cannot be planned is recorded with its reason, never fatal."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config import SimulationConfig
+from .errors import UserError
+from .sample import sample_id
+
+
+@dataclass(frozen=True)
+class SampleSpec:
+    """One planned sample: material id, zone axis [u, v, w], variant index."""
+
+    material_id: str
+    zone_axis: tuple[int, int, int]
+    variant: int
+
+    def sample_id(self, cfg: SimulationConfig) -> str:
+        return sample_id(self.material_id, self.zone_axis, self.variant, cfg.physics_hash())
+
+
+@dataclass
+class Plan:
+    """Every sample a config asks for, and the structures that could not be planned (with why)."""
+
+    specs: list[SampleSpec] = field(default_factory=list)
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    #: material id -> what ``simulate_sample`` should load (library id or CIF path)
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.specs)
+
+
+def _plan_sources(cfg: SimulationConfig, plan: Plan) -> dict[str, Any]:
+    from . import generator, library
+    from .structure_io import load_cif_dir
+
+    structures: dict[str, Any] = {}
+    ids = library.list_ids() if cfg.materials == "library" else list(cfg.materials)
+    for material_id in ids + generator.generated_ids(cfg.generator):
+        try:
+            structures[material_id] = (generator.build(material_id) if generator.is_generated_id(material_id)
+                                       else library.get(material_id))
+            plan.sources[material_id] = material_id
+        except library.UnknownStructureIdError:   # advice a config file can follow
+            plan.failures.append((material_id, f"unknown structure id {material_id!r}; "
+                                               f"{library.suggest_ids(material_id, library.CONFIG_ADVICE)}"))
+        except UserError as exc:
+            plan.failures.append((material_id, str(exc)))
+    if cfg.cif_dir:
+        loaded, failures = load_cif_dir(cfg.cif_dir)
+        plan.failures.extend(failures)
+        for stem, structure in loaded.items():
+            structures[stem] = structure
+            plan.sources[stem] = str(Path(cfg.cif_dir) / f"{stem}.cif")
+    return structures
+
+
+def plan_samples(cfg: SimulationConfig) -> Plan:
+    """Expand the config's dataset plan into SampleSpecs; a bad structure is recorded, never fatal."""
+    from .supercell import normalize_zone_axis
+    from .zone_axes import auto_zone_axes
+
+    plan = Plan()
+    variants = cfg.variants if cfg.variations.any else 1
+    for material_id, structure in _plan_sources(cfg, plan).items():
+        try:
+            if cfg.zone_axes == "auto":
+                axes = auto_zone_axes(structure, max_axes=cfg.max_zone_axes)
+            else:
+                axes = [normalize_zone_axis(a) for a in cfg.zone_axes][: cfg.max_zone_axes]
+        except UserError as exc:
+            plan.failures.append((material_id, str(exc)))
+            continue
+        except Exception as exc:  # a structure the library cannot orient must not stop the plan
+            plan.failures.append((material_id, f"{type(exc).__name__}: {' '.join(str(exc).split())}"))
+            continue
+        for axis in axes:
+            for variant in range(variants):
+                plan.specs.append(SampleSpec(material_id, tuple(int(i) for i in axis), variant))
+    return plan

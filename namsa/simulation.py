@@ -1,0 +1,194 @@
+"""The Simulation object: what all probe positions of one specimen share (probe, transmission
+functions and propagators, or the periodic S-matrix exit waves), built by ``prepare_simulation``."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from .backend import Backend, cpu_threads, get_backend, single_threaded_blas
+from .constants import interaction_constant, wavelength_A
+from .errors import UserError
+from .multislice import balanced_batch, cpu_batch_cap, fresnel_propagator, plan_batch, run_multislice
+from .optics import band_limit_frequency, band_limit_mask, check_sampling, probe_fourier
+from .periodic import PeriodicSimulation, build_periodic, estimated_cost, tile_atoms, tile_grid_for
+from .potential import CellError, Grid, SlicedPotential, build_potential, make_grid, transmission_functions
+
+
+# --------------------------------------------------------------------------------------------
+# structure adapters
+
+
+@dataclass
+class _Atoms:
+    positions_A: np.ndarray  # (N, 3) [x, y, z]
+    numbers: np.ndarray
+    cell_A: tuple[float, float, float]  # (Lx, Ly, Lz)
+
+
+def _as_atoms(structure: Any) -> _Atoms:
+    """Accept a namsa Supercell (positions_A, numbers, cell_A) or an orthorhombic ase.Atoms."""
+    if hasattr(structure, "positions_A") and hasattr(structure, "cell_A"):
+        return _Atoms(np.asarray(structure.positions_A, float), np.asarray(structure.numbers, int),
+                      tuple(float(c) for c in structure.cell_A))
+    if hasattr(structure, "get_positions") and hasattr(structure, "cell"):
+        cell = np.asarray(structure.cell[:], float)
+        if np.abs(cell - np.diag(np.diag(cell))).max() > 1e-6:
+            raise CellError("ase.Atoms must have an orthorhombic cell with z along the beam; orient it with "
+                            "namsa.supercell.orient_supercell first")
+        if (np.diag(cell) <= 0).any():
+            raise CellError("ase.Atoms cell must have positive lengths along x, y and z (a right-handed, "
+                            "orthorhombic cell with z along the beam)")
+        return _Atoms(structure.get_positions(), structure.get_atomic_numbers(), tuple(np.diag(cell)))
+    raise CellError(f"cannot simulate a {type(structure).__name__} as it is: pass zone_axis=(u, v, w) (and "
+                    "lateral_A, thickness_A) to orient it into a supercell, or a namsa Supercell (from "
+                    "orient_supercell) or an orthorhombic ase.Atoms")
+
+
+# --------------------------------------------------------------------------------------------
+# the simulation object: potential, transmission functions and probe, reused across positions
+
+
+@dataclass
+class Simulation:
+    """Everything shared by all probe positions of one specimen.
+
+    ``method`` is "multislice" (probe by probe through the supercell's transmission functions) or
+    "periodic" (exact plane-wave S-matrix on one tile of a perfect crystal, :mod:`namsa.periodic`).
+    ``potential`` (the supercell's sliced potential, used for the targets) is built on first use
+    when the periodic path did not need it.
+    """
+
+    grid: Grid
+    atoms: _Atoms
+    slice_thickness_A: float
+    energy_kv: float
+    semiangle_mrad: float
+    band_limit: float
+    backend: Backend
+    threads: int
+    batch_size: int
+    probe_k: np.ndarray
+    method: str
+    transmission_loss: float
+    transmissions: Any = None
+    propagators: list[Any] | None = None
+    final_mask: Any = None
+    periodic: PeriodicSimulation | None = None
+    info: dict = field(default_factory=dict)
+    _potential: SlicedPotential | None = None
+
+    @property
+    def potential(self) -> SlicedPotential:
+        """The supercell's projected potential (one slice through the whole thickness) and species
+        structure factors: all the targets need."""
+        if self._potential is None:
+            self._potential = build_potential(self.atoms.positions_A, self.atoms.numbers, self.atoms.cell_A,
+                                              self.grid, float(self.atoms.cell_A[2]))
+        return self._potential
+
+    def run(self, positions_A: np.ndarray, reducer: Callable[[np.ndarray], np.ndarray]) -> list[np.ndarray]:
+        """Patterns for every position [y, x] (Angstrom); ``reducer`` maps each FFT-order batch."""
+        positions_A = np.asarray(positions_A, float).reshape(-1, 2)
+        with single_threaded_blas():
+            if self.periodic is not None:
+                return self.periodic.run(positions_A, reducer, self.threads, self.batch_size)
+            return run_multislice(self.probe_k, positions_A, self.grid.sampling, self.transmissions,
+                                  self.propagators, self.final_mask, self.backend, self.batch_size, reducer,
+                                  self.threads)
+
+
+def _choose_periodic(atoms: _Atoms, structure: Any, grid: Grid, probe: np.ndarray, cutoff: float,
+                     n_positions: int, method: str):
+    """(tile atoms, tile grid) when the periodic path applies and pays off (or is forced), else None."""
+    if method == "multislice":
+        return None
+    tile = tile_atoms(atoms.positions_A, atoms.numbers, atoms.cell_A, getattr(structure, "tiling", None))
+    if tile is None:
+        if method == "periodic":
+            raise UserError("method='periodic' needs a perfect crystal supercell with its tiling (namsa "
+                            "orient_supercell output, no frozen-phonon displacement); use method='auto'")
+        return None
+    tile_grid = tile_grid_for(atoms.cell_A, structure.tiling, cutoff, grid.gpts)
+    direct, periodic = estimated_cost(n_positions, grid, tile_grid, int((np.abs(probe) > 0).sum()))
+    if method == "auto" and periodic >= direct:
+        return None
+    return tile, tile_grid
+
+
+def prepare_simulation(structure: Any, **kwargs) -> Simulation:
+    """Build what all probe positions share (see :func:`_prepare`); BLAS pinned to one thread."""
+    with single_threaded_blas():
+        return _prepare(structure, **kwargs)
+
+
+def _prepare(structure: Any, *, energy_kv: float, semiangle_mrad: float,
+                       sampling_A: float | None = None, gpts: int | tuple[int, int] | None = None,
+                       slice_thickness_A: float = 2.0, aberrations: dict[str, float] | None = None,
+                       band_limit: float = 2.0 / 3.0, tilt_mrad: tuple[float, float] = (0.0, 0.0),
+                       device: str = "cpu", memory_budget_gb: float = 2.0, workers: int | None = None,
+                       n_positions: int = 1, max_batch: int = 64, method: str = "auto",
+                       fft: str = "auto") -> Simulation:
+    """Build what all probe positions share: probe, and transmission functions + propagators
+    (multislice) or the exit waves of every aperture beam (periodic). ``method``: "auto" picks the
+    cheaper exact path, "multislice" or "periodic" force one; ``fft`` picks the CPU FFT
+    (:func:`namsa.backend.get_backend`)."""
+    if method not in ("auto", "multislice", "periodic"):
+        raise UserError(f"method must be 'auto', 'multislice' or 'periodic', got {method!r}")
+    atoms = _as_atoms(structure)
+    grid = make_grid(atoms.cell_A, sampling_A, gpts, getattr(structure, "tiling", None))
+    check_sampling(grid.sampling, energy_kv, semiangle_mrad, band_limit)
+    ab = {"C1_A": 0.0, "C3_mm": 0.0, **(aberrations or {})}
+    unknown = set(ab) - {"C1_A", "C3_mm"}
+    if unknown:
+        raise UserError(f"unknown aberrations {sorted(unknown)}; supported: C1_A (Angstrom), C3_mm (mm)")
+    edges_n = max(1, int(round(atoms.cell_A[2] / slice_thickness_A)))
+    threads = workers or (cpu_threads() if device == "cpu" else 1)
+    budget = memory_budget_gb * 1e9
+    # complex128 slice coefficients are held while building: count them against the budget too
+    potential_bytes = edges_n * grid.gpts[0] * grid.gpts[1] * 16
+    if device == "cpu":
+        max_batch = min(max_batch, cpu_batch_cap(grid.gpts))
+    batch = plan_batch(n_positions, grid.gpts, edges_n, budget / threads if threads > 1 else budget,
+                       fixed_bytes=potential_bytes / threads, max_batch=max_batch)
+    backend = get_backend(device, fft)
+    batch = balanced_batch(n_positions, batch, threads)
+    probe = probe_fourier(grid.gpts, grid.sampling, energy_kv, semiangle_mrad, ab["C1_A"], ab["C3_mm"], band_limit)
+    sigma, lam = interaction_constant(energy_kv), wavelength_A(energy_kv)
+    cutoff = band_limit_frequency(grid.sampling, band_limit)
+    common = dict(grid=grid, atoms=atoms, slice_thickness_A=slice_thickness_A, energy_kv=energy_kv,
+                  semiangle_mrad=semiangle_mrad, band_limit=band_limit, backend=backend, threads=threads,
+                  batch_size=batch, probe_k=probe)
+    info = {"gpts": list(grid.gpts), "sampling_A": list(grid.sampling), "n_slices": edges_n,
+            "slice_thickness_A": float(atoms.cell_A[2] / edges_n), "batch_size": batch, "threads": threads,
+            "device": backend.name}
+    chosen = _choose_periodic(atoms, structure, grid, probe, cutoff, n_positions, method)
+    if chosen is not None:
+        (tile_pos, tile_num), tile_grid = chosen
+        periodic = build_periodic(tile_pos, tile_num, atoms.cell_A, structure.tiling, grid,
+                                  np.linspace(0.0, atoms.cell_A[2], edges_n + 1), probe, sigma, lam, cutoff,
+                                  tilt_mrad, backend, threads, tile_grid)
+        # periodic batches: per probe one float32 pattern plus the reducer's copy (12 bytes/pixel)
+        common["batch_size"] = int(max(1, min(256, n_positions, budget / (threads * 12 * grid.gpts[0] * grid.gpts[1]))))
+        info.update(method="periodic", tile_gpts=list(tile_grid.gpts), n_beams=periodic.n_beams,
+                    transmission_bandlimit_loss=periodic.transmission_loss, batch_size=common["batch_size"])
+        return Simulation(**common, method="periodic", transmission_loss=periodic.transmission_loss,
+                          periodic=periodic, info=info)
+    potential = build_potential(atoms.positions_A, atoms.numbers, atoms.cell_A, grid, slice_thickness_A)
+    t, loss = transmission_functions(potential, sigma, band_limit)
+    mask = band_limit_mask(grid.gpts, grid.sampling, band_limit)
+    cache: dict[float, Any] = {}
+    propagators = []
+    for dz in potential.slice_thickness_A:
+        key = round(float(dz), 9)
+        if key not in cache:
+            cache[key] = backend.asarray(fresnel_propagator(grid.gpts, grid.sampling, float(dz), lam, mask, tilt_mrad))
+        propagators.append(cache[key])
+    info.update(method="multislice", transmission_bandlimit_loss=loss)
+    # keep only the projection (targets) from here on: the per-slice coefficients are 2x the
+    # transmission functions' memory and no longer needed
+    projected = SlicedPotential(grid=grid, edges_A=np.array([0.0, float(atoms.cell_A[2])]),
+                                slices_k=potential.projected_k()[None], species_sf=potential.species_sf)
+    return Simulation(**common, method="multislice", transmission_loss=loss, transmissions=backend.asarray(t),
+                      propagators=propagators, final_mask=backend.asarray(mask), info=info, _potential=projected)

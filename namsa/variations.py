@@ -1,0 +1,60 @@
+"""Per-sample variation draws: the sample's seed, its thickness, its frozen-phonon configurations,
+and its beam tilt and defocus (``cfg.variations``)."""
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from .config import SimulationConfig
+
+
+def sample_seed(cfg: SimulationConfig, material_id: str, zone_axis: Sequence[int], variant: int) -> int:
+    text = f"{cfg.seed}|{material_id}|{'_'.join(str(int(i)) for i in zone_axis)}|{int(variant)}"
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little") & 0x7FFFFFFF
+
+
+def specimen_thickness_A(cfg: SimulationConfig, seed: int) -> float:
+    """The requested specimen thickness (Angstrom): ``thickness_A``, or a uniform draw from
+    ``variations.thickness_range_A`` on a stream of its own (the other draws stay as they were)."""
+    lo_hi = cfg.variations.thickness_range_A
+    if lo_hi is None:
+        return cfg.thickness_A
+    return float(np.random.default_rng([seed, 1]).uniform(*lo_hi))
+
+
+def phonon_configurations(supercell: Any, cfg: SimulationConfig, rng: np.random.Generator, seed: int) -> list:
+    """The atomic configurations one sample averages over: ``[supercell]`` without frozen phonons,
+    else ``cfg.phonon_configs`` thermal displacements of it (Angstrom RMS per axis from
+    ``cfg.variations.thermal_sigma_A``). The first is drawn from the sample's own ``rng``, exactly
+    as when each sample was one snapshot (so phonon_configs = 1 keeps those samples and ids); the
+    others from generators seeded (seed, k), which leaves ``rng``'s later draws (tilt, defocus)
+    independent of how many configurations are averaged."""
+    if not cfg.variations.frozen_phonon:
+        return [supercell]
+    from .kirkland import symbol
+    from .thermal import thermal_displace
+
+    sigma = cfg.variations.thermal_sigma_A
+    if isinstance(sigma, (int, float)):
+        sigma = {symbol(int(z)): float(sigma) for z in np.unique(supercell.numbers)}
+    first = thermal_displace(supercell, rng, sigma)
+    return [first] + [thermal_displace(supercell, np.random.default_rng([seed, k]), sigma)
+                      for k in range(1, cfg.phonon_configs)]
+
+
+def tilt_and_aberrations(cfg: SimulationConfig, rng: np.random.Generator) -> tuple[tuple[float, float], dict]:
+    """The beam tilt (ty, tx) in mrad, uniform over the disc of radius ``variations.tilt_mrad``, and
+    the aberrations {"C1_A", "C3_mm"} with defocus drawn from ``variations.defocus_range_A``; drawn
+    from the sample's ``rng`` after its first phonon configuration (see phonon_configurations)."""
+    var = cfg.variations
+    tilt = (0.0, 0.0)
+    if var.tilt_mrad > 0:
+        radius, angle = var.tilt_mrad * math.sqrt(rng.uniform()), rng.uniform(0, 2 * math.pi)
+        tilt = (radius * math.sin(angle), radius * math.cos(angle))
+    c1 = cfg.aberrations.C1_A + (rng.uniform(*var.defocus_range_A) if var.defocus_range_A[0] != var.defocus_range_A[1]
+                                 else 0.0)
+    aberrations = {"C1_A": float(c1), "C3_mm": float(cfg.aberrations.C3_mm)}
+    return tilt, aberrations
