@@ -23,7 +23,7 @@ Z_CLASSES: tuple[tuple[str, int], ...] = (("light (Z<=14)", 14), ("medium (15<=Z
 
 
 def score_all(cfg: EvaluationConfig, stores: Any, indices: list[int], rec: Any, targets: list[str],
-               mean_maps: dict[str, np.ndarray] | None) -> tuple[list[dict], dict[int, dict]]:
+              mean_maps: dict[str, np.ndarray] | None) -> tuple[list[dict], dict[int, dict]]:
     """Per-sample records for every index; full arrays kept for the first ``n_panels`` samples."""
     records: list[dict] = []
     kept: dict[int, dict] = {}
@@ -37,7 +37,7 @@ def score_all(cfg: EvaluationConfig, stores: Any, indices: list[int], rec: Any, 
 
 
 def recompute(cfg: EvaluationConfig, stores: Any, indices: list[int], rec: Any, targets: list[str],
-               mean_maps: dict[str, np.ndarray] | None) -> dict[int, dict]:
+              mean_maps: dict[str, np.ndarray] | None) -> dict[int, dict]:
     """Arrays of a few samples again (the worst cases), rather than holding every map in memory."""
     kept = {}
     for index, sample, preds, _ in _predict(stores, indices, rec, targets):
