@@ -38,7 +38,7 @@ def simulate(material: str, thickness_A: float, path: Path) -> None:
 
 def worker(method: str, sample_path: Path, iterations: int, repeats: int) -> dict:
     """Time ``method`` on the pickled sample in this (fresh) process; returns seconds and accuracy."""
-    from models.metrics import fit_affine, pearson_r, relative_l2
+    from evaluation.metrics import fit_affine, pearson_r, relative_l2
 
     sample = pickle.loads(sample_path.read_bytes())
     truth = sample.potential.astype(np.float64)
@@ -58,11 +58,11 @@ def worker(method: str, sample_path: Path, iterations: int, repeats: int) -> dic
 
 def _method(method: str, sample, iterations: int):
     if method == "icom":
-        from namsa.icom import icom_from_sample
+        from evaluation.baselines import icom_from_sample
 
         return lambda: icom_from_sample(sample)
     if method == "ptycho":
-        from models.evaluation.ptycho import ptycho_from_sample
+        from evaluation.baselines.ptycho import ptycho_from_sample
 
         return lambda: ptycho_from_sample(sample, iterations=iterations).potential
     import torch

@@ -1,4 +1,4 @@
-"""models.evaluation on a tiny really-trained reconstructor and the lead's tiny real data set."""
+"""evaluation on a tiny really-trained reconstructor and the lead's tiny real data set."""
 from __future__ import annotations
 
 import json
@@ -9,9 +9,9 @@ import pytest
 from matplotlib.image import imread
 
 from _models_fixture import tiny_train_configs, tiny_trained_model  # noqa: F401  (session fixture)
-from models import metrics as M
-from models.evaluation import EvaluationConfig, EvaluationInputError, evaluate, scaling_study
-from models.evaluation.scaling import ScalingInputError, training_sizes
+from evaluation import EvaluationConfig, EvaluationInputError, evaluate
+from evaluation import metrics as M
+from workflow.scaling import ScalingInputError, scaling_study, training_sizes
 from namsa.errors import UserError
 
 
@@ -193,7 +193,7 @@ def test_evaluate_rejects_data_without_the_split(tiny_trained_model, tiny_data_d
 
 
 def test_ptycho_baseline_and_compute_times_reach_metrics_and_report(evaluated):
-    from models.evaluation.report import METHOD_NAMES
+    from evaluation.report import METHOD_NAMES
 
     result, doc = evaluated
     assert "ptycho" in result.headline["potential"] and "ptycho" in doc["methods"]["potential"]
@@ -214,7 +214,7 @@ def test_ptycho_baseline_and_compute_times_reach_metrics_and_report(evaluated):
 
 
 def test_verdicts_are_the_verdict_rule_applied_to_the_aggregates(evaluated):
-    from models.evaluation.verdict import verdict
+    from evaluation.verdict import verdict
 
     result, doc = evaluated
     verdicts = doc["verdicts"]["potential"]
@@ -226,7 +226,7 @@ def test_verdicts_are_the_verdict_rule_applied_to_the_aggregates(evaluated):
 
 
 def test_report_says_plainly_when_no_class_favours_the_network():
-    from models.evaluation.report import _versus_section
+    from evaluation.report import _versus_section
 
     group = {"n": 2, "network_wins": 0, "win_rate": 0.0, "mean_rel_l2_gap": 0.1}
     doc = {"network_vs_icom": {"potential": {"overall": group, "z_class": {"light (Z<=14)": group},
@@ -251,7 +251,7 @@ def test_worst_cases_already_drawn_are_not_drawn_twice(tiny_trained_model, tiny_
 
 
 def test_learning_curves_say_what_l2_loss_is(evaluated, tiny_trained_model):
-    from models.evaluation.figures import learning_curves_figure
+    from evaluation.figures import learning_curves_figure
 
     result, _ = evaluated
     fig = learning_curves_figure(tiny_trained_model.metrics_csv)

@@ -93,7 +93,7 @@ def test_a_forged_train_summary_cannot_point_the_dag_outside_the_run_directory(t
 
 
 def test_a_model_cards_metrics_csv_is_not_followed_outside_the_model(trained, tmp_path):
-    from models.evaluation.evaluate import _find_metrics_csv
+    from evaluation.evaluate import _find_metrics_csv
 
     secret = tmp_path / "secret.csv"
     secret.write_text("step,loss\n1,2\n")

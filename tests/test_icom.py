@@ -1,11 +1,11 @@
-"""namsa.icom: CoM, periodic integration, resampling, and recovery of a weak-phase potential."""
+"""evaluation.baselines.icom: CoM, periodic integration, resampling, and recovery of a weak-phase potential."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from models.metrics import fit_affine, pearson_r
-from namsa import icom
+from evaluation.metrics import fit_affine, pearson_r
+from evaluation.baselines import icom
 from namsa.errors import UserError
 
 

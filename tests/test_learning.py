@@ -14,7 +14,7 @@ def test_scan_layout_trained_on_generated_materials_beats_the_mean_image(tmp_pat
     import namsa
     import stage
     from models.distributed import DistributedConfig
-    from models.evaluation import EvaluationConfig, evaluate
+    from evaluation import EvaluationConfig, evaluate
     from workflow import runners
     from workflow.config import PipelineConfig
 

@@ -1,4 +1,4 @@
-"""models.metrics against hand-computed values and scikit-image's SSIM."""
+"""evaluation.metrics against hand-computed values and scikit-image's SSIM."""
 from __future__ import annotations
 
 import math
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from skimage.metrics import structural_similarity as skimage_ssim
 
-from models import metrics as M
+from evaluation import metrics as M
 
 
 def _lattice(shape=(64, 64), pixel_A=0.25, spacing_A=4.0, sigma_A=0.35, shifts_A=None):

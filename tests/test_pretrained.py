@@ -9,7 +9,7 @@ import yaml
 
 import models
 from _models_fixture import tiny_trained_model  # noqa: F401  (session fixture)
-from models.evaluation import EvaluationConfig, evaluate
+from evaluation import EvaluationConfig, evaluate
 from models.reconstructor import ReconstructorInputError
 from namsa.errors import UserError
 from workflow import pretrained
@@ -59,7 +59,7 @@ def test_shipped_reconstructors_load_and_say_what_they_expect():
 
 
 def test_small_runs_point_to_the_full_study_result_from_its_card():
-    from models.evaluation.verdict import STUDY_PRETRAINED, study_reference
+    from evaluation.verdict import STUDY_PRETRAINED, study_reference
 
     scores = models.pretrained_card(STUDY_PRETRAINED)["held_out_evaluation"]["aggregates"]["potential"]
     sentence = study_reference("potential")

@@ -1,4 +1,4 @@
-"""models.evaluation.ptycho: single-slice ptychography (py4DSTEM) of a real namsa simulation."""
+"""evaluation.baselines.ptycho: single-slice ptychography (py4DSTEM) of a real namsa simulation."""
 from __future__ import annotations
 
 import sys
@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from models.evaluation.baselines import ptycho_baseline
-from models.evaluation.ptycho import PtychoError, ptycho_from_sample, require_py4dstem
-from models.metrics import fit_affine, pearson_r, relative_l2
+from evaluation.baselines import ptycho_baseline
+from evaluation.baselines.ptycho import PtychoError, ptycho_from_sample, require_py4dstem
+from evaluation.metrics import fit_affine, pearson_r, relative_l2
 from namsa.errors import UserError
 
 

@@ -1,9 +1,9 @@
-"""models.evaluation.verdict: the one rule for "the network beats a baseline", on constructed aggregates."""
+"""evaluation.verdict: the one rule for "the network beats a baseline", on constructed aggregates."""
 from __future__ import annotations
 
 from typing import Any
 
-from models.evaluation.verdict import all_verdicts, verdict
+from evaluation.verdict import all_verdicts, verdict
 
 
 def _ci(value: float, half: float, n: int = 6) -> dict[str, Any]:

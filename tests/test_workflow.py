@@ -278,8 +278,8 @@ def test_changed_model_config_retrains_and_keeps_the_old_model(tmp_path):
 
 
 def test_summary_prints_the_evaluation_verdict_for_every_baseline():
-    """The closing lines repeat models.evaluation.verdict's sentences: a lower mean rel. L2 alone is no win."""
-    from models.evaluation.verdict import all_verdicts, study_reference
+    """The closing lines repeat evaluation.verdict's sentences: a lower mean rel. L2 alone is no win."""
+    from evaluation.verdict import all_verdicts, study_reference
     from workflow.dag import _headline_lines
 
     def ci(value: float) -> dict:

@@ -3,7 +3,8 @@
 Every function takes 2-D maps with axes ``[row = y, col = x]``; ``pred`` is the estimate,
 ``true`` the reference. This module uses numpy/scipy only (no torch: the functions take any numpy
 array, in a notebook, in the evaluation of a model or of the classical iCoM baseline; note that
-importing it through the ``models`` package still runs ``models/__init__``, which imports torch).
+importing it through the ``evaluation`` package still runs ``evaluation/__init__``, which imports
+matplotlib).
 
 Conventions (also in docs/evaluation.md):
 

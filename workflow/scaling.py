@@ -15,10 +15,9 @@ from typing import Any, Sequence
 
 from namsa.errors import UserError
 
-from . import figures
-from .report import render_scaling, write_html
-from .config import EvaluationConfig
-from .evaluate import COLUMN_METRICS, IMAGE_METRICS, evaluate
+from evaluation import EvaluationConfig, evaluate, figures
+from evaluation.aggregation import COLUMN_METRICS, IMAGE_METRICS
+from evaluation.report import render_scaling, write_html
 
 #: metrics a scaling curve can plot: every physical-units aggregate of `evaluate`
 SCALING_METRICS: tuple[str, ...] = (*IMAGE_METRICS, *COLUMN_METRICS)

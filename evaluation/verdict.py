@@ -119,7 +119,7 @@ STUDY_PRETRAINED = "study-scan"
 def study_reference(target: str = "potential") -> str | None:
     """One sentence with the full study's held-out result, read from the shipped model card, so that a
     small run (the demo) says where its own numbers stand; None if the package ships no study model."""
-    from ..reconstructor import pretrained_card, pretrained_names
+    from models import pretrained_card, pretrained_names
 
     if STUDY_PRETRAINED not in pretrained_names():
         return None

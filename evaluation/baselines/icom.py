@@ -23,8 +23,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .constants import interaction_constant, wavelength_A
-from .errors import UserError
+from namsa.constants import interaction_constant, wavelength_A
+from namsa.errors import UserError
 
 #: sample meta keys of the detector sampling: 1/Angstrom per pattern pixel, else mrad per pixel
 #: (written by namsa.simulate_sample; the pattern spans the band-limited disc).

@@ -1,0 +1,105 @@
+"""Aggregation over the per-sample records: means with bootstrap intervals, breakdowns by element
+and thickness class, network against iCoM, compute times and the worst cases."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from . import metrics as M
+from .config import EvaluationConfig
+from .scoring import METHODS, TIMED_METHODS
+from .verdict import HEADLINE_METRICS
+
+#: whole-map metrics, in the order the report shows them; True = higher is better.
+IMAGE_METRICS: dict[str, bool] = HEADLINE_METRICS
+#: column-position metrics (physical units only: positions do not depend on normalisation).
+COLUMN_METRICS: dict[str, bool] = {"mean_error_A": False, "recall": True}
+UNITS: tuple[str, ...] = ("physical", "normalized")
+
+
+def _values(records: list[dict], target: str, method: str, units: str, metric: str) -> list[float | None]:
+    return [r["metrics"][target][method][units].get(metric) for r in records if method in r["metrics"][target]]
+
+
+def aggregate(records: list[dict], target: str, cfg: EvaluationConfig) -> dict[str, Any]:
+    """aggregates[method][units][metric] = {value (mean), low, high, n, n_nonfinite, median}."""
+    out: dict[str, Any] = {}
+    for method in methods_present(records, [target])[target]:
+        out[method] = {}
+        for units in UNITS:
+            names = list(IMAGE_METRICS) + (list(COLUMN_METRICS) if units == "physical" else [])
+            out[method][units] = {name: _interval(_values(records, target, method, units, name), cfg)
+                                  for name in names}
+    return out
+
+
+def _interval(values: list[float | None], cfg: EvaluationConfig) -> dict[str, Any]:
+    ci = M.bootstrap_ci(values, n_resamples=cfg.n_bootstrap, level=cfg.ci_level, seed=cfg.seed).as_dict()
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    ci["median"] = float(np.median(finite)) if finite else None
+    return ci
+
+
+def breakdown(records: list[dict], target: str, key: str, cfg: EvaluationConfig) -> dict[str, Any]:
+    """groups[value][method] = {metric: mean over the group's samples, "n": count}."""
+    groups: dict[str, list[dict]] = {}
+    for r in records:
+        groups.setdefault(str(r[key]), []).append(r)
+    table = {}
+    for name in sorted(groups):
+        rows = groups[name]
+        table[name] = {"n": len(rows)}
+        for method in methods_present(rows, [target])[target]:
+            table[name][method] = {m: _mean_finite(_values(rows, target, method, "physical", m))
+                                   for m in list(IMAGE_METRICS) + list(COLUMN_METRICS)}
+    return table
+
+
+def network_vs_icom(records: list[dict], target: str, cfg: EvaluationConfig) -> dict[str, Any]:
+    """Where the network beats iCoM (lower relative L2), overall and per element and thickness class."""
+    def summary(rows: list[dict]) -> dict[str, Any]:
+        pairs = [(r["metrics"][target]["network"]["physical"]["rel_l2"],
+                  r["metrics"][target]["icom"]["physical"]["rel_l2"]) for r in rows if "icom" in r["metrics"][target]]
+        if not pairs:
+            return {"n": 0, "network_wins": 0, "win_rate": None, "mean_rel_l2_gap": None}
+        wins = sum(1 for n, i in pairs if n < i)
+        return {"n": len(pairs), "network_wins": wins, "win_rate": wins / len(pairs),
+                "mean_rel_l2_gap": _mean_finite([i - n for n, i in pairs])}
+
+    out: dict[str, Any] = {"overall": summary(records)}
+    for key in ("z_class", "thickness_class"):
+        groups: dict[str, list[dict]] = {}
+        for r in records:
+            groups.setdefault(str(r[key]), []).append(r)
+        out[key] = {name: summary(rows) for name, rows in sorted(groups.items())}
+    return out
+
+
+def compute_seconds(records: list[dict]) -> dict[str, dict[str, float]]:
+    """seconds[method] = {mean, median, max, total, n} of the per-sample compute times."""
+    out = {}
+    for method in TIMED_METHODS:
+        values = [r["seconds"][method] for r in records if r["seconds"].get(method) is not None]
+        if values:
+            out[method] = {"mean": float(np.mean(values)), "median": float(np.median(values)),
+                           "max": float(np.max(values)), "total": float(np.sum(values)), "n": len(values)}
+    return out
+
+
+def worst_records(records: list[dict], target: str, k: int) -> list[dict]:
+    """The ``k`` records with the largest network relative L2 on ``target``."""
+    def err(r: dict) -> float:
+        v = r["metrics"][target]["network"]["physical"]["rel_l2"]
+        return -math.inf if v is None else v
+    return sorted(records, key=err, reverse=True)[:k]
+
+
+def methods_present(records: list[dict], targets: list[str]) -> dict[str, list[str]]:
+    return {t: [m for m in METHODS if any(m in r["metrics"][t] for r in records)] for t in targets}
+
+
+def _mean_finite(values: list[float | None]) -> float | None:
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return float(np.mean(finite)) if finite else None

@@ -1,0 +1,25 @@
+"""The baselines every network number is shown against.
+
+* **mean**: the pixel-wise mean of the training targets (physical units). A network that does not
+  beat it has learned nothing about the individual sample.
+* **icom**: integrated centre of mass from the same 4D stack (`evaluation.baselines.icom`), which
+  recovers the projected potential of thin weak-phase specimens up to scale and offset. It is put into the
+  truth's units by a per-sample least-squares fit of ``scale * icom + offset`` to the truth.
+  **This uses the truth, for these two scalars only**; the map itself comes from the CBED stack
+  alone. The fit favours the baseline, so the comparison is conservative for the network.
+  iCoM estimates the potential, so it is a baseline for ``potential`` only.
+* **ptycho**: single-slice ptychography of the same stack through py4DSTEM
+  (`evaluation.baselines.ptycho`): the iterative phase retrieval microscopists use. Its phase over
+  the interaction constant is a projected potential; it is put into the truth's units by the same
+  per-sample least-squares fit as iCoM (**uses the truth for two scalars**), for the same reason:
+  the reconstruction's scale drifts with the iteration count and its mean is undetermined.
+  Potential only; optional (``evaluation.ptycho``).
+"""
+from __future__ import annotations
+
+from .fitted import icom_baseline, ptycho_baseline
+from .icom import ICoMInputError, icom_from_sample, icom_reconstruct
+from .mean import mean_training_targets
+
+__all__ = ["mean_training_targets", "icom_baseline", "ptycho_baseline", "icom_reconstruct", "icom_from_sample",
+           "ICoMInputError"]

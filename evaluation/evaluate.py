@@ -1,0 +1,223 @@
+"""`evaluate`: score a trained reconstructor and its baselines on held-out samples.
+
+For each sample of the chosen split: the network's prediction (`models.load_reconstructor`), the
+mean-training-target baseline and the least-squares-scaled iCoM and (optional) ptychography
+baselines are compared with the true projected potential / density, in physical units and after
+the training normalisation, and each method's compute time per sample is recorded. Everything
+lands in ``out_dir``: ``metrics.json`` (per-sample records, aggregates with bootstrap confidence
+intervals, breakdowns, the verdict of the network against each baseline, compute times), PNG
+figures and ``report.html``.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from namsa.errors import UserError
+
+from . import figures, report
+from .aggregation import (IMAGE_METRICS, aggregate, breakdown, compute_seconds, methods_present, network_vs_icom,
+                          worst_records)
+from .baselines import mean_training_targets
+from .config import EvaluationConfig
+from .scoring import jsonable, recompute, score_all
+from .verdict import all_verdicts
+
+#: what models.train writes beside the model directory it makes (marks a training run directory)
+TRAIN_RUN_FILE = "train_run.json"
+
+
+class EvaluationInputError(UserError):
+    """The data, model or configuration handed to `evaluate` cannot be evaluated."""
+
+
+@dataclass
+class EvalResult:
+    """What `evaluate` wrote and its headline numbers.
+
+    headline[target][method] = {metric: mean over samples} (physical units), methods
+    ``network``, ``mean``, ``icom``, ``ptycho`` where computed.
+    verdicts[target][baseline] = `verdict.Verdict.as_dict()` (``beats``, ``sentence``, ...).
+    compute_seconds[method] = {mean, median, max, total, n}: seconds per sample.
+    """
+
+    out_dir: Path
+    metrics_json: Path
+    report_html: Path
+    figures: list[Path] = field(default_factory=list)
+    headline: dict[str, dict[str, dict[str, float | None]]] = field(default_factory=dict)
+    n_samples: int = 0
+    verdicts: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    compute_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | Sequence[str | Path],
+             model_dir: str | Path, out_dir: str | Path, train_metrics_csv: str | Path | None = None) -> EvalResult:
+    """Evaluate the reconstructor in ``model_dir`` on ``eval_cfg.split`` of the stores in ``data_dirs``.
+
+    data_cfg: the `stage.DataConfig` the data was written/split with (recorded in the report).
+    train_metrics_csv: the training metrics CSV (learning curves); default: the model card's
+    ``metrics_csv`` entry or ``<model_dir>/metrics.csv`` / ``<model_dir>/../metrics.csv`` if present.
+    """
+    from models import load_reconstructor
+    from stage import open_stores
+
+    out = Path(out_dir)
+    fig_dir = out / "figures"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    if eval_cfg.ptycho:
+        from .baselines.ptycho import require_py4dstem
+
+        require_py4dstem()   # fail before any work, and keep the one-off import out of the timings
+    rec = load_reconstructor(model_dir)
+    targets = _resolve_targets(eval_cfg.targets, list(rec.targets))
+    with open_stores(_as_list(data_dirs)) as stores:
+        indices = stores.indices(eval_cfg.split)[: eval_cfg.max_samples]
+        if not indices:
+            raise EvaluationInputError(
+                f"{stores.describe()} hold no '{eval_cfg.split}' samples (counts {stores.manifest['counts']}); "
+                f"simulate more materials, change data.split_fractions, or set evaluation.split")
+        mean_maps = mean_training_targets(stores, targets) if eval_cfg.mean_baseline else None
+        records, kept = score_all(eval_cfg, stores, indices, rec, targets, mean_maps)
+        worst = {t: [r["index"] for r in worst_records(records, t, eval_cfg.worst_k)] for t in targets}
+        again = sorted({i for rows in worst.values() for i in rows} - set(kept))
+        kept.update(recompute(eval_cfg, stores, again, rec, targets, mean_maps))
+        data_info = _data_summary(stores, data_cfg, eval_cfg.split)
+    aggregates = {t: aggregate(records, t, eval_cfg) for t in targets}
+    breakdowns = {t: {key: breakdown(records, t, key, eval_cfg) for key in report.BREAKDOWN_KEYS}
+                  for t in targets}
+    versus = {t: network_vs_icom(records, t, eval_cfg) for t in targets if eval_cfg.icom and t == "potential"}
+    headline = {t: {m: {k: v["physical"][k]["value"] for k in IMAGE_METRICS} for m, v in aggregates[t].items()}
+                for t in targets}
+    verdicts = all_verdicts(aggregates, intervals=eval_cfg.n_bootstrap > 0, ci_level=eval_cfg.ci_level)
+    timings = compute_seconds(records)
+    csv_path = _find_metrics_csv(train_metrics_csv, Path(model_dir), rec.card)
+    figs = figures.draw_all(fig_dir, records, kept, targets, eval_cfg,
+                            first=[r["index"] for r in records[: eval_cfg.n_panels]],
+                            worst=worst, metrics_csv=csv_path)
+    doc = {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "seconds": round(time.time() - started, 2),
+        "config": eval_cfg.model_dump(),
+        "model_dir": str(Path(model_dir).resolve()),
+        "model_card": jsonable(rec.card),
+        "normalizer": rec.normalizer.to_dict() if hasattr(rec.normalizer, "to_dict") else None,
+        "data": data_info,
+        "targets": targets,
+        "methods": methods_present(records, targets),
+        "conventions": CONVENTIONS,
+        "headline": headline,
+        "aggregates": aggregates,
+        "breakdowns": breakdowns,
+        "network_vs_icom": versus,
+        "verdicts": verdicts,
+        "compute_seconds": timings,
+        "worst": worst,
+        "samples": records,
+        "figures": {name: str(path.relative_to(out)) for name, path in figs.items()},
+        "train_metrics_csv": str(csv_path) if csv_path else None,
+    }
+    metrics_path = out / "metrics.json"
+    _write_json(metrics_path, doc)
+    html_path = report.write_report(out / "report.html", doc)
+    return EvalResult(out, metrics_path, html_path, list(figs.values()), headline, len(records), verdicts, timings)
+
+
+CONVENTIONS = {
+    "physical_units": {"potential": "V*Angstrom (projected potential)",
+                       "density": "electrons/Angstrom^2 (projected electron density)"},
+    "normalized_units": "(y - mean) / std with the target statistics of the training split (the model's Normalizer)",
+    "rel_l2": "||pred - true||_2 / ||true||_2",
+    "psnr_db": "10 log10(R^2 / MSE), R = max(true) - min(true) of each sample's truth",
+    "ssim": "Wang et al. 2004, Gaussian window sigma 1.5 px (11 taps), K1 0.01, K2 0.03, periodic borders, "
+            "R as for PSNR",
+    "pearson_r": "Pearson correlation of the pixels; 0 for a constant map",
+    "columns": "local maxima of the truth (atomic columns) matched to maxima of the estimate (Hungarian, "
+               "periodic); mean distance in Angstrom, recall = matched / true columns",
+    "ci": "percentile bootstrap over samples of the mean",
+    "icom_fit": "iCoM map scaled and offset to the truth by least squares per sample (uses the truth "
+                "for these 2 scalars only)",
+    "ptycho_fit": "single-slice ptychography (py4DSTEM) phase / interaction constant, scaled and offset to "
+                  "the truth by least squares per sample (uses the truth for these 2 scalars only)",
+    "verdict": "the network 'beats' a baseline only when it is better on every headline metric (rel_l2, "
+               "psnr_db, ssim, pearson_r; physical units) with non-overlapping bootstrap intervals",
+    "compute_seconds": "wall seconds per sample in this process: network = Reconstructor.predict of a batch "
+                       "(normalisation included) / batch size; icom, ptycho = that sample's reconstruction "
+                       "(ptycho without the one-off py4DSTEM import)",
+    "mean_baseline": "pixel-wise mean of the training-split targets",
+}
+
+
+# --------------------------------------------------------------------------- inputs and outputs
+
+def _resolve_targets(asked: list[str] | None, predicted: list[str]) -> list[str]:
+    if asked is None:
+        return list(predicted)
+    missing = [t for t in asked if t not in predicted]
+    if missing:
+        raise EvaluationInputError(f"evaluation.targets asks for {missing} but the model predicts only "
+                                   f"{predicted}; set evaluation.targets to a subset of {predicted}")
+    return list(asked)
+
+
+def _data_summary(stores: Any, data_cfg: Any, split: str) -> dict[str, Any]:
+    """What the model was trained and evaluated on: stores, counts, materials per split."""
+    materials: dict[str, set[str]] = {}
+    for manifest in stores.manifests:
+        for s in manifest.get("samples", []):
+            materials.setdefault(s["split"], set()).add(s["material_id"])
+    first = stores.manifests[0] if stores.manifests else {}
+    return {
+        "stores": stores.manifest.get("stores", []),
+        "counts": stores.manifest.get("counts", {}),
+        "arrays": stores.manifest.get("arrays", {}),
+        "config_hash": first.get("config_hash"),
+        "code_version": first.get("code_version"),
+        "materials": {k: sorted(v) for k, v in sorted(materials.items())},
+        "evaluated_split": split,
+        "data_config": data_cfg.model_dump() if hasattr(data_cfg, "model_dump") else None,
+    }
+
+
+def _find_metrics_csv(given: str | Path | None, model_dir: Path, card: dict | None) -> Path | None:
+    """The training metrics CSV for the learning-curve figure.
+
+    ``given`` (the caller's, e.g. the DAG's) is used as given. A model directory is a file someone
+    may have sent, so the card's ``metrics_csv`` is never opened where it points: only its file
+    name is looked up inside the model directory, then ``metrics.csv`` there or in the training
+    run directory that holds the model (one with ``train_run.json``); a candidate that resolves
+    (through a symbolic link) outside those directories is not read.
+    """
+    if given is not None:
+        path = Path(given)
+        if not path.is_file():
+            raise EvaluationInputError(f"training metrics CSV {path} does not exist; pass the metrics.csv "
+                                       f"written by namsa train, or leave it out")
+        return path
+    model_dir = Path(model_dir)
+    homes = [model_dir.resolve()]
+    candidates = []
+    if isinstance(card, dict) and isinstance(card.get("metrics_csv"), str) and card["metrics_csv"].strip():
+        name = Path(card["metrics_csv"].replace("\\", "/")).name
+        if name not in ("", ".", ".."):
+            candidates.append(model_dir / name)
+    candidates.append(model_dir / "metrics.csv")
+    if (model_dir.parent / TRAIN_RUN_FILE).is_file():   # the model sits in its training run directory
+        homes.append(model_dir.parent.resolve())
+        candidates.append(model_dir.parent / "metrics.csv")
+    return next((c for c in candidates if c.is_file() and any(c.resolve().is_relative_to(h) for h in homes)), None)
+
+
+def _as_list(paths: str | Path | Sequence[str | Path]) -> list[str | Path]:
+    return [paths] if isinstance(paths, (str, Path)) else list(paths)
+
+
+
+def _write_json(path: Path, doc: dict) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(jsonable(doc), indent=1, allow_nan=False))
+    tmp.replace(path)

@@ -1,0 +1,192 @@
+"""Per-sample scoring: the network's prediction and every baseline's map for each sample of the
+split, scored against the truth in physical and normalised units, with compute times."""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from . import metrics as M
+from .baselines import icom_baseline, ptycho_baseline
+from .config import EvaluationConfig
+
+METHODS: tuple[str, ...] = ("network", "mean", "icom", "ptycho")
+#: methods computed from the CBED stack, whose compute time per sample is recorded.
+TIMED_METHODS: tuple[str, ...] = ("network", "icom", "ptycho")
+#: classical baselines put into the truth's units by a per-sample least-squares fit (potential only).
+FITTED_BASELINES: tuple[str, ...] = ("icom", "ptycho")
+#: element classes of the breakdown by atomic number (heaviest element of the sample).
+Z_CLASSES: tuple[tuple[str, int], ...] = (("light (Z<=14)", 14), ("medium (15<=Z<=36)", 36), ("heavy (Z>=37)", 999))
+
+
+def score_all(cfg: EvaluationConfig, stores: Any, indices: list[int], rec: Any, targets: list[str],
+              mean_maps: dict[str, np.ndarray] | None) -> tuple[list[dict], dict[int, dict]]:
+    """Per-sample records for every index; full arrays kept for the first ``n_panels`` samples."""
+    records: list[dict] = []
+    kept: dict[int, dict] = {}
+    for batch in _batches(indices, cfg.batch_size):
+        for index, sample, preds, net_s in _predict(stores, batch, rec, targets):
+            maps, seconds = _method_maps(cfg, sample, preds, targets, mean_maps)
+            records.append(_score_sample(cfg, index, sample, maps, rec.normalizer, {"network": net_s, **seconds}))
+            if len(kept) < cfg.n_panels:
+                kept[index] = _keep(sample, maps, cfg.n_cbed_panels)
+    return records, kept
+
+
+def recompute(cfg: EvaluationConfig, stores: Any, indices: list[int], rec: Any, targets: list[str],
+              mean_maps: dict[str, np.ndarray] | None) -> dict[int, dict]:
+    """Arrays of a few samples again (the worst cases), rather than holding every map in memory."""
+    kept = {}
+    for index, sample, preds, _ in _predict(stores, indices, rec, targets):
+        kept[index] = _keep(sample, _method_maps(cfg, sample, preds, targets, mean_maps)[0], cfg.n_cbed_panels)
+    return kept
+
+
+def _predict(stores: Any, indices: list[int], rec: Any,
+             targets: list[str]) -> Iterable[tuple[int, Any, dict, float]]:
+    """(index, sample, {target: prediction}, network seconds per sample) for each index."""
+    if not indices:
+        return
+    samples = [stores[i] for i in indices]
+    stack = np.stack([s.cbed.astype(np.float32) for s in samples])
+    t0 = time.perf_counter()
+    out = np.asarray(_to_numpy(rec.predict(stack)), dtype=np.float32)   # to numpy: waits for a GPU
+    per_sample = (time.perf_counter() - t0) / len(samples)
+    out = out.reshape(len(samples), len(rec.targets), *out.shape[-2:])
+    names = list(rec.targets)
+    for k, (index, sample) in enumerate(zip(indices, samples)):
+        yield index, sample, {t: out[k, names.index(t)] for t in targets}, per_sample
+
+
+def _method_maps(cfg: EvaluationConfig, sample: Any, preds: dict[str, np.ndarray], targets: list[str],
+                 mean_maps: dict[str, np.ndarray] | None) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
+    """(maps, seconds): maps[target] = {"truth", "network", "mean"?, "icom"?, "ptycho"?, "<m>_fit"?}
+    in physical units; seconds[method] = compute time of the classical baselines for this sample."""
+    maps: dict[str, dict[str, Any]] = {}
+    seconds: dict[str, float] = {}
+    for t in targets:
+        truth = np.asarray(getattr(sample, t), dtype=np.float32)
+        entry: dict[str, Any] = {"truth": truth, "network": preds[t]}
+        if mean_maps is not None:
+            entry["mean"] = mean_maps[t]
+        if cfg.icom and t == "potential":
+            t0 = time.perf_counter()
+            entry["icom"], entry["icom_fit"] = icom_baseline(sample, truth)
+            seconds["icom"] = time.perf_counter() - t0
+        if cfg.ptycho and t == "potential":
+            entry["ptycho"], entry["ptycho_fit"] = ptycho_baseline(sample, truth, cfg.ptycho_iterations,
+                                                                   cfg.ptycho_batch_size)
+            seconds["ptycho"] = entry["ptycho_fit"]["seconds"]
+        maps[t] = entry
+    return maps, seconds
+
+
+def _score_sample(cfg: EvaluationConfig, index: int, sample: Any, maps: dict[str, dict[str, Any]],
+                  normalizer: Any, seconds: dict[str, float]) -> dict[str, Any]:
+    meta = sample.meta
+    record = {"index": int(index), **_sample_facts(meta, cfg.thickness_bins_A), "metrics": {},
+              **{f"{m}_fit": None for m in FITTED_BASELINES}, "seconds": seconds}
+    pixel = _pixel_size_A(meta, next(iter(maps.values()))["truth"].shape)
+    for t, entry in maps.items():
+        truth = entry["truth"]
+        truth_n = np.asarray(normalizer.target(truth, t))
+        per_method = {}
+        for method in METHODS:
+            if method not in entry:
+                continue
+            est = entry[method]
+            cols = M.column_position_error(est, truth, pixel, min_distance_px=cfg.column_min_distance_px,
+                                           threshold_rel=cfg.column_threshold_rel)
+            per_method[method] = {
+                "physical": {**M.image_metrics(est, truth), "mean_error_A": cols.mean_error_A,
+                             "recall": cols.recall, "n_columns": cols.n_true},
+                "normalized": M.image_metrics(np.asarray(normalizer.target(est, t)), truth_n),
+            }
+        record["metrics"][t] = per_method
+        for m in FITTED_BASELINES:
+            if f"{m}_fit" in entry:
+                record[f"{m}_fit"] = entry[f"{m}_fit"]
+    return jsonable(record)
+
+
+def _keep(sample: Any, maps: dict[str, dict[str, Any]], n_cbed: int) -> dict[str, Any]:
+    """What the figures need of one sample: a few CBED patterns and the maps."""
+    s = sample.cbed.shape[0]
+    picks = sorted({int(round(v)) for v in np.linspace(0, s - 1, n_cbed)}) if n_cbed else []
+    return {"sample_id": sample.id, "cbed": {i: np.asarray(sample.cbed[i], dtype=np.float32) for i in picks},
+            "maps": {t: {k: v for k, v in e.items() if not k.endswith("_fit")} for t, e in maps.items()},
+            "meta": sample.meta}
+
+
+def _sample_facts(meta: dict, thickness_bins: Sequence[float]) -> dict[str, Any]:
+    from ase.data import atomic_numbers
+
+    elements = [str(e) for e in meta.get("elements", [])]
+    zs = {e: atomic_numbers.get(e, 0) for e in elements}
+    heaviest = max(zs, key=zs.get) if zs else "?"
+    max_z = zs.get(heaviest, 0)
+    thickness = float(meta.get("thickness_A", float("nan")))
+    return {
+        "sample_id": str(meta.get("sample_id")),
+        "material_id": str(meta.get("material_id")),
+        "formula": str(meta.get("formula", "")),
+        "elements": elements,
+        "zone_axis": "[" + " ".join(str(int(v)) for v in meta.get("zone_axis", [])) + "]",
+        "thickness_A": thickness,
+        "heaviest_element": heaviest,
+        "max_Z": int(max_z),
+        "z_class": next(name for name, top in Z_CLASSES if max_z <= top),
+        "thickness_class": _thickness_class(thickness, thickness_bins),
+    }
+
+
+def _thickness_class(thickness: float, edges: Sequence[float]) -> str:
+    edges = sorted(float(e) for e in edges)
+    if not math.isfinite(thickness):
+        return "unknown"
+    lo = 0.0
+    for hi in edges:
+        if thickness < hi:
+            return f"{lo:g}-{hi:g} A"
+        lo = hi
+    return f">={lo:g} A"
+
+
+def _pixel_size_A(meta: dict, shape: tuple[int, ...]) -> tuple[float, float]:
+    """Angstrom per target pixel: the field of view over the target grid."""
+    fov = meta.get("fov_A")
+    if fov is None:
+        return (1.0, 1.0)
+    return (float(fov[2]) / shape[0], float(fov[3]) / shape[1])
+
+def _batches(items: list[int], size: int) -> Iterable[list[int]]:
+    for start in range(0, len(items), size):
+        yield items[start: start + size]
+
+
+
+def _to_numpy(x: Any) -> np.ndarray:
+    if hasattr(x, "detach"):
+        return x.detach().float().cpu().numpy()
+    return np.asarray(x)
+
+
+
+def jsonable(obj: Any) -> Any:
+    """JSON-safe copy: numpy scalars to Python, non-finite floats to None (JSON has no inf/NaN)."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, (np.floating, float)):
+        return float(obj) if math.isfinite(float(obj)) else None
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.ndarray):
+        return jsonable(obj.tolist())
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
