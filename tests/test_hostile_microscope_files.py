@@ -93,7 +93,8 @@ def test_a_card_target_never_becomes_a_path(sample, tiny_model, tmp_path, capsys
 
 
 def test_write_maps_refuses_names_that_are_not_plain_map_names(tmp_path):
-    from models.experimental import ExperimentalInputError, write_maps
+    from stage.microscope import ExperimentalInputError
+    from workflow.reconstruct_maps import write_maps
 
     image = np.ones((4, 4), dtype=np.float32)
     for name in ("../x", "/tmp/x", "potential/../../x", "x"):

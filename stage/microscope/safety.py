@@ -10,8 +10,8 @@ A file must be read from itself only and be complete:
 - Merlin (.mib): whole frames only, and as many as its .hdr announces.
 - Any format: real-valued data without NaN or +-inf (`check_values`, after reading).
 
-(.zspy is zarr, a folder of chunk files: `experimental.read_scan` takes files only, so none reaches
-the reader.) Every refusal is an `ExperimentalInputError` of one line naming the object and why.
+(.zspy is zarr, a folder of chunk files: `stage.microscope.read_scan` takes files only, so none reaches
+the reader.) Every refusal is a `MicroscopeFileError` of one line naming the object and why.
 """
 from __future__ import annotations
 
@@ -20,15 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from namsa.errors import UserError
+from .errors import MicroscopeFileError
 
 HDF5_SUFFIXES = frozenset({".hspy", ".hdf5", ".h5", ".emd"})
 #: EMPAD frames: 128 x 128 float32 pattern rows plus 2 footer rows (rsciio.empad)
 EMPAD_FRAME_BYTES = 130 * 128 * 4
-
-
-class MicroscopeFileError(UserError):
-    """A microscope file reaches outside itself, is incomplete, or holds unusable values."""
 
 
 def check_file(path: Path) -> None:
@@ -111,7 +107,7 @@ def check_empad(header: Path) -> None:
     try:
         from rsciio.empad._api import _parse_xml  # rsciio's own reading of the header
     except ImportError:
-        return  # experimental.read_scan says how to install rosettasciio
+        return  # stage.microscope.read_scan says how to install rosettasciio
     try:
         _, info = _parse_xml(str(header))
     except Exception as exc:  # a foreign header fails in many ways: all are bad input

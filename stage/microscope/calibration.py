@@ -1,0 +1,124 @@
+"""Calibrations of a scan: units in a file's metadata and their resolution against the command line."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from namsa.constants import wavelength_A
+
+from .errors import ExperimentalInputError
+
+#: calibration name -> (what it is, the command-line flag that gives it)
+FLAGS: dict[str, tuple[str, str]] = {
+    "energy_kv": ("beam energy (kV)", "--energy-kv"),
+    "semiangle_mrad": ("convergence semi-angle (mrad)", "--semiangle-mrad"),
+    "dk_inv_A": ("detector pixel size (1/Angstrom or mrad)", "--dk-inv-a (or --dk-mrad)"),
+    "step_A": ("scan step (Angstrom)", "--scan-step-a")}
+#: length units -> Angstrom; reciprocal units -> 1/Angstrom
+_LENGTH = {"a": 1.0, "å": 1.0, "angstrom": 1.0, "nm": 10.0, "pm": 0.01, "um": 1e4, "µm": 1e4, "μm": 1e4}
+_RECIPROCAL = {"1/a": 1.0, "1/å": 1.0, "a^-1": 1.0, "å^-1": 1.0, "1/angstrom": 1.0, "1/nm": 0.1, "nm^-1": 0.1}
+_ANGLE = {"mrad": 1.0, "rad": 1e3}
+
+
+@dataclass
+class Calibrations:
+    """Calibrations used: energy (kV), semi-angle (mrad), detector pixel (dky, dkx) 1/Angstrom,
+    scan step (dy, dx) Angstrom, and where each came from (``sources``: name -> text)."""
+
+    energy_kv: float
+    semiangle_mrad: float
+    dk_inv_A: tuple[float, float]
+    step_A: tuple[float, float]
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+def calibrations_in(signal: Mapping[str, Any]) -> dict[str, Any]:
+    """Calibrations stored in an rsciio signal dict: beam energy (kV) and convergence semi-angle
+    (mrad) from HyperSpy's ``Acquisition_instrument.TEM.beam_energy`` / ``convergence_angle``
+    (or the same names among an EMD file's ``microscope`` attributes), and the axis scales with
+    their units (axes 0, 1: scan step in a length unit; axes 2, 3: detector pixel in 1/length or
+    mrad / rad). Axes without a recognised unit give nothing."""
+    found: dict[str, Any] = {}
+    tem = signal.get("metadata", {}).get("Acquisition_instrument", {}).get("TEM", {})
+    microscope = signal.get("original_metadata", {}).get("microscope", {})  # EMD (NCEM) root attributes
+    for key, name in (("beam_energy", "energy_kv"), ("convergence_angle", "semiangle_mrad")):
+        for where in (tem, microscope):
+            if name not in found and _positive(where.get(key)):
+                found[name] = float(where[key])
+    axes = sorted(signal.get("axes", []), key=lambda a: a.get("index_in_array", 0))
+    if len(axes) == 4:
+        found.update(_axis_pair(axes[:2], _LENGTH, "step_A"))
+        found.update(_axis_pair(axes[2:], _RECIPROCAL, "dk_inv_A"))
+        found.update(_axis_pair(axes[2:], _ANGLE, "dk_mrad"))
+    return found
+
+
+def _axis_pair(axes: Sequence[Mapping[str, Any]], units: Mapping[str, float], name: str) -> dict[str, Any]:
+    """{name: (y, x) scale in the table's unit} when both axes carry a unit of the table."""
+    values = []
+    for axis in axes:
+        unit = str(axis.get("units") or "").strip().lower().replace(" ", "")
+        scale = axis.get("scale")
+        if unit not in units or not _positive(scale):
+            return {}
+        values.append(float(scale) * units[unit])
+    return {name: tuple(values)}
+
+
+def _positive(value: Any) -> bool:
+    try:
+        return math.isfinite(float(value)) and float(value) > 0
+    except (TypeError, ValueError):
+        return False
+
+
+def resolve_calibrations(found: Mapping[str, Any], given: Mapping[str, Any]) -> Calibrations:
+    """The calibrations to use: ``given`` (command line; None = not given) wins over ``found`` (file).
+
+    given keys: energy_kv, semiangle_mrad, dk_inv_A, dk_mrad, step_A (scalars or (y, x) pairs).
+    A detector pixel in mrad is converted to 1/Angstrom with the beam energy (k = theta / lambda).
+    """
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for name in ("energy_kv", "semiangle_mrad", "dk_inv_A", "dk_mrad", "step_A"):
+        if given.get(name) is not None:
+            values[name], sources[name] = given[name], "command line"
+        elif found.get(name) is not None:
+            values[name], sources[name] = found[name], "file metadata"
+    if "dk_inv_A" in values and "dk_mrad" in values and sources["dk_inv_A"] != sources["dk_mrad"]:
+        values.pop("dk_mrad" if sources["dk_inv_A"] == "command line" else "dk_inv_A")
+    for name in ("energy_kv", "semiangle_mrad", "step_A"):
+        _require(values, name)
+    if "dk_inv_A" not in values and "dk_mrad" in values:
+        lam = wavelength_A(float(values["energy_kv"]))
+        values["dk_inv_A"] = tuple(v * 1e-3 / lam for v in _pair(values["dk_mrad"], "--dk-mrad"))
+        sources["dk_inv_A"] = f"{sources['dk_mrad']} (mrad, converted at {float(values['energy_kv']):g} kV)"
+    _require(values, "dk_inv_A")
+    return Calibrations(energy_kv=_scalar(values["energy_kv"], "--energy-kv"),
+                        semiangle_mrad=_scalar(values["semiangle_mrad"], "--semiangle-mrad"),
+                        dk_inv_A=_pair(values["dk_inv_A"], "--dk-inv-a"), step_A=_pair(values["step_A"], "--scan-step-a"),
+                        sources={k: v for k, v in sources.items() if k != "dk_mrad"})
+
+
+def _require(values: Mapping[str, Any], name: str) -> None:
+    if name not in values:
+        what, flag = FLAGS[name]
+        raise ExperimentalInputError(f"the file's metadata has no {what}; give it with {flag}")
+
+
+def _scalar(value: Any, flag: str) -> float:
+    if not _positive(value):
+        raise ExperimentalInputError(f"{flag} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _pair(value: Any, flag: str) -> tuple[float, float]:
+    arr = np.atleast_1d(np.asarray(value, dtype=np.float64)).ravel()
+    arr = np.repeat(arr, 2) if arr.size == 1 else arr
+    if arr.size != 2 or not all(_positive(v) for v in arr):
+        raise ExperimentalInputError(f"{flag} must be one positive number or a (y, x) pair, got {value!r}")
+    return float(arr[0]), float(arr[1])
+

@@ -1,0 +1,80 @@
+"""Writing the maps of `namsa reconstruct`: .npy and .tif per map, one figure, reconstruction.json."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from stage.microscope import ExperimentalInputError
+
+#: map name -> unit of its values
+MAP_UNITS: dict[str, str] = {"potential": "V*Angstrom", "density": "electrons/Angstrom^2",
+                             "icom_potential": "V*Angstrom (mean undetermined, set to 0)"}
+
+
+def is_output_name(name: str) -> bool:
+    """Whether ``name`` is a file `write_maps` writes (what an earlier reconstruction may have left)."""
+    stem, _, ext = name.rpartition(".")
+    return name in ("reconstruction.png", "reconstruction.json") or (stem in MAP_UNITS and ext in ("npy", "tif"))
+
+
+def check_map_names(names: Sequence[str]) -> None:
+    """Only the known map names (`MAP_UNITS`) become file names: a model card's ``targets`` decide
+    them, and a name like ``../../x`` or ``/etc/x`` must not place a file outside ``--out``."""
+    unknown = [name for name in names if name not in MAP_UNITS]
+    if unknown:
+        raise ExperimentalInputError(f"the model names an output {unknown[0]!r}, which is not one of the maps namsa "
+                                     f"writes ({', '.join(MAP_UNITS)}); its card is damaged or not from namsa: "
+                                     "use a model directory written by `namsa train` or a pretrained:NAME")
+
+
+def write_maps(out_dir: str | Path, maps: Mapping[str, np.ndarray], pixel_A: tuple[float, float],
+               info: Mapping[str, Any]) -> dict[str, str]:
+    """Write each (H, W) map ([row = y, col = x]) as ``<name>.npy`` and ``<name>.tif`` (float32),
+    one figure ``reconstruction.png`` and ``reconstruction.json`` (units, pixel size in Angstrom,
+    ``info``). Returns name -> path of everything written. Names outside `MAP_UNITS` are refused
+    before anything is written."""
+    check_map_names(list(maps))
+    try:
+        import tifffile
+    except ImportError:
+        raise ExperimentalInputError("writing the maps as TIFF needs tifffile: pip install -e '.[io]'") from None
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written: dict[str, str] = {}
+    for name, image in maps.items():
+        image = np.asarray(image, dtype=np.float32)
+        np.save(out / f"{name}.npy", image)
+        tifffile.imwrite(out / f"{name}.tif", image, metadata={"unit": MAP_UNITS[name], "axes": "YX"},
+                         resolution=(1.0 / pixel_A[1], 1.0 / pixel_A[0]))
+        written[f"{name}.npy"], written[f"{name}.tif"] = str(out / f"{name}.npy"), str(out / f"{name}.tif")
+    written["reconstruction.png"] = str(_figure(out / "reconstruction.png", maps, pixel_A))
+    summary = {"maps": {name: {"unit": MAP_UNITS[name], "shape": list(np.shape(m)), "npy": f"{name}.npy",
+                               "tif": f"{name}.tif"} for name, m in maps.items()},
+               "pixel_size_A": list(pixel_A), "axes": "[row = y, col = x]", **info}
+    (out / "reconstruction.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    written["reconstruction.json"] = str(out / "reconstruction.json")
+    return written
+
+
+def _figure(path: Path, maps: Mapping[str, np.ndarray], pixel_A: tuple[float, float]) -> Path:
+    """One panel per map, axes in Angstrom, a colour bar with the map's unit."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(maps), figsize=(4.2 * len(maps), 3.8), squeeze=False)
+    for ax, (name, image) in zip(axes[0], maps.items()):
+        h, w = np.shape(image)
+        shown = ax.imshow(image, cmap="magma", extent=(0, w * pixel_A[1], h * pixel_A[0], 0))
+        ax.set_title(name)
+        ax.set_xlabel("x (Angstrom)")
+        ax.set_ylabel("y (Angstrom)")
+        fig.colorbar(shown, ax=ax, label=MAP_UNITS[name].split(" (")[0])
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
