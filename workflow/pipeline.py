@@ -119,7 +119,7 @@ class Pipeline:
             self._simulate(missing, plan.sources, failures)
         self.summary.failures = sorted(failures.entries.items()) + self.summary.failures
         self.summary.available = len(data_runners.stored_ids(self.paths.data) & {s.sample_id(cfg.simulation)
-                                                                            for s in plan.specs})
+                                                                                 for s in plan.specs})
 
     def _simulate(self, missing: list, sources: dict[str, str], failures: FailureLog) -> None:
         started = time.time()
