@@ -8,7 +8,7 @@ Runs the pipeline from scratch in a fresh run directory (deleted first) and prin
 wall time as a share of the total. Parsl's overhead is measured in the same run: for each stage,
 the part of its wall time (first submission -> last result back in the driver) not covered by the
 span in which its tasks ran (first task start -> last task end, stamped by the tasks themselves),
-plus loading and cleaning up the DataFlowKernel (workflow.dag.parsl_overhead). Goal: < 5 % of the
+plus loading and cleaning up the DataFlowKernel (workflow.summary.parsl_overhead). Goal: < 5 % of the
 total. Every figure is a ratio against the total measured in the same run, because the machines
 these runs share are noisy.
 """
@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from workflow.config import load_config  # noqa: E402
-from workflow.dag import run_pipeline  # noqa: E402
+from workflow.pipeline import run_pipeline  # noqa: E402
 
 STAGES = ("plan", "parsl_start", "simulate", "train", "evaluate", "parsl_stop")
 GOAL = 0.05

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from workflow import runners
+from workflow import model_runners
 from workflow.cli import main
 from workflow.config import load_config
-from workflow.dag import RunPaths
+from workflow.rundir import RunPaths
 
 REPO = Path(__file__).resolve().parents[1]
 MICRO = str(REPO / "configs" / "micro.yaml")
@@ -83,9 +83,9 @@ def test_a_forged_train_summary_cannot_point_the_dag_outside_the_run_directory(t
     cfg = load_config(MICRO, [])
     forged = {"model_dir": str(trained["model"]), "metrics_csv": "/etc/passwd", "best_checkpoint": None,
               "steps": 2, "final_dev_loss": 0.1, "finished_at": time.time(),
-              "data_fingerprint": runners.data_fingerprint([run / "data"]),
-              "config_hash": runners.section_hash(cfg, *runners.TRAIN_SECTIONS)}
-    (run / runners.TRAIN_SUMMARY).write_text(json.dumps(forged))
+              "data_fingerprint": model_runners.data_fingerprint([run / "data"]),
+              "config_hash": model_runners.section_hash(cfg, *model_runners.TRAIN_SECTIONS)}
+    (run / model_runners.TRAIN_SUMMARY).write_text(json.dumps(forged))
     rc = main(["run", MICRO, "--out", str(run), "--no-progress"])
     line = one_error_line(capsys, rc)
     assert "lies outside the run directory" in line and str(trained["model"]) in line
@@ -117,8 +117,8 @@ def _tree(path: Path) -> dict[str, str]:
 
 def _complete(path: Path) -> bool:
     """A whole evaluation: its summary names files that all exist, and nothing else is there."""
-    summary = json.loads((path / runners.EVAL_SUMMARY).read_text())
-    named = {Path(summary["metrics_json"]).name, Path(summary["report_html"]).name, runners.EVAL_SUMMARY}
+    summary = json.loads((path / model_runners.EVAL_SUMMARY).read_text())
+    named = {Path(summary["metrics_json"]).name, Path(summary["report_html"]).name, model_runners.EVAL_SUMMARY}
     named |= {str(Path(f).relative_to(path)) for f in summary["figures"]}
     return set(_tree(path)) == named and json.loads((path / "metrics.json").read_text())["samples"]
 

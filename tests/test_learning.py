@@ -15,7 +15,7 @@ def test_scan_layout_trained_on_generated_materials_beats_the_mean_image(tmp_pat
     import stage
     from models.distributed import DistributedConfig
     from evaluation import EvaluationConfig, evaluate
-    from workflow import runners
+    from workflow import data_runners
     from workflow.config import PipelineConfig
 
     cfg = PipelineConfig(
@@ -28,7 +28,7 @@ def test_scan_layout_trained_on_generated_materials_beats_the_mean_image(tmp_pat
                       checkpoint_every=250, device="cpu", progress=False, tensorboard=False),
         evaluation=dict(n_bootstrap=200, n_panels=1, worst_k=1))
     data = tmp_path / "data"
-    runners.simulate(cfg, data, progress=False)
+    data_runners.simulate(cfg, data, progress=False)
     result = models.train(cfg.model, cfg.training, DistributedConfig(), cfg.data, [data], tmp_path / "train")
     ev = evaluate(cfg.evaluation, cfg.data, [data], result.model_dir, tmp_path / "eval")
     doc = json.loads(ev.metrics_json.read_text())

@@ -22,7 +22,7 @@ import pytest
 
 import stage
 from stage_helpers import CONFIG_HASH, make_samples
-from workflow import runners
+from workflow import data_runners
 from workflow.cli import main
 from workflow.config import load_config
 from workflow.outlock import HELD_ENV, hold_output, lock_path
@@ -199,7 +199,7 @@ def test_simulate_workers_with_different_splits_store_each_sample_once(tmp_path)
     results = [finish(p) for p in procs]
     assert all(r[0] == 0 for r in results), results
     counts = _store_counts(out)
-    assert sum(counts.values()) == 8 and len(runners.stored_ids(out)) == 8, counts
+    assert sum(counts.values()) == 8 and len(data_runners.stored_ids(out)) == 8, counts
     assert set(counts) <= {"store-000", "store-000-1"}
     rc, report, err = finish(namsa("inspect", "--verify", str(out)))
     assert rc == 0 and "duplicates" not in report, report + err
@@ -207,7 +207,7 @@ def test_simulate_workers_with_different_splits_store_each_sample_once(tmp_path)
 
 def test_a_claim_of_a_live_writer_is_respected_and_a_stale_one_taken_over(tmp_path):
     cfg = load_config(MICRO, [])
-    planned = runners.plan(cfg)
+    planned = data_runners.plan(cfg)
     spec = planned.specs[0]
     sid = spec.sample_id(cfg.simulation)
     out = tmp_path / "data"
@@ -215,15 +215,15 @@ def test_a_claim_of_a_live_writer_is_respected_and_a_stale_one_taken_over(tmp_pa
 
     with stage.StoreWriter(out / "store-007", config_hash=cfg.simulation.physics_hash()) as other:
         assert ClaimBook(other.path).claim(sid) is None  # the other writer claims it and is still open
-        summary = runners.simulate_specs(cfg.simulation, cfg.data, out / "store-000", [spec], planned.sources,
-                                         progress=False)
+        summary = data_runners.simulate_specs(cfg.simulation, cfg.data, out / "store-000", [spec], planned.sources,
+                                              progress=False)
         assert (summary.written, summary.skipped) == (0, 1)  # being written elsewhere: left to it
     # that writer closed without storing the sample: its claim is stale and taken over
-    summary = runners.simulate_specs(cfg.simulation, cfg.data, out / "store-000", [spec], planned.sources,
-                                     progress=False)
+    summary = data_runners.simulate_specs(cfg.simulation, cfg.data, out / "store-000", [spec], planned.sources,
+                                          progress=False)
     assert (summary.written, summary.skipped) == (1, 0)
-    summary = runners.simulate_specs(cfg.simulation, cfg.data, out / "store-001", [spec], planned.sources,
-                                     progress=False)
+    summary = data_runners.simulate_specs(cfg.simulation, cfg.data, out / "store-001", [spec], planned.sources,
+                                          progress=False)
     assert (summary.written, summary.skipped) == (0, 1)  # stored in store-000 now
 
 
@@ -261,7 +261,7 @@ def test_inspect_verify_reports_ids_stored_twice(tmp_path, capsys):
 def test_a_busy_store_is_not_recorded_as_a_sample_failure(tmp_path):
     """`namsa run`'s simulation while another live writer holds data/store-000: the task takes the
     next free store name, every sample is made and logs/simulate-failures.json stays empty."""
-    from workflow.dag import Pipeline
+    from workflow.pipeline import Pipeline
 
     cfg = load_config(MICRO, ["execution.workers=1"])
     pipeline = Pipeline(cfg, tmp_path / "run", progress=False, retry_failed=False)

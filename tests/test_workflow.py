@@ -18,7 +18,7 @@ import pytest
 
 import stage
 from workflow.config import load_config
-from workflow.dag import Pipeline, run_pipeline
+from workflow.pipeline import Pipeline, run_pipeline
 from workflow.errors import NotEnoughSamples, StageFailed
 
 MICRO = Path(__file__).resolve().parents[1] / "configs" / "micro.yaml"
@@ -224,7 +224,7 @@ def test_samples_of_a_lost_node_are_left_for_the_rerun(tmp_path, monkeypatch):
 
     from parsl.executors.high_throughput.errors import ManagerLost
 
-    import workflow.dag
+    import workflow.pipeline
 
     def lost(*_args, **_kwargs):
         future = concurrent.futures.Future()
@@ -232,7 +232,7 @@ def test_samples_of_a_lost_node_are_left_for_the_rerun(tmp_path, monkeypatch):
         return future
 
     run_dir = tmp_path / "run"
-    monkeypatch.setattr(workflow.dag, "simulate_app", lost)
+    monkeypatch.setattr(workflow.pipeline, "simulate_app", lost)
     summary = simulate_stage(micro(), run_dir).summary
     assert summary.written == 0 and len(summary.failures) == MICRO_IDS
     assert all("ManagerLost" in why for _, why in summary.failures)
@@ -253,7 +253,7 @@ def test_the_stores_decide_what_is_done(tmp_path):
 
 
 def test_parsl_overhead_counts_only_time_outside_the_tasks():
-    from workflow.dag import TaskTiming, parsl_overhead
+    from workflow.summary import TaskTiming, parsl_overhead
 
     tasks = [  # two parallel simulation tasks, then training; times in seconds
         TaskTiming("simulate", submitted=0.0, started=1.0, ended=5.0, resolved=5.5),
@@ -280,7 +280,7 @@ def test_changed_model_config_retrains_and_keeps_the_old_model(tmp_path):
 def test_summary_prints_the_evaluation_verdict_for_every_baseline():
     """The closing lines repeat evaluation.verdict's sentences: a lower mean rel. L2 alone is no win."""
     from evaluation.verdict import all_verdicts, study_reference
-    from workflow.dag import _headline_lines
+    from workflow.summary import _headline_lines
 
     def ci(value: float) -> dict:
         return {"value": value, "low": value - 0.1, "high": value + 0.1, "n": 6}
@@ -319,7 +319,7 @@ def test_stores_go_to_execution_data_dir_with_a_link_in_the_run(tmp_path, monkey
 
 def test_unset_variable_in_the_data_dir_is_a_clear_error(tmp_path, monkeypatch):
     from namsa.errors import UserError
-    from workflow.dag import RunPaths
+    from workflow.rundir import RunPaths
 
     monkeypatch.delenv("NAMSA_UNSET_SCRATCH", raising=False)
     cfg = load_config(None, overrides=["execution.data_dir=$NAMSA_UNSET_SCRATCH/data"])

@@ -25,11 +25,11 @@ def simulate_app(simulation: dict, data: dict, store_dir: str, spec_keys: list, 
     entered_at = time.time()
     from namsa import SimulationConfig
     from stage import DataConfig
-    from workflow import runners
+    from workflow import data_runners
 
-    specs = [runners.spec_from_key(k) for k in spec_keys]
-    summary = runners.simulate_specs(SimulationConfig.model_validate(simulation), DataConfig.model_validate(data),
-                                     store_dir, specs, sources, progress=False, progress_path=progress_path)
+    specs = [data_runners.spec_from_key(k) for k in spec_keys]
+    summary = data_runners.simulate_specs(SimulationConfig.model_validate(simulation), DataConfig.model_validate(data),
+                                          store_dir, specs, sources, progress=False, progress_path=progress_path)
     return {**summary.to_dict(), "entered_at": entered_at}
 
 
@@ -45,9 +45,9 @@ def evaluate_app(cfg_dict: dict, data_dirs: list, model_dir: str, out_dir: str, 
                  inputs: Sequence[Any] = ()) -> dict:
     """Evaluation of the trained model; ``inputs`` carries the training future it waits for."""
     entered_at = time.time()
-    from workflow import runners
+    from workflow import model_runners
     from workflow.config import PipelineConfig
 
     cfg = PipelineConfig.model_validate(cfg_dict)
-    summary = runners.evaluate(cfg, data_dirs, model_dir, out_dir, train_metrics_csv=metrics_csv)
+    summary = model_runners.evaluate(cfg, data_dirs, model_dir, out_dir, train_metrics_csv=metrics_csv)
     return {**summary, "entered_at": entered_at}

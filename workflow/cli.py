@@ -1,4 +1,5 @@
-"""`namsa`: the command line. Every subcommand is a thin layer over a runner in workflow.runners.
+"""`namsa`: the command line. Every subcommand is a thin layer over a runner in workflow.data_runners,
+workflow.model_runners or workflow.reconstruct (the DAG of `namsa run`: workflow.pipeline).
 
     namsa simulate CONFIG --out DIR       structures -> LMDB store(s) + manifest
     namsa stage SRC DST                   copy/shard stores to node-local storage, verify
@@ -67,10 +68,10 @@ def _add_wait(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from . import runners
+    from . import data_runners
 
     cfg = _load(args)
-    summary = runners.simulate(cfg, args.out, worker=args.worker, num_workers=args.of, progress=args.progress)
+    summary = data_runners.simulate(cfg, args.out, worker=args.worker, num_workers=args.of, progress=args.progress)
     print(summary.line())
     for who, why in summary.failed:
         print(f"  failed: {who}: {why}")
@@ -92,10 +93,10 @@ def _say_failures(failed: Sequence[tuple[str, str]], produced: int, listed_in: P
 
 
 def cmd_stage(args: argparse.Namespace) -> int:
-    from . import runners
+    from . import data_runners
 
-    report = runners.stage_data(args.src, args.dst, threads=args.threads, rank=args.rank,
-                                world_size=args.world_size, verify=args.verify, progress=args.progress)
+    report = data_runners.stage_data(args.src, args.dst, threads=args.threads, rank=args.rank,
+                                     world_size=args.world_size, verify=args.verify, progress=args.progress)
     print(report.text())
     if report.ok:
         return 0
@@ -106,9 +107,9 @@ def cmd_stage(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from . import runners
+    from . import data_runners
 
-    report = runners.inspect(args.path, verify=args.verify)
+    report = data_runners.inspect(args.path, verify=args.verify)
     report.require_readable()
     print(report.text())
     if report.ok:
@@ -127,32 +128,33 @@ def _hold(args: argparse.Namespace, out: Path | None = None, what: str = "output
 def cmd_train(args: argparse.Namespace) -> int:
     import contextlib
 
-    from . import runners
+    from . import model_runners
 
     cfg = _load(args)
     # Under torchrun/srun every rank runs this command on one --out: rank 0 holds the lock for all.
-    held = _hold(args) if runners._is_main_rank() else contextlib.nullcontext()
+    held = _hold(args) if model_runners._is_main_rank() else contextlib.nullcontext()
     with held:
-        summary = runners.train(cfg, args.data, args.out, resume=args.resume, progress=args.progress)
+        summary = model_runners.train(cfg, args.data, args.out, resume=args.resume, progress=args.progress)
     print(f"trained {summary['steps']} steps; model: {summary['model_dir']}; "
           f"best checkpoint: {summary['best_checkpoint']}; final dev loss: {summary['final_dev_loss']}")
     return 0
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from . import runners
-    from .dag import _headline_lines
+    from . import model_runners
+    from .summary import _headline_lines
 
     cfg = _load(args)
     with _hold(args):
-        summary = runners.evaluate(cfg, args.data, args.model, args.out)
+        summary = model_runners.evaluate(cfg, args.data, args.model, args.out)
     print(f"metrics: {summary['metrics_json']}\nreport: {summary['report_html']}")
     print("\n".join(_headline_lines(summary["headline"], summary["verdicts"])))
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .dag import RunPaths, run_pipeline
+    from .pipeline import run_pipeline
+    from .rundir import RunPaths
 
     cfg = _load(args)
     with _hold(args, RunPaths.for_config(cfg, args.out).root, what="run directory"):
@@ -164,23 +166,23 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_scaling(args: argparse.Namespace) -> int:
-    from . import runners
+    from . import model_runners
 
     cfg = _load(args)
     with _hold(args):
-        result = runners.scaling(cfg, args.data, args.out, fractions=args.fractions, metric=args.metric,
-                                  progress=args.progress)
+        result = model_runners.scaling(cfg, args.data, args.out, fractions=args.fractions, metric=args.metric,
+                                        progress=args.progress)
     print(f"scaling study: {result.get('json')}\nfigure: {result.get('figure')}\nreport: {result.get('report')}")
     return 0
 
 
 def cmd_reconstruct(args: argparse.Namespace) -> int:
-    from . import runners
+    from .reconstruct import reconstruct
 
     given = {"energy_kv": args.energy_kv, "semiangle_mrad": args.semiangle_mrad, "dk_inv_A": args.dk_inv_a,
              "dk_mrad": args.dk_mrad, "step_A": args.scan_step_a}
     with _hold(args):
-        summary = runners.reconstruct(args.file, args.model, args.out, calibrations=given)
+        summary = reconstruct(args.file, args.model, args.out, calibrations=given)
     height, width = summary["shape"]
     print(f"reconstructed {height} x {width} maps at {summary['pixel_size_A'][0]:.4g} x "
           f"{summary['pixel_size_A'][1]:.4g} Angstrom/px into {summary['out']} "

@@ -1,15 +1,5 @@
-"""The Parsl DAG behind `namsa run`: simulate (fan-out) -> train -> evaluate.
-
-Run directory (default ``runs/<name>/``)::
-
-    config.resolved.yaml   every key, defaults included
-    data/                  one store per simulation task (or a link to execution.data_dir)
-    checkpoints/, model/   training output of models.train (with train_run.json, metrics.csv);
-                           train-summary.json marks a finished training
-    eval/                  metrics.json, figures, report.html (eval-summary.json marks it done)
-    logs/                  progress files, simulate-failures.json, train.log, run.log
-    runinfo/               Parsl's run_dir (its logs; no memo checkpoints are written or read)
-    summary.json           what the last run did, with paths and timings
+"""The Parsl DAG behind `namsa run`: simulate (fan-out) -> train -> evaluate, in a run directory
+laid out as workflow.rundir describes.
 
 Resume: the stores' contents (LMDB records, reconciled with their manifests) decide which samples
 exist; train-summary.json / eval-summary.json record the data fingerprint and config they were made
@@ -22,286 +12,34 @@ import concurrent.futures
 import json
 import os
 import shlex
-import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import parsl
 from parsl.executors.high_throughput.errors import ManagerLost, WorkerLost
 
-from models.evaluation.verdict import study_reference
 from namsa.errors import UserError
-from stage.config import expand_path
 from stage.errors import StoreLockedError
 
-from . import runners
+from . import data_runners, model_runners, runner_io
 from .apps import evaluate_app, simulate_app, train_app
 from .config import PipelineConfig, save_resolved
 from .errors import NotEnoughSamples, StageFailed
+from .liveview import LiveView, last_step, total_steps, wait_ticking
 from .memory import check_fits
 from .outlock import HELD_ENV
 from .profiles import build_parsl_config, train_command, worker_slots
+from .rundir import TRAIN_RUN_FILE, FailureLog, RunPaths
+from .summary import RunSummary, TaskTiming, parsl_overhead
 
 #: lines of the training log quoted when training fails
 LOG_TAIL_LINES = 25
-#: what models.train writes into its output directory (the run directory), plus our summary
-TRAIN_RUN_FILE = "train_run.json"
 #: profiles whose simulation tasks all run on this machine
 LOCAL_PROFILES = ("local", "local-htex")
-TRAINING_OUTPUTS = (TRAIN_RUN_FILE, "checkpoints", "model", "metrics.csv", runners.TRAIN_SUMMARY)
-
-
-# --------------------------------------------------------------------------------------------
-# run directory and bookkeeping
-
-
-#: names inside a run directory that namsa writes through: none may be a symbolic link (a run
-#: directory someone sent could otherwise redirect the writes, or the reads of a resumed run)
-RUN_PARTS = ("data", "logs", "checkpoints", "model", "eval", "runinfo", "previous", "config.resolved.yaml",
-             "summary.json", "metrics.csv", TRAIN_RUN_FILE, runners.TRAIN_SUMMARY)
-
-
-@dataclass
-class RunPaths:
-    """The layout of one run directory.
-
-    Symbolic links: the run directory itself may be one (the user chose it). Inside it no part in
-    `RUN_PARTS` may be a link, with one exception: ``data`` may be the link namsa makes to the
-    configured ``execution.data_dir``; a link to anywhere else is refused (`check_parts`).
-    """
-
-    root: Path
-    data: Path
-
-    @classmethod
-    def for_config(cls, cfg: PipelineConfig, run_dir: str | Path | None) -> "RunPaths":
-        root = (Path(run_dir) if run_dir is not None else Path("runs") / cfg.name).resolve()
-        # execution.data_dir may name $SCRATCH, $TMPDIR, ~ ... (expanded where the driver runs);
-        # <run>/data is not resolved: a link there is checked, not followed
-        data = expand_path(cfg.execution.data_dir, "execution.data_dir").resolve() if cfg.execution.data_dir \
-            else root / "data"
-        return cls(root=root, data=data)
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.root / "checkpoints"
-
-    @property
-    def eval(self) -> Path:
-        return self.root / "eval"
-
-    @property
-    def logs(self) -> Path:
-        return self.root / "logs"
-
-    @property
-    def resolved_config(self) -> Path:
-        return self.root / "config.resolved.yaml"
-
-    def check_parts(self) -> None:
-        """Refuse a run directory whose parts are symbolic links (see the class docstring)."""
-        for name in RUN_PARTS:
-            part = self.root / name
-            if not part.is_symlink():
-                continue
-            target = Path(os.readlink(part))
-            if name == "data" and self.data != part and (part.parent / target).resolve() == self.data:
-                continue   # the link namsa made to execution.data_dir
-            raise UserError(f"run directory {self.root}: {name} is a symbolic link to {target}; namsa reads and "
-                            f"writes only inside the run directory: replace the link by a directory (for stores "
-                            f"elsewhere set execution.data_dir), or choose another --out")
-
-    def create(self) -> None:
-        self.check_parts()
-        for path in (self.root, self.data, self.eval, self.logs):
-            try:
-                path.mkdir(parents=True, exist_ok=True)
-            except (FileExistsError, NotADirectoryError):
-                blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), path)
-                raise UserError(f"run directory {self.root}: {blocker} is a file, not a directory; choose "
-                                f"another --out") from None
-            except PermissionError:
-                raise UserError(f"run directory {self.root}: permission denied creating {path}; choose a "
-                                f"writable --out") from None
-        link = self.root / "data"
-        if self.data != link and not link.exists() and not link.is_symlink():
-            link.symlink_to(self.data, target_is_directory=True)
-
-    def inside(self, text: Any, what: str) -> Path:
-        """``text`` (a path read from a JSON file in the run directory) resolved, refused with one line
-        unless it lies inside the run directory."""
-        if not isinstance(text, str) or not text.strip():
-            raise UserError(f"run directory {self.root}: {what} in a summary is {text!r}, not a path; delete the "
-                            f"summary file named in it (or the run directory) and rerun")
-        path = Path(text)
-        resolved = (self.root / path).resolve() if not path.is_absolute() else path.resolve()
-        if not resolved.is_relative_to(self.root):
-            raise UserError(f"run directory {self.root}: {what} {text!r} in a summary lies outside the run "
-                            f"directory; namsa reads only inside it: delete the summary (or the run directory) "
-                            f"and rerun")
-        return resolved
-
-
-@dataclass
-class TaskTiming:
-    """When Parsl got a task and when the task itself started and ended (time.time())."""
-
-    stage: str
-    submitted: float
-    started: float | None = None
-    ended: float | None = None
-    resolved: float | None = None
-
-
-def parsl_overhead(tasks: Sequence[TaskTiming]) -> float:
-    """Seconds of each stage's wall time (first submission -> last result in the driver) not
-    covered by the span in which its tasks ran (first start -> last end), summed over stages.
-
-    This is the time Parsl itself adds on the critical path: dispatch to an executor, starting
-    workers, (de)serialising, and returning results. Tasks with a missing stamp are left out.
-    """
-    total = 0.0
-    for stage_name in dict.fromkeys(t.stage for t in tasks):
-        timed = [t for t in tasks if t.stage == stage_name and None not in (t.started, t.ended, t.resolved)]
-        if not timed:
-            continue
-        wall = max(t.resolved for t in timed) - min(t.submitted for t in timed)
-        running = max(t.ended for t in timed) - min(t.started for t in timed)
-        total += max(wall - running, 0.0)
-    return total
-
-
-@dataclass
-class RunSummary:
-    """What `run_pipeline` did, and where everything is."""
-
-    run_dir: str
-    data_dir: str
-    planned: int = 0
-    available: int = 0
-    written: int = 0
-    failures: list[tuple[str, str]] = field(default_factory=list)
-    stages_run: list[str] = field(default_factory=list)
-    model_dir: str | None = None
-    best_checkpoint: str | None = None
-    metrics_json: str | None = None
-    report_html: str | None = None
-    headline: dict[str, Any] = field(default_factory=dict)
-    verdicts: dict[str, Any] | None = field(default_factory=dict)  # None: an evaluation from before verdicts
-    timings: dict[str, float] = field(default_factory=dict)
-    tasks: list[TaskTiming] = field(default_factory=list)
-
-    def text(self) -> str:
-        lines = [f"run directory: {self.run_dir}",
-                 f"samples: {self.available} of {self.planned} planned in {self.data_dir}"
-                 f" ({self.written} simulated now, {len(self.failures)} failed)"]
-        lines += [f"  failed: {who}: {why}" for who, why in self.failures[:10]]
-        if len(self.failures) > 10:
-            lines.append(f"  ... {len(self.failures) - 10} more in logs/simulate-failures.json")
-        lines.append("stages run: " + (", ".join(self.stages_run) or "none (everything was already done)"))
-        for label, path in (("model", self.model_dir), ("best checkpoint", self.best_checkpoint),
-                            ("metrics", self.metrics_json), ("report", self.report_html)):
-            if path:
-                lines.append(f"{label}: {path}")
-        lines += _headline_lines(self.headline, self.verdicts)
-        if self.timings:
-            lines.append("wall time: " + ", ".join(f"{k} {v:.1f} s" for k, v in self.timings.items()
-                                                   if not k.endswith("fraction")))
-        return "\n".join(lines)
-
-
-def _headline_lines(headline: dict[str, Any], verdicts: dict[str, Any] | None) -> list[str]:
-    """Per target: the relative L2 of every method, then the verdict against each baseline as
-    `models.evaluation.verdict` decided it (the report says the same)."""
-    lines = []
-    for target, methods in headline.items():
-        errors = {method: (metrics or {}).get("rel_l2") for method, metrics in methods.items()}
-        errors = {method: value for method, value in errors.items() if value is not None}
-        if not errors:
-            continue
-        lines.append(f"{target} relative L2 error on held-out samples (lower is better): "
-                     + ", ".join(f"{method} {value:.3f}" for method, value in errors.items()))
-        if verdicts is None:
-            lines.append("  no verdict: this evaluation predates verdicts; run namsa evaluate again")
-            continue
-        lines += [f"  {v['sentence']}" for v in verdicts.get(target, {}).values()]
-    study = study_reference() if lines else None
-    return lines + ([study] if study else [])
-
-
-class FailureLog:
-    """Simulation failures of this physics config, kept in logs/simulate-failures.json.
-
-    A sample that failed is not retried by later runs (rerun with --retry-failed to try again).
-    """
-
-    def __init__(self, path: Path, physics_hash: str):
-        self.path = path
-        self.physics_hash = physics_hash
-        payload = json.loads(path.read_text()) if path.exists() else {}
-        same = payload.get("physics_hash") == physics_hash
-        self.entries: dict[str, str] = dict(payload.get("failures", {})) if same else {}
-
-    def record(self, items: Sequence[tuple[str, str]]) -> None:
-        self.entries.update({who: why for who, why in items})
-        runners.write_json_atomic(self.path, {"physics_hash": self.physics_hash, "failures": self.entries})
-
-    def forget(self) -> None:
-        self.entries = {}
-        runners.write_json_atomic(self.path, {"physics_hash": self.physics_hash, "failures": {}})
-
-
-# --------------------------------------------------------------------------------------------
-# the live view
-
-
-class LiveView:
-    """Progress bars: simulation samples (with task counts), training steps, evaluation."""
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self.bar = None
-        # A terminal gets a live line; a log file (batch job, CI) a line every 30 s, not a flood.
-        self.interval = 0.5 if sys.stderr.isatty() else 30.0
-        self._shown = 0.0
-
-    def start(self, total: int, desc: str, unit: str) -> None:
-        self.close()
-        self.bar = runners.progress_bar(total, desc, unit, self.enabled)
-        self._shown = time.time()
-
-    def update(self, n: int, **postfix: Any) -> None:
-        if self.bar is None:
-            return
-        self.bar.n = min(n, self.bar.total) if self.bar.total else n
-        self.bar.set_postfix(postfix, refresh=False)
-        if time.time() - self._shown >= self.interval:
-            self.bar.refresh()
-            self._shown = time.time()
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
-
-    def note(self, text: str) -> None:
-        if self.enabled:
-            runners.tqdm_write(text)
-
-
-def _wait(futures: Sequence[concurrent.futures.Future], on_tick: Callable[[], None], period: float = 0.5) -> None:
-    """Wait for every future, calling ``on_tick`` about every ``period`` seconds."""
-    pending = set(futures)
-    while pending:
-        _, pending = concurrent.futures.wait(pending, timeout=period,
-                                             return_when=concurrent.futures.FIRST_COMPLETED)
-        on_tick()
-
-
-# --------------------------------------------------------------------------------------------
-# the pipeline
+#: what models.train writes into its output directory (the run directory), plus our summary
+TRAINING_OUTPUTS = (TRAIN_RUN_FILE, "checkpoints", "model", "metrics.csv", model_runners.TRAIN_SUMMARY)
 
 
 class Pipeline:
@@ -359,29 +97,29 @@ class Pipeline:
         timings = self.summary.timings
         timings["parsl_overhead"] = (parsl_overhead(self.summary.tasks) + timings.get("parsl_start", 0.0)
                                      + timings.get("parsl_stop", 0.0))
-        runners.write_json_atomic(self.paths.root / "summary.json", asdict(self.summary))
+        runner_io.write_json_atomic(self.paths.root / "summary.json", asdict(self.summary))
         self.log("run finished: " + ", ".join(self.summary.stages_run or ["nothing to do"]))
         return self.summary
 
     def simulate(self) -> None:
         started = time.time()
         cfg = self.cfg
-        plan = runners.plan(cfg)
+        plan = data_runners.plan(cfg)
         self._add_time("plan", time.time() - started)
         failures = FailureLog(self.paths.logs / "simulate-failures.json", cfg.simulation.physics_hash())
         if self.retry_failed:
             failures.forget()
         failures.record(plan.failures)
         self.plan = plan
-        present = runners.stored_ids(self.paths.data)
+        present = data_runners.stored_ids(self.paths.data)
         missing = [s for s in plan.specs
                    if s.sample_id(cfg.simulation) not in present and s.sample_id(cfg.simulation) not in failures.entries]
         self.summary.planned = len(plan.specs)
         if missing:
             self._simulate(missing, plan.sources, failures)
         self.summary.failures = sorted(failures.entries.items()) + self.summary.failures
-        self.summary.available = len(runners.stored_ids(self.paths.data) & {s.sample_id(cfg.simulation)
-                                                                            for s in plan.specs})
+        self.summary.available = len(data_runners.stored_ids(self.paths.data) & {s.sample_id(cfg.simulation)
+                                                                                 for s in plan.specs})
 
     def _simulate(self, missing: list, sources: dict[str, str], failures: FailureLog) -> None:
         started = time.time()
@@ -398,14 +136,14 @@ class Pipeline:
             progress_path.unlink(missing_ok=True)
             timing = TaskTiming("simulate", submitted=time.time())
             future = simulate_app(self.cfg_dict["simulation"], self.cfg_dict["data"], str(store),
-                                  [runners.spec_key(s) for s in chunk],
+                                  [data_runners.spec_key(s) for s in chunk],
                                   {s.material_id: sources[s.material_id] for s in chunk}, str(progress_path))
             future.add_done_callback(lambda _f, t=timing: setattr(t, "resolved", time.time()))
             tasks.append((future, timing, progress_path, chunk))
         self.log(f"simulate: {len(missing)} samples in {n_tasks} tasks")
         self.view.start(len(missing), "simulate", "sample")
         try:
-            _wait([t[0] for t in tasks], lambda: self._show_simulation(tasks))
+            wait_ticking([t[0] for t in tasks], lambda: self._show_simulation(tasks))
         except KeyboardInterrupt:
             self._stop_simulation(tasks)
             raise
@@ -434,12 +172,12 @@ class Pipeline:
 
     def _stop_simulation(self, tasks: list) -> None:
         """Ctrl-C: let every task finish the sample in hand and close its store, then return."""
-        runners.STOP.set()
+        data_runners.STOP.set()
         self.view.note("stopping: finishing the samples in hand (press Ctrl-C again to abort)")
         try:
             concurrent.futures.wait([t[0] for t in tasks], timeout=600)
         finally:
-            runners.STOP.clear()
+            data_runners.STOP.clear()
             self.view.close()
 
     def _collect_simulation(self, tasks: list, failures: FailureLog) -> None:
@@ -447,14 +185,14 @@ class Pipeline:
         for future, timing, _progress, chunk in tasks:
             exc = future.exception()
             if exc is None:
-                result = runners.SimulateSummary.from_dict(future.result())
+                result = data_runners.SimulateSummary.from_dict(future.result())
                 timing.started, timing.ended = future.result()["entered_at"], result.finished_at
                 self.summary.written += result.written
                 new_failures += result.failed
                 self.log("simulate: " + result.line())
             else:
-                reason = f"simulation task failed after {self.cfg.execution.retries} retries: {runners.one_line(exc)}"
-                present = runners.stored_ids(self.paths.data)
+                reason = f"simulation task failed after {self.cfg.execution.retries} retries: {runner_io.one_line(exc)}"
+                present = data_runners.stored_ids(self.paths.data)
                 unwritten = [(s.sample_id(self.cfg.simulation), reason) for s in chunk
                              if s.sample_id(self.cfg.simulation) not in present]
                 if _node_lost(exc) or isinstance(exc, StoreLockedError):
@@ -493,14 +231,14 @@ class Pipeline:
         previous = _read_json(summary_path)
         if not previous:
             return None
-        wanted = {"data_fingerprint": self.fingerprint, "config_hash": runners.section_hash(self.cfg, *sections),
+        wanted = {"data_fingerprint": self.fingerprint, "config_hash": model_runners.section_hash(self.cfg, *sections),
                   **expect}
         return previous if all(previous.get(k) == v for k, v in wanted.items()) else None
 
     def train(self) -> concurrent.futures.Future | None:
-        self.fingerprint = runners.data_fingerprint([self.paths.data])
-        summary_path = self.paths.root / runners.TRAIN_SUMMARY
-        done = self._done(summary_path, runners.TRAIN_SECTIONS)
+        self.fingerprint = model_runners.data_fingerprint([self.paths.data])
+        summary_path = self.paths.root / model_runners.TRAIN_SUMMARY
+        done = self._done(summary_path, model_runners.TRAIN_SECTIONS)
         if done is not None:
             self.train_summary = done
             self._record_model(done)
@@ -511,12 +249,12 @@ class Pipeline:
         # any other earlier training (finished, or of other data/config) is kept aside.
         launch_path = self.paths.logs / "train-launch.json"
         launch = {"data_fingerprint": self.fingerprint,
-                  "config_hash": runners.section_hash(self.cfg, *runners.TRAIN_SECTIONS)}
+                  "config_hash": model_runners.section_hash(self.cfg, *model_runners.TRAIN_SECTIONS)}
         resume = (self.paths.root / TRAIN_RUN_FILE).exists() and not summary_path.exists() \
             and _read_json(launch_path) == launch
         if not resume and any((self.paths.root / name).exists() for name in TRAINING_OUTPUTS):
             self._archive_training()
-        runners.write_json_atomic(launch_path, launch)
+        runner_io.write_json_atomic(launch_path, launch)
         cli_args = [str(self.paths.resolved_config), "--data", str(self.paths.data),
                     "--out", str(self.paths.root), "--no-progress"] + (["--resume"] if resume else [])
         command, resource_spec = train_command(self.cfg.execution, cli_args)
@@ -533,10 +271,10 @@ class Pipeline:
                            stderr=(str(log_path), "a"), parsl_resource_specification=resource_spec)
         future.add_done_callback(lambda _f: setattr(timing, "resolved", time.time()))
         self.log(f"train: {command}")
-        self.view.start(_total_steps(self.cfg), "train", "step")
+        self.view.start(total_steps(self.cfg), "train", "step")
         metrics_csv = self.paths.root / "metrics.csv"
         try:
-            _wait([future], lambda: self.view.update(_last_step(metrics_csv)))
+            wait_ticking([future], lambda: self.view.update(last_step(metrics_csv)))
         except KeyboardInterrupt:
             self.view.note("stopping: training saves its checkpoint; rerun to resume")
             raise
@@ -544,7 +282,7 @@ class Pipeline:
             self.view.close()
         if future.exception() is not None:
             tail = _tail(log_path, LOG_TAIL_LINES)
-            raise StageFailed(f"training failed ({runners.one_line(future.exception())}); "
+            raise StageFailed(f"training failed ({runner_io.one_line(future.exception())}); "
                               f"log: {log_path}", tail)
         self.train_summary = _read_json(summary_path)
         timing.started, timing.ended = _read_stamp(started_file), _read_stamp(ended_file)
@@ -572,9 +310,9 @@ class Pipeline:
         self.summary.best_checkpoint = train_summary.get("best_checkpoint")
 
     def evaluate(self, train_future: concurrent.futures.Future | None) -> None:
-        summary_path = self.paths.eval / runners.EVAL_SUMMARY
+        summary_path = self.paths.eval / model_runners.EVAL_SUMMARY
         model_stamp = self.train_summary.get("finished_at")
-        done = self._done(summary_path, runners.EVAL_SECTIONS, model_finished_at=model_stamp)
+        done = self._done(summary_path, model_runners.EVAL_SECTIONS, model_finished_at=model_stamp)
         if done is None:
             done = self._evaluate(train_future, model_stamp)
         for key in ("metrics_json", "report_html"):
@@ -595,16 +333,16 @@ class Pipeline:
                               inputs=[train_future] if train_future else [])
         future.add_done_callback(lambda _f: setattr(timing, "resolved", time.time()))
         self.view.note("evaluating against the baselines ...")
-        _wait([future], lambda: None)
+        wait_ticking([future], lambda: None)
         if future.exception() is not None:
             exc = future.exception()
             if isinstance(exc, (UserError, OSError)):   # one line from main(), not "evaluation failed"
                 raise exc
-            raise StageFailed(f"evaluation failed: {runners.one_line(exc)}; see {self.paths.root / 'runinfo'}")
+            raise StageFailed(f"evaluation failed: {runner_io.one_line(exc)}; see {self.paths.root / 'runinfo'}")
         result = future.result()
         # Remember which model this evaluation belongs to, so a retrained model is re-evaluated.
         result["model_finished_at"] = model_stamp
-        runners.write_json_atomic(self.paths.eval / runners.EVAL_SUMMARY, result)
+        runner_io.write_json_atomic(self.paths.eval / model_runners.EVAL_SUMMARY, result)
         timing.started, timing.ended = result["entered_at"], result["finished_at"]
         self.summary.tasks.append(timing)
         self._add_time("evaluate", time.time() - started)
@@ -635,23 +373,6 @@ def _tail(path: Path, n: int) -> str:
         return "\n".join(Path(path).read_text(errors="replace").splitlines()[-n:])
     except FileNotFoundError:
         return f"(no log at {path})"
-
-
-def _total_steps(cfg: PipelineConfig) -> int:
-    """Training steps when fixed by training.max_steps; 0 (unknown) when set by epochs."""
-    return int(cfg.training.max_steps or 0)
-
-
-def _last_step(metrics_csv: Path) -> int:
-    """The last step logged in the training metrics CSV (first column), 0 before the first row."""
-    try:
-        with open(metrics_csv, "rb") as fh:
-            fh.seek(0, 2)
-            fh.seek(max(fh.tell() - 4096, 0))
-            last = fh.read().decode(errors="replace").strip().splitlines()[-1]
-        return int(float(last.split(",")[0]))
-    except (FileNotFoundError, IndexError, ValueError):
-        return 0
 
 
 def run_pipeline(cfg: PipelineConfig, run_dir: str | Path | None = None, *, progress: bool = True,

@@ -1,0 +1,245 @@
+"""Stage runners for the data: `namsa simulate` (plan, claim, simulate into one store per writer),
+`namsa stage` and `namsa inspect`; plain functions that the CLI and the Parsl apps both call.
+
+Heavy imports (the multislice code, stage) happen inside the runners so that `namsa --help` and
+the Parsl driver stay light.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from namsa.errors import UserError
+
+from .runner_io import one_line, progress_bar, write_json_atomic
+
+if TYPE_CHECKING:  # the config pulls in torch (models); simulation workers must not pay for it
+    from namsa import SimulationConfig
+    from stage import DataConfig
+
+    from .config import PipelineConfig
+
+#: Set on Ctrl-C by the DAG: simulation loops finish the sample in hand, close their store
+#: (manifest written) and return, so everything written so far stays usable.
+STOP = threading.Event()
+
+
+# --------------------------------------------------------------------------------------------
+# simulate
+
+
+@dataclass
+class SimulateSummary:
+    """What one simulation worker did. ``failed`` holds (sample or material id, one-line reason)."""
+
+    store: str
+    planned: int
+    written: int = 0
+    skipped: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    stopped: bool = False
+
+    @property
+    def seconds(self) -> float:
+        return max(self.finished_at - self.started_at, 0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, payload: dict[str, Any]) -> "SimulateSummary":
+        known = {f.name for f in fields(cls)}
+        kept = {k: v for k, v in payload.items() if k in known}
+        kept["failed"] = [tuple(f) for f in kept.get("failed", [])]
+        return cls(**kept)
+
+    def line(self) -> str:
+        rate = self.written / self.seconds if self.seconds > 0 else 0.0
+        text = (f"{self.store}: {self.written} written, {self.skipped} already stored, "
+                f"{len(self.failed)} failed in {self.seconds:.1f} s ({rate:.2f} samples/s)")
+        return text + (" [stopped early: rerun to finish]" if self.stopped else "")
+
+
+def spec_key(spec: Any) -> list:
+    """A JSON-able key of a SampleSpec: [material_id, [u, v, w], variant] (Parsl can hash it)."""
+    return [spec.material_id, [int(i) for i in spec.zone_axis], int(spec.variant)]
+
+
+def spec_from_key(key: Sequence[Any]) -> Any:
+    """The SampleSpec named by `spec_key`."""
+    import namsa
+
+    material_id, axis, variant = key
+    return namsa.SampleSpec(material_id, tuple(int(i) for i in axis), int(variant))
+
+
+def plan(cfg: "PipelineConfig"):
+    """`namsa.plan_samples` over the config's simulation section; an empty plan is bad input."""
+    import namsa
+
+    planned = namsa.plan_samples(cfg.simulation)
+    if not planned.specs and not planned.failures:
+        where = f"and {cfg.simulation.cif_dir} holds no .cif file" if cfg.simulation.cif_dir else "and no cif_dir is set"
+        raise UserError(f"nothing to simulate: simulation.materials is empty {where}; list library ids in "
+                        f"simulation.materials or point simulation.cif_dir at a folder of CIF files")
+    return planned
+
+
+def stored_ids(data_dir: str | Path) -> set[str]:
+    """Ids of every sample in every store below ``data_dir`` (the LMDB records are the truth)."""
+    import stage
+
+    data_dir = Path(data_dir)
+    if not data_dir.exists():
+        return set()
+    ids: set[str] = set()
+    for path in stage.find_stores(data_dir):
+        with stage.open_store(path, allow_empty=True) as reader:
+            ids.update(reader.ids())
+    return ids
+
+
+def simulate_specs(sim_cfg: "SimulationConfig", data_cfg: "DataConfig", store_dir: str | Path, specs: Sequence[Any],
+                   sources: Mapping[str, str], *, progress: bool = True, progress_path: str | Path | None = None,
+                   stop: threading.Event = STOP) -> SimulateSummary:
+    """Simulate ``specs`` (namsa SampleSpecs) into the single store ``store_dir`` (one writer = one
+    store); ``sources`` maps each material id to what `namsa.simulate_sample` loads (`Plan.sources`).
+
+    Exactly once per data directory (``store_dir``'s parent): ids already in this store are
+    skipped, and every other id is claimed (`stage.claims.ClaimBook`) before it is simulated, so a
+    sample stored or being written by another store of the data directory is skipped too. When
+    another live writer holds ``store_dir`` itself, the next free name (``store-000-1``, ...) is
+    used: a lock clash is never a sample failure. A sample whose simulation raises is recorded in
+    ``failed`` with a one-line reason and skipped (a store failure, e.g. a full disk, is not a
+    sample failure and propagates). ``progress_path`` gets a small JSON after every sample so a
+    driver can show live progress across processes.
+    """
+    summary = SimulateSummary(store=str(store_dir), planned=len(specs), started_at=time.time())
+    if progress_path is not None:  # marks the task as started for a watching driver
+        write_json_atomic(progress_path, summary.to_dict())
+    if not specs:  # nothing to do: do not create an empty store
+        summary.finished_at = time.time()
+        return summary
+    from .plansize import check_disk
+
+    check_disk(sim_cfg, data_cfg, len(specs), store_dir)   # a full disk is found now, not at sample 9000
+    with open_free_writer(store_dir, sim_cfg.physics_hash(), data_cfg) as writer, \
+            progress_bar(len(specs), Path(store_dir).name, "sample", progress) as bar:
+        summary.store = str(writer.path)
+        _simulate_into(writer, sim_cfg, specs, sources, summary, bar, progress_path, stop)
+    summary.finished_at = time.time()
+    if progress_path is not None:
+        write_json_atomic(progress_path, summary.to_dict())
+    return summary
+
+
+#: how many other names (store-000-1, store-000-2, ...) a writer tries when its store is busy
+FREE_STORE_TRIES = 64
+
+
+def open_free_writer(store_dir: str | Path, physics_hash: str, data_cfg: "DataConfig") -> Any:
+    """A `stage.StoreWriter` on ``store_dir``, or, while another live writer holds it, on the first
+    free ``<store_dir>-<k>`` (each writer its own store; the claims keep samples exactly once)."""
+    import stage
+
+    store_dir = Path(store_dir)
+    for k in range(FREE_STORE_TRIES + 1):
+        path = store_dir if k == 0 else store_dir.with_name(f"{store_dir.name}-{k}")
+        try:
+            return stage.StoreWriter(path, config_hash=physics_hash, data_cfg=data_cfg)
+        except stage.StoreLockedError:
+            continue
+    raise stage.StoreLockedError(f"{store_dir} and {FREE_STORE_TRIES} alternatives beside it are all held by "
+                                 f"live writers; wait for some of them to finish and run again")
+
+
+def _simulate_into(writer: Any, sim_cfg: "SimulationConfig", specs: Sequence[Any], sources: Mapping[str, str],
+                   summary: SimulateSummary, bar: Any, progress_path: str | Path | None,
+                   stop: threading.Event) -> None:
+    """The sample loop of `simulate_specs`: claim, simulate, store, mark stored."""
+    import namsa
+    import stage
+    from stage.claims import ClaimBook
+
+    claims = ClaimBook(writer.path)
+    for spec in specs:
+        if stop.is_set():
+            summary.stopped = True
+            break
+        sid = spec.sample_id(sim_cfg)
+        if writer.has(sid) or claims.claim(sid) is not None:
+            summary.skipped += 1  # stored here, or stored / being written by another store
+        else:
+            try:
+                sample = namsa.simulate_sample(sources[spec.material_id], tuple(spec.zone_axis),
+                                               sim_cfg, variant=spec.variant)
+                writer.put(sample)
+                claims.stored(sid)
+                summary.written += 1
+            except stage.StoreError:
+                raise
+            except Exception as exc:  # one bad structure must not stop the others
+                summary.failed.append((sid, one_line(exc)))
+        bar.update(1)
+        bar.set_postfix(written=summary.written, failed=len(summary.failed), refresh=False)
+        if progress_path is not None:
+            summary.finished_at = time.time()
+            write_json_atomic(progress_path, summary.to_dict())
+
+
+def simulate(cfg: "PipelineConfig", out_dir: str | Path, *, worker: int = 0, num_workers: int = 1,
+             progress: bool = True) -> SimulateSummary:
+    """`namsa simulate`: plan the dataset, take every ``num_workers``-th sample starting at
+    ``worker``, and write them into ``<out_dir>/store-<worker>`` (or the next free
+    ``store-<worker>-<k>`` while another live writer holds it; see `simulate_specs`).
+
+    Samples already in any store below ``out_dir`` are skipped, so a rerun (even with another
+    worker count) only simulates what is missing. Materials that fail to load are listed in the
+    summary of worker 0. The summary is also written to ``<out_dir>/simulate-<worker>.json``.
+    """
+    if not 0 <= worker < num_workers:
+        raise UserError(f"--worker {worker} must be in [0, --of {num_workers}); number workers from 0")
+    out_dir = Path(out_dir)
+    planned = plan(cfg)
+    done = stored_ids(out_dir)
+    mine = planned.specs[worker::num_workers]
+    todo = [s for s in mine if s.sample_id(cfg.simulation) not in done]
+    if todo:
+        from .memory import check_fits
+
+        check_fits(cfg.simulation)
+    summary = simulate_specs(cfg.simulation, cfg.data, out_dir / f"store-{worker:03d}", todo, planned.sources,
+                             progress=progress)
+    summary.skipped += len(mine) - len(todo)
+    summary.planned = len(mine)
+    if worker == 0:
+        summary.failed = [(mid, reason) for mid, reason in planned.failures] + summary.failed
+    write_json_atomic(out_dir / f"simulate-{worker:03d}.json", summary.to_dict())
+    return summary
+
+
+# --------------------------------------------------------------------------------------------
+# stage / inspect
+
+
+def stage_data(src: str | Path, dst: str | Path, *, threads: int = 4, rank: int = 0, world_size: int = 1,
+               verify: bool = True, progress: bool = True) -> Any:
+    """`namsa stage`: copy (or re-shard for ``rank`` of ``world_size``) the stores at ``src`` into
+    ``dst`` and verify every copied record (`stage.stage_store`); returns its report (``.ok``, ``.text()``)."""
+    import stage
+
+    return stage.stage_store(src, dst, threads=threads, rank=rank, world_size=world_size, verify=verify,
+                             progress=progress)
+
+
+def inspect(path: str | Path, verify: bool = False) -> Any:
+    """`namsa inspect`: what a store (or a data dir of stores) holds; ``verify`` checks every checksum.
+    Returns `stage.inspect_store`'s report (``.ok``, ``.text()``)."""
+    import stage
+
+    return stage.inspect_store(path, verify=verify)

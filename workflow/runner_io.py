@@ -1,0 +1,53 @@
+"""Small helpers every stage runner shares: one-line failure reasons, progress bars on stderr,
+atomic JSON files and output directories."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from namsa.errors import UserError
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: message`` on one line, for failure records."""
+    text = " ".join(str(exc).split()) or "(no message)"
+    return text if isinstance(exc, UserError) else f"{type(exc).__name__}: {text}"
+
+
+def write_json_atomic(path: str | Path, payload: Any) -> None:
+    """Write JSON through a temporary file so a kill never leaves half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(json.dumps(payload, indent=1, default=str))
+    tmp.replace(path)
+
+
+def progress_bar(total: int, desc: str, unit: str, enabled: bool):
+    """A tqdm bar on stderr (rate shown as <unit>/s); silent when ``enabled`` is False."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, file=sys.stderr,
+                dynamic_ncols=True, smoothing=0.1)
+
+
+def tqdm_write(text: str) -> None:
+    """Print a line without breaking a progress bar that is on screen."""
+    from tqdm import tqdm
+
+    tqdm.write(text, file=sys.stderr)
+
+
+def require_directory(path: str | Path, flag: str = "--out") -> Path:
+    """``path`` as an output directory: absent (it will be made) or a directory, never a file."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{flag} {path} is a file, not a directory; choose a directory")
+    # Made now: an unwritable place (under a file, read-only, full) is found before any work,
+    # as an OSError that the CLI turns into one line.
+    path.mkdir(parents=True, exist_ok=True)
+    return path

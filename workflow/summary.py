@@ -1,0 +1,95 @@
+"""What `namsa run` did: per-task timings and the Parsl overhead computed from them, the run summary
+(summary.json) and the headline lines (errors and verdicts) that `namsa run` and `namsa evaluate` print."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from models.evaluation.verdict import study_reference
+
+
+@dataclass
+class TaskTiming:
+    """When Parsl got a task and when the task itself started and ended (time.time())."""
+
+    stage: str
+    submitted: float
+    started: float | None = None
+    ended: float | None = None
+    resolved: float | None = None
+
+
+def parsl_overhead(tasks: Sequence[TaskTiming]) -> float:
+    """Seconds of each stage's wall time (first submission -> last result in the driver) not
+    covered by the span in which its tasks ran (first start -> last end), summed over stages.
+
+    This is the time Parsl itself adds on the critical path: dispatch to an executor, starting
+    workers, (de)serialising, and returning results. Tasks with a missing stamp are left out.
+    """
+    total = 0.0
+    for stage_name in dict.fromkeys(t.stage for t in tasks):
+        timed = [t for t in tasks if t.stage == stage_name and None not in (t.started, t.ended, t.resolved)]
+        if not timed:
+            continue
+        wall = max(t.resolved for t in timed) - min(t.submitted for t in timed)
+        running = max(t.ended for t in timed) - min(t.started for t in timed)
+        total += max(wall - running, 0.0)
+    return total
+
+
+@dataclass
+class RunSummary:
+    """What `run_pipeline` did, and where everything is."""
+
+    run_dir: str
+    data_dir: str
+    planned: int = 0
+    available: int = 0
+    written: int = 0
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    stages_run: list[str] = field(default_factory=list)
+    model_dir: str | None = None
+    best_checkpoint: str | None = None
+    metrics_json: str | None = None
+    report_html: str | None = None
+    headline: dict[str, Any] = field(default_factory=dict)
+    verdicts: dict[str, Any] | None = field(default_factory=dict)  # None: an evaluation from before verdicts
+    timings: dict[str, float] = field(default_factory=dict)
+    tasks: list[TaskTiming] = field(default_factory=list)
+
+    def text(self) -> str:
+        lines = [f"run directory: {self.run_dir}",
+                 f"samples: {self.available} of {self.planned} planned in {self.data_dir}"
+                 f" ({self.written} simulated now, {len(self.failures)} failed)"]
+        lines += [f"  failed: {who}: {why}" for who, why in self.failures[:10]]
+        if len(self.failures) > 10:
+            lines.append(f"  ... {len(self.failures) - 10} more in logs/simulate-failures.json")
+        lines.append("stages run: " + (", ".join(self.stages_run) or "none (everything was already done)"))
+        for label, path in (("model", self.model_dir), ("best checkpoint", self.best_checkpoint),
+                            ("metrics", self.metrics_json), ("report", self.report_html)):
+            if path:
+                lines.append(f"{label}: {path}")
+        lines += _headline_lines(self.headline, self.verdicts)
+        if self.timings:
+            lines.append("wall time: " + ", ".join(f"{k} {v:.1f} s" for k, v in self.timings.items()
+                                                   if not k.endswith("fraction")))
+        return "\n".join(lines)
+
+
+def _headline_lines(headline: dict[str, Any], verdicts: dict[str, Any] | None) -> list[str]:
+    """Per target: the relative L2 of every method, then the verdict against each baseline as
+    `models.evaluation.verdict` decided it (the report says the same)."""
+    lines = []
+    for target, methods in headline.items():
+        errors = {method: (metrics or {}).get("rel_l2") for method, metrics in methods.items()}
+        errors = {method: value for method, value in errors.items() if value is not None}
+        if not errors:
+            continue
+        lines.append(f"{target} relative L2 error on held-out samples (lower is better): "
+                     + ", ".join(f"{method} {value:.3f}" for method, value in errors.items()))
+        if verdicts is None:
+            lines.append("  no verdict: this evaluation predates verdicts; run namsa evaluate again")
+            continue
+        lines += [f"  {v['sentence']}" for v in verdicts.get(target, {}).values()]
+    study = study_reference() if lines else None
+    return lines + ([study] if study else [])
