@@ -10,7 +10,7 @@ from .plan import Plan, SampleSpec, plan_samples
 from .simulate import simulate_cbed, simulate_sample
 
 
-_LAZY_SUBMODULES = ("library", "structure_io", "supercell", "zone_axes", "thermal", "icom", "periodic",
+_LAZY_SUBMODULES = ("library", "structure_io", "supercell", "zone_axes", "thermal", "periodic",
                     "potential", "optics", "targets", "kirkland", "multislice", "backend", "constants")
 
 

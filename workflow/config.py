@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from models import ModelConfig, TrainConfig
 from models.distributed import DistributedConfig
-from models.evaluation import EvaluationConfig
+from evaluation import EvaluationConfig
 from namsa.config import SimulationConfig
 from namsa.errors import UserError
 from stage import DataConfig

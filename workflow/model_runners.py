@@ -83,11 +83,12 @@ def _is_main_rank() -> bool:
 
 def evaluate(cfg: "PipelineConfig", data_dirs: Sequence[str | Path], model_dir: str | Path,
              out_dir: str | Path, *, train_metrics_csv: str | Path | None = None) -> dict[str, Any]:
-    """`namsa evaluate`: `models.evaluation.evaluate`; writes ``eval-summary.json`` beside metrics.json."""
-    from models.evaluation import evaluate as run_evaluation
+    """`namsa evaluate`: `evaluation.evaluate`; writes ``eval-summary.json`` beside metrics.json."""
+    from evaluation import evaluate as run_evaluation
+
     from .replace_out import replaced_atomically
 
-    out = require_directory(out_dir)
+    out = require_directory(out_dir, make=False)  # made by the swap: a refused run leaves no trace
     started = time.time()
     # Written into a sibling and swapped in whole: a kill leaves the earlier result or this one.
     with replaced_atomically(out, EVAL_OUTPUTS.__contains__) as staging:
@@ -113,7 +114,7 @@ def scaling(cfg: "PipelineConfig", data_dirs: Sequence[str | Path], out_dir: str
             fractions: Sequence[float] = (0.125, 0.25, 0.5, 1.0), metric: str = "rel_l2",
             progress: bool = True) -> dict[str, Any]:
     """`namsa scaling`: train on growing subsets and plot the error against the training-set size."""
-    from models.evaluation import scaling_study
+    from .scaling import scaling_study
 
     require_directory(out_dir)
     training = cfg.training if progress else cfg.training.model_copy(update={"progress": False})

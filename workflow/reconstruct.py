@@ -16,18 +16,17 @@ def reconstruct(path: str | Path, model: str | Path, out_dir: str | Path, *,
 
     calibrations: energy_kv (kV), semiangle_mrad (mrad), dk_inv_A (1/Angstrom) or dk_mrad (mrad)
     per detector pixel, step_A (Angstrom per scan step); None entries are read from the file
-    (models.experimental). Maps are [row = y, col = x], pixel (0, 0) at the first probe position.
+    (stage.microscope). Maps are [row = y, col = x], pixel (0, 0) at the first probe position.
     Returns a summary: the files written, the pixel size (Angstrom) and what was resampled.
 
     Everything is written into a temporary sibling of ``out_dir`` that then replaces it as a whole
     (workflow.replace_out), so a kill leaves the earlier result or the new one, never a mix.
     """
-    from models import experimental as ex
-
+    from .reconstruct_maps import is_output_name
     from .replace_out import discard, start_replacing
 
-    out = require_directory(out_dir)
-    tmp = start_replacing(out, ex.is_output_name)  # refuses an unwritable --out before any work
+    out = require_directory(out_dir, make=False)  # made by the swap: a refused run leaves no trace
+    tmp = start_replacing(out, is_output_name)  # refuses an unwritable --out before any work
     try:
         return _reconstruct_into(tmp, out, path, model, calibrations or {})
     except BaseException:
@@ -38,14 +37,16 @@ def reconstruct(path: str | Path, model: str | Path, out_dir: str | Path, *,
 def _reconstruct_into(tmp: Path, out: Path, path: str | Path, model: str | Path,
                       calibrations: Mapping[str, Any]) -> dict[str, Any]:
     """The work of `reconstruct`: read, check, predict, write into ``tmp``, swap it into ``out``."""
-    from models import experimental as ex
+    from evaluation.baselines import icom_reconstruct
     from models import load_reconstructor
-    from namsa.icom import icom_reconstruct
+    from stage import microscope as ex
+
+    from . import reconstruct_maps
 
     scan = ex.read_scan(path)
     cal = ex.resolve_calibrations(scan.found, calibrations)
     rec = load_reconstructor(model)
-    ex.check_map_names(rec.targets)  # the card's targets become file names
+    reconstruct_maps.check_map_names(rec.targets)  # the card's targets become file names
     expect = ex.model_expectation(rec.card)
     prepared = ex.fit_to_model(scan, cal, expect)
     stitched = ex.stitch(rec.predict(prepared.cbed), prepared.tiles)
@@ -57,19 +58,20 @@ def _reconstruct_into(tmp: Path, out: Path, path: str | Path, model: str | Path,
         ex.scan_block(prepared), (ty * sy, tx * sx), k_sampling_invA=prepared.dk_inv_A, energy_kv=cal.energy_kv,
         scan_step_A=prepared.step_A, output_shape=stitched.shape[1:], periodic=False).astype("float32")
     info = _reconstruct_info(path, model, cal, expect, prepared)
-    written = _write_and_swap(ex, tmp, out, maps, pixel, info)
+    written = _write_and_swap(tmp, out, maps, pixel, info)
     return {"out": str(out), "files": written, "pixel_size_A": pixel, "shape": list(stitched.shape[1:]),
             "notes": prepared.notes}
 
 
-def _write_and_swap(ex: Any, tmp: Path, out: Path, maps: Mapping[str, Any], pixel: tuple[float, float],
+def _write_and_swap(tmp: Path, out: Path, maps: Mapping[str, Any], pixel: tuple[float, float],
                     info: Mapping[str, Any]) -> dict[str, str]:
     """Write the maps into ``tmp`` and swap it into the place of ``out``; a failed write (disk full,
     file too large, permission) is one line and leaves the earlier result in ``out`` as it was."""
+    from .reconstruct_maps import write_maps
     from .replace_out import finish_replacing
 
     try:
-        files = ex.write_maps(tmp, maps, pixel, info)
+        files = write_maps(tmp, maps, pixel, info)
         finish_replacing(tmp, out)
     except OSError as exc:
         raise UserError(f"writing the maps into --out {out} failed ({exc.strerror or exc}); free some space or "

@@ -42,12 +42,14 @@ def tqdm_write(text: str) -> None:
     tqdm.write(text, file=sys.stderr)
 
 
-def require_directory(path: str | Path, flag: str = "--out") -> Path:
-    """``path`` as an output directory: absent (it will be made) or a directory, never a file."""
+def require_directory(path: str | Path, flag: str = "--out", make: bool = True) -> Path:
+    """``path`` as an output directory: absent (it will be made) or a directory, never a file.
+    ``make=False`` for outputs swapped into place whole (workflow.replace_out checks those)."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise UserError(f"{flag} {path} is a file, not a directory; choose a directory")
-    # Made now: an unwritable place (under a file, read-only, full) is found before any work,
-    # as an OSError that the CLI turns into one line.
-    path.mkdir(parents=True, exist_ok=True)
+    if make:
+        # Made now: an unwritable place (under a file, read-only, full) is found before any work,
+        # as an OSError that the CLI turns into one line.
+        path.mkdir(parents=True, exist_ok=True)
     return path

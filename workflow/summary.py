@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from models.evaluation.verdict import study_reference
+from evaluation.verdict import study_reference
 
 
 @dataclass
@@ -78,7 +78,7 @@ class RunSummary:
 
 def _headline_lines(headline: dict[str, Any], verdicts: dict[str, Any] | None) -> list[str]:
     """Per target: the relative L2 of every method, then the verdict against each baseline as
-    `models.evaluation.verdict` decided it (the report says the same)."""
+    `evaluation.verdict` decided it (the report says the same)."""
     lines = []
     for target, methods in headline.items():
         errors = {method: (metrics or {}).get("rel_l2") for method, metrics in methods.items()}

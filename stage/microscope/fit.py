@@ -131,8 +131,8 @@ def _fit_detector_axis(data: np.ndarray, axis: int, dk: float, target_dk: float,
                        pattern_px: int) -> tuple[np.ndarray, str]:
     """Bring detector axis ``axis`` (2 = ky, 3 = kx) to ``pattern_px`` pixels of ``target_dk``
     (k = 0 at index P // 2): a centred crop when the pixel size already fits, else an
-    intensity-conserving rebin (namsa.simulate.overlap_matrix)."""
-    from namsa.simulate import overlap_matrix
+    intensity-conserving rebin (namsa.detector.overlap_matrix)."""
+    from namsa.detector import overlap_matrix
 
     n, p = data.shape[axis], pattern_px
     reach_file = (min(n // 2, n - 1 - n // 2) + 0.5) * dk
