@@ -31,6 +31,7 @@ from typing import IO, Iterator
 
 from namsa.errors import UserError
 
+from .oserrors import ADVICE, OTHER_ADVICE
 from .replace_out import refuse_file_above
 
 #: lock files held by an ancestor process (a `namsa run` whose training child locks the same --out)
@@ -64,14 +65,9 @@ def _open(path: Path, out: Path, flag: str) -> IO[str]:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         return open(path, "a+")
-    except (NotADirectoryError, FileExistsError):
-        raise UserError(f"{flag} {out}: {path.parent} is not a directory; choose another {flag}") from None
-    except PermissionError:
-        raise UserError(f"{flag} {out}: permission denied creating the lock file {path}; choose a "
-                        f"{flag} in a writable directory") from None
     except OSError as exc:
-        raise UserError(f"{flag} {out}: cannot create the lock file {path} ({exc.strerror}); choose another "
-                        f"{flag} or free space there") from None
+        advice = ADVICE.get(exc.errno or -1, OTHER_ADVICE)
+        raise UserError(f"{flag} {out}: cannot create the lock file {path} ({exc.strerror}); {advice}") from None
 
 
 def _record(fh: IO[str], command: str) -> None:
