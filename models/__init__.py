@@ -15,7 +15,7 @@ from typing import Any
 from .config import Architecture, ModelConfig, ModelConfigError, TrainConfig
 from .fcdensenet import FCDenseNet, build_model, count_parameters
 
-_LAZY = {"train": "trainer", "TrainResult": "trainer", "load_reconstructor": "reconstructor",
+_LAZY = {"train": "training", "TrainResult": "training", "load_reconstructor": "reconstructor",
          "Reconstructor": "reconstructor",
          "pretrained_names": "reconstructor", "pretrained_card": "reconstructor", "forward_conv_ops": "flops"}
 

@@ -1,7 +1,7 @@
 """Damaged or hostile model directories: every one is refused with one line before anything is built.
 
 Each case takes a real model directory (a tiny network saved by `checkpoint.save_checkpoint` and
-exported by `trainer.export_model`, the code `namsa train` runs) and mutates its card or its
+exported by `models.training.export_model`, the code `namsa train` runs) and mutates its card or its
 safetensors file. The property, through `models.load_reconstructor` and through
 `namsa evaluate` (`workflow.cli.main`): a `UserError` of one line / exit 2 with one
 ``namsa: error:`` line, never a traceback. Before issue 18, 26 of 32 such directories ended in a
@@ -52,7 +52,7 @@ def tiny_state(targets: tuple[str, ...] = ("potential",)) -> tuple[torch.nn.Modu
 
 def make_run(root: Path) -> Path:
     """A run directory: checkpoints/step-00000001 and model/ exported from it; returns the run."""
-    from models.trainer import export_model
+    from models.training import export_model
 
     model, state = tiny_state()
     opt = torch.optim.Adam(model.parameters())

@@ -12,8 +12,8 @@ import models
 from _train_helpers import DATA_CFG, one_thread, read_metrics, tiny_train_cfg  # noqa: F401
 from models import ModelConfig
 from models.checkpoint import PickledCheckpointError
-from models.trainer import (CheckpointMismatchError, DataShapeError, NonFiniteLossError, OutputDirError,
-                            _seed_everything)
+from models.training import CheckpointMismatchError, DataShapeError, NonFiniteLossError, OutputDirError
+from models.training.loop import _seed_everything
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 BASE_STEPS = 8

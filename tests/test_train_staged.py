@@ -12,7 +12,7 @@ import models
 import stage
 from _train_helpers import DATA_CFG, one_thread, tiny_train_cfg  # noqa: F401
 from models.distributed.spawn import run_local
-from models.trainer import TrainingError
+from models.training import TrainingError
 from namsa.errors import UserError
 
 pytestmark = pytest.mark.usefixtures("one_thread")

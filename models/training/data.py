@@ -1,0 +1,144 @@
+"""The training data: opening the stores, node-local staging, the split datasets and loaders,
+the shape check against the model, and moving a batch onto the training device."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config import Architecture, ModelConfig, TrainConfig
+from .errors import DataShapeError, TrainingError
+
+
+def _data_dir_list(data_dirs: Any) -> list[Path]:
+    if isinstance(data_dirs, (str, os.PathLike)):
+        data_dirs = [data_dirs]
+    return [Path(d) for d in data_dirs]
+
+
+def manifest_hash(manifests: list[dict[str, Any]]) -> str:
+    """sha256 of what defines the data: sample ids and splits, shapes, physics config hashes."""
+    keys = ("config_hash", "arrays", "samples", "split_fractions", "split_seed", "count")
+    payload = [{k: m.get(k) for k in keys} for m in manifests]
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class TrainingData:
+    """The run's data: ``store_paths``, ``data_hash``, ``normalizer``, ``train_ds`` / ``dev_ds``,
+    sample totals and ``cbed_shape``. Opening checks the shapes against the model."""
+
+    def __init__(self, model_cfg: ModelConfig, cfg: TrainConfig, arch: Architecture, data_cfg: Any, ctx: Any,
+                 device: torch.device, data_dirs: Any):
+        self.model_cfg, self.cfg, self.arch, self.data_cfg = model_cfg, cfg, arch, data_cfg
+        self.ctx, self.device = ctx, device
+        self._open_data(data_dirs)
+        self._check_data_shapes()
+
+    def _open_data(self, data_dirs: Any) -> None:
+        import stage
+
+        dirs = _data_dir_list(data_dirs)
+        paths: list[Path] = []
+        for d in dirs:
+            if not Path(d).exists():
+                raise TrainingError(f"data directory {d} does not exist; run `namsa simulate` first or fix --data")
+            paths += stage.find_stores(d)
+        if not paths:
+            raise TrainingError(f"no sample stores under {[str(d) for d in dirs]}; run `namsa simulate` or fix --data")
+        self.store_paths = paths
+        with stage.open_stores(paths) as stores:
+            self.data_hash = manifest_hash(stores.manifests)
+        self.normalizer = stage.Normalizer.fit(paths, self.data_cfg.transform)
+        self.local_data = bool(self.data_cfg.node_local_dir)
+        read_paths = self._stage_locally(dirs) if self.local_data else paths
+        # On a GPU the loader ships float16 cbed as stored (half the host-to-device bytes) and the
+        # input transform runs on the device; on the CPU it runs in the loader.
+        raw = self.device.type == "cuda"
+        targets = tuple(self.model_cfg.targets)
+        self.train_ds = self._dataset(read_paths, "train", targets, raw, allow_empty=self.local_data)
+        self.dev_ds = self._dataset(read_paths, "dev", targets, raw, allow_empty=True)
+        self._agree_sample_counts()
+
+    def _stage_locally(self, dirs: list[Path]) -> list[Path]:
+        """``data.node_local_dir``: copy this rank's shard of the data there (verified; what is
+        already staged is kept) and read only that, as in the paper's node-local staging."""
+        import stage
+
+        if self.data_cfg.shard_mode == "shared":
+            raise TrainingError("data.shard_mode=shared has every rank read every store, which node-local staging "
+                                "(data.node_local_dir) rules out; use shard_mode: unique or unset node_local_dir")
+        ctx = self.ctx
+        report = stage.stage_rank_shard(dirs, self.data_cfg.node_local_dir, self.data_hash, rank=ctx.rank,
+                                        world_size=ctx.world_size, threads=max(1, self.data_cfg.num_workers))
+        ctx.notice(f"staged rank {ctx.rank}'s shard of {ctx.world_size} into {self.data_cfg.node_local_dir}: "
+                   f"{report.copied} samples copied ({report.bytes_copied / 1e9:.3f} GB in {report.seconds:.1f} s), "
+                   f"{report.skipped} already there")
+        return report.destinations
+
+    def _dataset(self, paths: list[Path], split: str, targets: tuple[str, ...], raw: bool, allow_empty: bool) -> Any:
+        """The split's `stage.SampleDataset`, or None when it has no samples and ``allow_empty``."""
+        import stage
+        from stage import EmptyStoreError
+
+        cap = self.cfg.max_train_samples if split == "train" else None
+        if cap is not None and self.local_data:
+            cap = max(1, cap // self.ctx.world_size)  # the cap is global: each rank holds 1/P of the data
+        try:
+            return stage.SampleDataset(paths, split, self.normalizer, targets, raw_cbed=raw, max_samples=cap)
+        except EmptyStoreError:
+            if allow_empty:
+                return None
+            raise
+
+    def _agree_sample_counts(self) -> None:
+        """Sample totals, and with per-rank staged data the training samples every rank uses per
+        epoch: the smallest rank's count, so every rank runs the same number of steps."""
+        from models.distributed.launch import all_gather_objects
+
+        mine = (len(self.train_ds) if self.train_ds is not None else 0, len(self.dev_ds) if self.dev_ds is not None else 0)
+        counts = all_gather_objects(self.ctx, mine) if self.local_data and self.ctx.world_size > 1 else [mine]
+        self.train_total, self.dev_total = (sum(c[i] for c in counts) for i in (0, 1))
+        self.train_per_rank = min(c[0] for c in counts) if self.local_data else None
+        if self.local_data and self.train_per_rank < self.cfg.batch_size:
+            raise TrainingError(f"the ranks' staged shards hold {[c[0] for c in counts]} training samples; the smallest "
+                                f"gives no full batch of {self.cfg.batch_size}: use fewer ranks, a smaller batch_size "
+                                "or more data")
+
+    def _check_data_shapes(self) -> None:
+        s, p, p2 = self.train_ds.cbed_shape
+        c, t, t2 = self.train_ds.target_shape
+        problem = (self.arch.data_mismatch(s, p, t) if p == p2 and t == t2
+                   else f"patterns {p}x{p2} or targets {t}x{t2} are not square")
+        if problem:
+            raise DataShapeError(f"{problem} (model preset {self.model_cfg.preset})")
+        self.cbed_shape = (s, p, p2)
+
+    def build_loaders(self) -> tuple[Any, Any]:
+        """(train loader, dev loader or None), sharded over the ranks."""
+        import stage
+
+        cfg, ctx = self.cfg, self.ctx
+        mode = "local" if self.local_data else None  # None: data.shard_mode
+        train_loader = stage.make_loader(self.train_ds, self.data_cfg, cfg.batch_size, ctx.rank, ctx.world_size,
+                                         shuffle=True, seed=cfg.seed, shard_mode=mode,
+                                         samples_per_rank=self.train_per_rank)
+        dev_loader = (stage.make_loader(self.dev_ds, self.data_cfg, cfg.batch_size, ctx.rank, ctx.world_size,
+                                        shuffle=False, shard_mode=mode) if self.dev_ds is not None else None)
+        return train_loader, dev_loader
+
+    def to_device(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(normalised cbed, standardised targets) on the training device."""
+        from stage.dataset import batch_to_device
+
+        batch = batch_to_device(batch, self.device, self.normalizer)
+        x = batch["cbed"]
+        if self.cfg.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return x, batch["target"].float()
+
+
+__all__ = ["TrainingData", "manifest_hash"]

@@ -1,0 +1,312 @@
+"""The Trainer: setup (device, model, engine, optimiser), the loop with its mixed-precision step,
+dev evaluation, and the end of a run (last checkpoint and export); `train` runs one.
+
+Each step: forward under autocast through ``engine.module``, Huber loss (+ L2 term) scaled for
+fp16, backward, ``engine.synchronize()`` (averaged gradients), unscale, Inf/NaN check (skip and
+count; stop after ``max_nonfinite`` in a row), LARC on the reduced gradients, optimiser step.
+A skipped step still consumes its batch and advances the step counter.
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .. import checkpoint as ckpt
+from ..amp import LossScaler, autocast, grads_finite
+from ..config import Architecture, ModelConfig, TrainConfig
+from ..fcdensenet import build_model
+from ..flops import fcdensenet_conv_ops
+from ..losses import huber_loss, l2_penalty
+from ..optim import BlockOptimizer
+from ..schedules import LRSchedule, huber_delta
+from . import rundir
+from .data import TrainingData
+from .errors import NonFiniteLossError, TrainingError
+from .export import MODEL_DIR, card_extra, export_model
+from .logs import METRICS_FILE, MetricsLog, Timing
+from .rundir import Position
+
+
+@dataclass
+class TrainResult:
+    """What `train` produced; paths are absolute."""
+
+    model_dir: Path
+    best_checkpoint: Path | None
+    metrics_csv: Path
+    steps: int
+    final_dev_loss: float | None
+
+
+def train(model_cfg: ModelConfig | None, train_cfg: TrainConfig | None, dist_cfg: Any, data_cfg: Any,
+          data_dirs: Any, out_dir: str | os.PathLike, resume: bool = False) -> TrainResult:
+    """Train the reconstructor on the ``train`` split of the stores under ``data_dirs``.
+
+    model_cfg / train_cfg: `ModelConfig` / `TrainConfig` (None = defaults); dist_cfg: a
+    `models.distributed.DistributedConfig` or None (single process); data_cfg: `stage.DataConfig`
+    (normalisation transform, loader knobs; None = defaults). ``resume=True`` continues the run in
+    ``out_dir`` from its newest intact checkpoint (or starts it if there is none).
+    """
+    trainer = Trainer(model_cfg or ModelConfig(), train_cfg or TrainConfig(), dist_cfg, data_cfg, data_dirs,
+                      Path(out_dir), resume)
+    try:
+        return trainer.fit()
+    finally:
+        trainer.close()
+
+
+def _seed_everything(seed: int) -> None:
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2 ** 32)
+    random.seed(seed)
+
+
+class Trainer:
+    """One training run; see the module docstring. Built by `train`. Its data, logs, run
+    directory and export live in the sibling modules (`TrainingData`, `MetricsLog`, `rundir`, `export`)."""
+
+    def __init__(self, model_cfg: ModelConfig, train_cfg: TrainConfig, dist_cfg: Any, data_cfg: Any,
+                 data_dirs: Any, out: Path, resume: bool):
+        import stage
+        from models.distributed import DistributedConfig, init_from_env
+
+        self.model_cfg, self.cfg = model_cfg, train_cfg
+        self.arch: Architecture = model_cfg.architecture()
+        self.data_cfg = data_cfg if data_cfg is not None else stage.DataConfig()
+        self.dist_cfg = dist_cfg if dist_cfg is not None else DistributedConfig()
+        self.out = out.resolve()
+        self.ckpt_dir = self.out / "checkpoints"
+        self.engine = None
+        self.ctx = init_from_env(self.dist_cfg)
+        self.logs = MetricsLog(self.out, self.ctx)
+        try:
+            self.device = self._pick_device()
+            self.data = TrainingData(model_cfg, train_cfg, self.arch, self.data_cfg, self.ctx, self.device,
+                                     data_dirs)
+            if self.data.dev_total == 0:  # said after the checks, so bad data gets one line only
+                self.ctx.notice("no dev samples: no dev-set evaluation; the final weights are exported")
+            self.identity = rundir.identity(self)
+            rundir.claim_out_dir(self, resume)
+            self._build_model()
+            self.train_loader, self.dev_loader = self.data.build_loaders()
+            if resume:
+                rundir.restore(self)
+        except BaseException:
+            self.close()
+            raise
+        self.total_steps = train_cfg.max_steps or train_cfg.epochs * len(self.train_loader)
+
+    # ------------------------------------------------------------------ setup
+
+    def _pick_device(self) -> torch.device:
+        want = self.cfg.device
+        if want == "cuda" and not torch.cuda.is_available():
+            raise TrainingError("training.device=cuda but torch sees no CUDA GPU; use device: auto or cpu")
+        if want == "cpu":
+            return torch.device("cpu")
+        if want == "cuda" and self.ctx.device.type != "cuda":
+            return torch.device("cuda", self.ctx.local_rank % torch.cuda.device_count())
+        return self.ctx.device
+
+    def _build_model(self) -> None:
+        from models.distributed import build_engine
+
+        cfg = self.cfg
+        _seed_everything(cfg.seed)  # identical initial weights on every rank
+        self.model = build_model(self.arch).to(self.device)
+        if cfg.channels_last:
+            self.model = self.model.to(memory_format=torch.channels_last)
+        self.model.set_activation_checkpointing(cfg.activation_checkpointing)
+        if self.device.type == "cuda":
+            torch.backends.cudnn.benchmark = True  # fixed input shapes: pick the fastest kernels once
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.engine = build_engine(self.dist_cfg, self.model, self.ctx)
+        self.forward = torch.compile(self.engine.module) if cfg.compile else self.engine.module
+        self.optimizer = BlockOptimizer(self.model.blocks(), cfg)
+        self.scaler = LossScaler(cfg.precision == "fp16", cfg.loss_scale_init, cfg.loss_scale_floor,
+                                 cfg.loss_scale_growth_interval)
+        self.lr_schedule = LRSchedule(cfg.lr0, self.ctx.world_size, cfg.warmup_steps, cfg.decay_every,
+                                      cfg.decay_factor)
+        self.pos = Position()
+        self.timing = Timing(ops_forward_per_sample=fcdensenet_conv_ops(self.model, self.data.cbed_shape))
+        # per-rank dropout streams, reproducible from the seed
+        _seed_everything(cfg.seed + 1_000_003 * (self.ctx.rank + 1))
+
+    # ------------------------------------------------------------------ the loop
+
+    def fit(self) -> TrainResult:
+        self.logs.open(self.cfg, self.total_steps, self.pos.step)
+        start = time.perf_counter() - self.pos.wall_s
+        loader = self.train_loader
+        while self.pos.step < self.total_steps:
+            loader.set_epoch(self.pos.epoch)
+            loader.skip_batches(self.pos.batch_in_epoch)
+            # worker seeds come from this generator, not from the global RNG that dropout uses
+            loader.generator = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + self.pos.epoch)
+            t_prev = time.perf_counter()
+            for batch in loader:
+                row = self._train_step(batch)
+                row["epoch"] = self.pos.epoch  # the epoch this step belongs to (0-based)
+                self.pos.step += 1
+                self.pos.batch_in_epoch += 1
+                self.pos.samples_seen += self.cfg.batch_size * self.ctx.world_size
+                if self.pos.batch_in_epoch >= len(loader):
+                    self.pos.epoch, self.pos.batch_in_epoch = self.pos.epoch + 1, 0
+                self.pos.wall_s = time.perf_counter() - start
+                self.timing.account(row, t_prev, self.cfg.batch_size, self.ctx.world_size)
+                self._after_step(row)
+                t_prev = time.perf_counter()
+                if self.pos.step >= self.total_steps:
+                    break
+        return self._finish()
+
+    def _train_step(self, batch: dict[str, Any]) -> dict[str, Any]:
+        cfg, pos = self.cfg, self.pos
+        x, y = self.data.to_device(batch)
+        delta = huber_delta(pos.epoch, cfg.huber_delta0, cfg.huber_decay)
+        lr = self.lr_schedule(pos.step)
+        t0 = self._now()
+        with autocast(cfg.precision, self.device):
+            pred = self.forward(x)
+        data_loss = huber_loss(pred, y, delta)
+        loss = data_loss
+        l2 = torch.zeros((), device=self.device)
+        if self.optimizer.l2_in_loss and cfg.weight_decay > 0:
+            l2 = l2_penalty(self.params, cfg.weight_decay)
+            loss = loss + l2
+        self.optimizer.zero_grad()
+        self.scaler.scale_loss(loss).backward()
+        t_sync = self._now()
+        apply = self.engine.synchronize()
+        comm_s = self._now() - t_sync  # exposed communication: the time synchronize() blocked
+        stats = self.engine.stats()
+        comm_total_s = float(stats.get("communication_s", 0.0)) + float(stats.get("coordination_s", 0.0))
+        self.scaler.unscale_(self.params)
+        losses = self._reduce_mean(torch.stack([data_loss.detach().float(), l2.detach().float()]))
+        finite = grads_finite(self.params) and bool(torch.isfinite(losses).all())
+        trust: list[float] = []
+        if self.scaler.update(finite):
+            pos.nonfinite_in_row = 0
+            if apply:
+                trust = self.optimizer.step(lr)
+        else:
+            self._on_nonfinite(lr, delta)
+        compute_s = self._now() - t0 - comm_s
+        pos.last_train_loss = float(losses[0])
+        return {"train_loss": float(losses[0]), "l2_loss": float(losses[1]), "lr": lr, "huber_delta": delta,
+                "loss_scale": self.scaler.scale, "compute_s": compute_s, "comm_s": comm_s,
+                "comm_total_s": comm_total_s,
+                "trust_min": min(trust) if trust else None, "trust_max": max(trust) if trust else None}
+
+    def _on_nonfinite(self, lr: float, delta: float) -> None:
+        pos = self.pos
+        pos.skipped_steps += 1
+        self.optimizer.zero_grad()
+        # fp16 overflow above the floor is the loss scaler doing its job, not divergence
+        if self.scaler.at_floor:
+            pos.nonfinite_in_row += 1
+        if pos.nonfinite_in_row >= self.cfg.max_nonfinite:
+            raise NonFiniteLossError(
+                f"training stopped at step {pos.step}: {pos.nonfinite_in_row} non-finite losses or gradients in a "
+                f"row (lr {lr:.3g}, huber delta {delta:.3g}, precision {self.cfg.precision}); lower training.lr0, "
+                f"use precision fp32 or bf16, or check the data for NaN/Inf (namsa inspect DIR --verify)")
+
+    def _now(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+    def _reduce_mean(self, values: torch.Tensor) -> torch.Tensor:
+        """Average a small tensor over ranks (identity with one rank)."""
+        if self.ctx.world_size == 1:
+            return values
+        if self.ctx.backend == "horovod":
+            import horovod.torch as hvd
+
+            return hvd.allreduce(values, op=hvd.Average)
+        import torch.distributed as dist
+
+        out = values.to(self.ctx.device, copy=True)  # NCCL reduces only CUDA tensors
+        dist.all_reduce(out)
+        return (out / self.ctx.world_size).to(values.device)
+
+    def _after_step(self, row: dict[str, Any]) -> None:
+        cfg, step = self.cfg, self.pos.step
+        is_last = step >= self.total_steps
+        row.update(step=step, skipped_steps=self.pos.skipped_steps, wall_s=self.pos.wall_s)
+        evaluated = False
+        if self.data.dev_total and (step % cfg.eval_every == 0 or is_last):
+            row.update(self._evaluate())
+            evaluated = True
+        self.logs.progress(row)
+        if step % cfg.log_every == 0 or evaluated or is_last:
+            self.logs.log(row)
+        new_best = evaluated and self._note_dev(row["dev_loss"])
+        if step % cfg.checkpoint_every == 0 or is_last or new_best:
+            rundir.save_checkpoint(self)
+
+    # ------------------------------------------------------------------ evaluation
+
+    @torch.no_grad()
+    def _evaluate(self) -> dict[str, float]:
+        """Dev-set MSE (the selection metric) and Huber loss, on standardised targets, of the
+        model rank 0 exports: every rank takes rank 0's buffers (batch-norm statistics), then runs
+        the bare model over its dev batches, so ranks may hold different numbers of dev batches
+        (staged shards; none at all) and only the final sums are reduced."""
+        from models.distributed.engines import broadcast_from_rank0
+
+        broadcast_from_rank0(list(self.model.buffers()), self.ctx)
+        self.model.eval()
+        sums = torch.zeros(3, dtype=torch.float64)
+        delta = huber_delta(self.pos.epoch, self.cfg.huber_delta0, self.cfg.huber_decay)
+        if self.dev_loader is not None:
+            self.dev_loader.generator = torch.Generator().manual_seed(self.cfg.seed)
+        for b, batch in enumerate(self.dev_loader or ()):
+            if self.cfg.max_dev_batches is not None and b >= self.cfg.max_dev_batches:
+                break
+            x, y = self.data.to_device(batch)
+            with autocast(self.cfg.precision, self.device):
+                pred = self.model(x).float()
+            n = y.numel()
+            sums += torch.tensor([float((pred - y).pow(2).sum()), float(huber_loss(pred, y, delta)) * n, n],
+                                 dtype=torch.float64)
+        self.model.train()
+        sums = self._reduce_mean(sums) * self.ctx.world_size
+        count = max(float(sums[2]), 1.0)
+        return {"dev_loss": float(sums[0]) / count, "dev_huber": float(sums[1]) / count}
+
+    def _note_dev(self, dev_loss: float) -> bool:
+        pos = self.pos
+        pos.last_dev_loss = dev_loss
+        if math.isfinite(dev_loss) and (pos.best_dev_loss is None or dev_loss < pos.best_dev_loss):
+            pos.best_dev_loss, pos.best_step = dev_loss, pos.step
+            return True
+        return False
+
+    # ------------------------------------------------------------------ the end
+
+    def _finish(self) -> TrainResult:
+        rundir.save_checkpoint(self)
+        best = self.ckpt_dir / ckpt.step_dir_name(self.pos.best_step if self.pos.best_step is not None
+                                                   else self.pos.step)
+        if self.ctx.is_main:
+            export_model(best, self.out / MODEL_DIR, card_extra(self, best))
+        self.ctx.barrier()
+        return TrainResult(model_dir=self.out / MODEL_DIR, best_checkpoint=best, metrics_csv=self.out / METRICS_FILE,
+                           steps=self.pos.step, final_dev_loss=self.pos.last_dev_loss)
+
+    def close(self) -> None:
+        self.logs.close()
+        if self.engine is not None:
+            self.engine.close()
+
+
+__all__ = ["train", "TrainResult", "Trainer"]
