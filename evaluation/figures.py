@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 METHOD_LABELS = {"network": "network", "mean": "mean training target", "icom": "iCoM (LS-scaled)",
                  "ptycho": "ptychography (LS-scaled)"}
 METHOD_COLORS = {"network": "tab:blue", "mean": "tab:gray", "icom": "tab:orange", "ptycho": "tab:green"}
-#: legend text of the training metrics CSV's loss columns (models.trainer.METRIC_COLUMNS): what each is.
+#: legend text of the training metrics CSV's loss columns (models.training.logs.METRIC_COLUMNS): what each is.
 LOSS_LABELS = {
     "train_loss": "train_loss: Huber on standardised targets (data term)",
     "dev_loss": "dev_loss: MSE on standardised targets (held-out dev split)",

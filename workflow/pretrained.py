@@ -20,7 +20,8 @@ from typing import Any
 import yaml
 
 from models import checkpoint as ckpt
-from models.reconstructor import CARD_FILE, PRETRAINED_DIR
+from models.card import CARD_FILE
+from models.reconstructor import PRETRAINED_DIR
 from namsa.errors import UserError
 
 #: where `publish` writes (the package's data folder; see pyproject's package-data)
