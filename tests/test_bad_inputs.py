@@ -197,7 +197,7 @@ CASES: list[Case] = [
     Case("reconstruct-out-below-a-file", ("reconstruct", "{tmp}/scan.hspy", "--model", "pretrained:study-scan",
                                           "--out", "{file}/maps"), "--out {file}/maps lies below {file}, which is a file"),
     Case("reconstruct-out-under-proc", ("reconstruct", "{tmp}/scan.hspy", "--model", "pretrained:study-scan",
-                                        "--out", "/proc/namsa-maps"), "--out /proc/namsa-maps cannot be written"),
+                                        "--out", "/proc/namsa-maps"), "--out /proc/namsa-maps: cannot create the lock file"),
     Case("reconstruct-out-holds-other-files", ("reconstruct", "{tmp}/scan.hspy", "--model", "pretrained:study-scan",
                                                "--out", "{junk_dir}"),
          "holds files this command did not write (e.g. 'notes.txt')"),

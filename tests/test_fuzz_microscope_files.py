@@ -46,7 +46,9 @@ files = st.fixed_dictionaries({
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    """Every file below ``root``, less the ``.<out>.lock`` files workflow.outlock leaves beside --out."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and not (p.name.startswith(".") and p.name.endswith(".lock"))}
 
 
 def _hspy(path: Path, spec: dict[str, Any], sample: Any) -> None:

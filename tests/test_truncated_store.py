@@ -97,7 +97,6 @@ def test_train_on_a_truncated_store(truncated, tmp_path):
 
 def test_run_with_a_truncated_store_in_its_data(truncated, tmp_path):
     run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    (run_dir / "data").symlink_to(truncated.parent, target_is_directory=True)
-    done = namsa("run", str(MICRO), "--out", str(run_dir), "--no-progress")
+    done = namsa("run", str(MICRO), "--out", str(run_dir), "--no-progress",
+                 "--set", f"execution.data_dir={truncated.parent}")
     assert_one_line_truncation_error(done, truncated)
