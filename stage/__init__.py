@@ -12,9 +12,13 @@ from .errors import (CorruptRecordError, EmptyStoreError, NotAStoreError, Schema
                      StoreFullError, StoreLockedError, StoreNotFoundError, TruncatedStoreError)
 from .normalize import Normalizer
 from .splits import split_of
-from .store import SCHEMA_VERSION, StoreReader, StoreSet, StoreWriter, find_stores, open_store, open_stores
+from .layout import find_stores
+from .manifest import SCHEMA_VERSION
+from .reader import StoreReader
+from .storeset import StoreSet, open_store, open_stores
+from .writer import StoreWriter
 
-_LAZY = {"SampleDataset": "dataset", "make_loader": "dataset", "ShardedBatchSampler": "dataset",
+_LAZY = {"SampleDataset": "dataset", "make_loader": "loader", "ShardedBatchSampler": "sampler",
          "stage_store": "staging", "stage_rank_shard": "staging", "inspect_store": "inspect"}
 
 

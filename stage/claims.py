@@ -1,6 +1,6 @@
 """Exactly once per data directory: claims that let several store writers share one data directory.
 
-Every writer has its own store (stage.store), so two writers whose plans overlap (two
+Every writer has its own store (stage.writer), so two writers whose plans overlap (two
 `namsa simulate --worker i --of N` with different N on one ``--out``) would each store the same
 sample. Before simulating a sample, a writer claims its id in the data directory:
 
@@ -9,7 +9,7 @@ sample. Before simulating a sample, a writer claims its id in the data directory
                                    {"id", "store", "pid", "host", "stored"}
 
 A claim held by another store is respected while that store holds the sample ("stored") or while
-the writer that made it is still open (`stage.store.writer_active` names the same pid); a claim of
+the writer that made it is still open (`stage.writerlock.writer_active` names the same pid); a claim of
 a writer that died before storing the sample is stale and taken over. The LMDB records stay the
 truth: a claim only decides who writes, never whether a sample exists.
 """
@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .errors import StoreError
-from .store import LOCK_NAME, _lock_holder, writer_active
+from .layout import LOCK_NAME
+from .writerlock import _lock_holder, writer_active
 
 CLAIMS_DIR = ".claims"
 CLAIMS_LOCK = ".claims.lock"
@@ -99,7 +100,8 @@ def _read(path: Path) -> dict[str, Any] | None:
 def _store_holds(path: Path, sample_id: str) -> bool:
     """Whether the store at ``path`` has ``sample_id`` committed (a writer killed between its commit
     and marking the claim leaves the claim unmarked)."""
-    from .store import StoreReader, is_store
+    from .layout import is_store
+    from .reader import StoreReader
 
     if not is_store(path):
         return False

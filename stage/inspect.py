@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import NotAStoreError, StoreError, StoreNotFoundError
-from .store import DATA_NAME, StoreReader, find_stores
+from .layout import DATA_NAME, find_stores
+from .reader import StoreReader
 
 
 @dataclass

@@ -28,8 +28,10 @@ from namsa.errors import UserError
 from .codec import array_layout, decode_record
 from .config import DataConfig, expand_path
 from .errors import CorruptRecordError, SchemaError
+from .layout import expand_store_paths, is_store
+from .reader import StoreReader
 from .splits import SPLITS
-from .store import StoreReader, StoreWriter, expand_store_paths, is_store
+from .writer import StoreWriter
 
 
 @dataclass

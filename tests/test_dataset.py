@@ -9,8 +9,9 @@ import torch
 
 import stage
 from namsa.errors import UserError
-from stage.dataset import ShardedBatchSampler, batch_to_device, collate_samples
-from stage.normalize import intensity_scale
+from stage.dataset import batch_to_device, collate_samples
+from stage.sampler import ShardedBatchSampler
+from stage.transforms import intensity_scale
 from stage_helpers import CONFIG_HASH, make_sample, write_store_with_corrupt_density, write_stores
 
 CFG = stage.DataConfig(split_fractions=(0.6, 0.2, 0.2), num_workers=0)
@@ -205,7 +206,7 @@ def test_real_simulated_store_feeds_the_loader(tiny_data_dir):
 
 
 def test_statistics_of_large_stacks_use_every_kth_pattern():
-    from stage.normalize import STATS_MAX_VALUES, sample_statistics
+    from stage.stats import STATS_MAX_VALUES, sample_statistics
 
     rng = np.random.default_rng(1)
     cbed = rng.gamma(0.5, size=(64, 64, 64)).astype(np.float32)  # 262144 values

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import stage
-from stage.dataset import THREADS_MIN_SAMPLE_BYTES, ThreadLoader, choose_loader
+from stage.loader import THREADS_MIN_SAMPLE_BYTES, choose_loader
+from stage.threadloader import ThreadLoader
 from stage_helpers import (CONFIG_HASH, flip_byte_inside, make_sample, write_store_with_corrupt_density,
                            write_stores)
 

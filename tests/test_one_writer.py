@@ -238,7 +238,7 @@ def _two_overlapping_stores(root: Path) -> Path:
 
 def test_training_reads_each_id_once_first_store_wins(tmp_path, caplog):
     data = _two_overlapping_stores(tmp_path / "data")
-    with caplog.at_level(logging.WARNING, logger="stage.store"), stage.open_stores(data) as stores:
+    with caplog.at_level(logging.WARNING, logger="stage.storeset"), stage.open_stores(data) as stores:
         assert len(stores) == 6 and len(set(stores.ids())) == 6
         assert sum(stores.manifest["counts"].values()) == 6
         assert [len(r) for r in stores.readers] == [4, 2]  # the shared two come from store-000

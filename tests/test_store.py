@@ -17,7 +17,7 @@ import pytest
 import stage
 from namsa.errors import UserError
 from stage import codec
-from stage.normalize import intensity_scale
+from stage.transforms import intensity_scale
 from stage_helpers import CONFIG_HASH, flip_byte_inside, make_sample, make_samples
 
 HERE = Path(__file__).parent
@@ -421,7 +421,7 @@ def test_readers_of_a_store_being_written_use_lmdbs_reader_table(tmp_path):
     child = run_child(WRITING_CHILD, str(path), *SMALL_WRITES, stdin=subprocess.PIPE)
     try:
         assert child.stdout.readline().strip() == "written"
-        assert stage.store.writer_active(path) == f"pid {child.pid} on {os.uname().nodename}"
+        assert stage.writerlock.writer_active(path) == f"pid {child.pid} on {os.uname().nodename}"
         with stage.open_store(path) as reader:
             assert reader.env.flags()["lock"] is True
             first = [reader[i].id for i in range(len(reader))]
@@ -433,7 +433,7 @@ def test_readers_of_a_store_being_written_use_lmdbs_reader_table(tmp_path):
             assert len(reader) == 6
     finally:
         child.communicate("\n", timeout=60)
-    assert stage.store.writer_active(path) is None  # closed: the lock file is emptied
+    assert stage.writerlock.writer_active(path) is None  # closed: the lock file is emptied
     with stage.open_store(path) as reader:
         assert reader.env.flags()["lock"] is False and len(reader) == 6
 
@@ -464,7 +464,7 @@ def test_a_writer_killed_with_9_does_not_count_as_writing(tmp_path):
     child.kill()
     child.wait(timeout=60)
     assert (path / "writer.lock").read_text().split()[0] == str(child.pid)
-    assert stage.store.writer_active(path) is None
+    assert stage.writerlock.writer_active(path) is None
     with stage.open_store(path) as reader:
         assert reader.env.flags()["lock"] is False and len(reader) == 3
 

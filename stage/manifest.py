@@ -1,0 +1,132 @@
+"""The store's JSON: sealed info/index entries, the manifest derived from them, and the schema version."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import lmdb
+
+from . import codec
+from .errors import CorruptRecordError, SchemaError, StoreError
+from .layout import MANIFEST_NAME
+from .splits import SPLITS
+from .stats import merge_statistics
+from .transforms import intensity_scale
+
+SCHEMA_VERSION = 1
+FORMAT_NAME = "namsa-store"
+_INFO_KEY = b"store"
+
+
+def code_version() -> str:
+    try:
+        return metadata.version("namsa")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _json_seal(obj: Any) -> bytes:
+    return codec.seal(json.dumps(obj, separators=(",", ":"), sort_keys=True).encode())
+
+
+def _json_unseal(buf: bytes | memoryview) -> Any:
+    return json.loads(bytes(codec.unseal(buf)))
+
+
+def _write_json_atomic(path: Path, obj: Any) -> None:
+    """Write JSON to a temp file in the same directory, fsync, rename over ``path``."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        # mkstemp creates 0600; a manifest on a shared filesystem must be readable by every user.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(obj, fh, indent=1, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def _check_schema_version(path: Path, version: Any, where: str) -> None:
+    if not isinstance(version, int):
+        raise SchemaError(f"store {path}: {where} has no integer schema_version; it was not written by namsa")
+    if version > SCHEMA_VERSION:
+        raise SchemaError(f"store {path} was written with store schema v{version} but this namsa reads up to "
+                          f"v{SCHEMA_VERSION}; upgrade namsa to read it")
+
+
+def build_manifest(path: Path, info: dict[str, Any], index: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The manifest of a store, derived entirely from its LMDB info and index databases."""
+    ids = sorted(index)
+    counts = {s: 0 for s in SPLITS}
+    per_split: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLITS}
+    for sid in ids:
+        entry = index[sid]
+        counts[entry["split"]] += 1
+        per_split[entry["split"]].append(entry["stats"])
+    return {
+        "format": FORMAT_NAME,
+        "schema_version": info.get("schema_version", SCHEMA_VERSION),
+        "code_version": info.get("code_version", code_version()),
+        "config_hash": info.get("config_hash"),
+        "cbed_dtype": info.get("cbed_dtype"),
+        "compression": info.get("compression"),
+        "checksum": codec.CHECKSUM_NAME,
+        "arrays": info.get("arrays", {}),
+        "split_fractions": info.get("split_fractions"),
+        "split_seed": info.get("split_seed"),
+        "count": len(ids),
+        "counts": counts,
+        "bytes": int(sum(index[s]["nbytes"] for s in ids)),
+        "samples": [{"id": sid, "split": index[sid]["split"], "material_id": index[sid]["material_id"]}
+                    for sid in ids],
+        "statistics": {s: merge_statistics(per_split[s]) for s in SPLITS},
+        "intensity_scale": (intensity_scale(info["arrays"]["cbed"]["shape"][-1])
+                            if info.get("arrays") else None),
+        "created": info.get("created"),
+        "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def _read_info_and_index(env: lmdb.Environment, dbs: dict[bytes, Any], path: Path
+                         ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    with env.begin(buffers=True) as txn:
+        raw_info = txn.get(_INFO_KEY, db=dbs[b"info"])
+        try:
+            info = _json_unseal(raw_info) if raw_info is not None else {}
+        except (codec.RecordCorrupt, ValueError) as exc:
+            raise CorruptRecordError(str(path), "info", str(exc)) from exc
+        index = {}
+        for key, value in txn.cursor(db=dbs[b"index"]):
+            sid = bytes(key).decode()
+            try:
+                index[sid] = _json_unseal(value)
+            except (codec.RecordCorrupt, ValueError) as exc:
+                raise CorruptRecordError(str(path), f"index/{sid}", str(exc)) from exc
+    return info, index
+
+
+def _load_manifest(path: Path) -> dict[str, Any]:
+    try:
+        manifest = json.loads((path / MANIFEST_NAME).read_text())
+    except PermissionError as exc:
+        raise StoreError(f"permission denied reading {path / MANIFEST_NAME}; fix its permissions") from exc
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise SchemaError(f"{path / MANIFEST_NAME} is not valid JSON ({exc}); delete it and open the "
+                          f"store with a writer to rebuild it") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+        raise SchemaError(f"{path / MANIFEST_NAME} is not a {FORMAT_NAME} manifest; point at a store "
+                          f"directory written by namsa")
+    return manifest
