@@ -10,13 +10,13 @@ figures and ``report.html``.
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 from namsa.errors import UserError
+from stage.jsonfile import write_json_atomic
 
 from . import figures, report
 from .aggregation import (IMAGE_METRICS, aggregate, breakdown, compute_seconds, methods_present, network_vs_icom,
@@ -122,7 +122,7 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
         "train_metrics_csv": str(csv_path) if csv_path else None,
     }
     metrics_path = out / "metrics.json"
-    _write_json(metrics_path, doc)
+    write_json_atomic(metrics_path, jsonable(doc), allow_nan=False)
     html_path = report.write_report(out / "report.html", doc)
     return EvalResult(out, metrics_path, html_path, list(figs.values()), headline, len(records), verdicts, timings)
 
@@ -214,10 +214,3 @@ def _find_metrics_csv(given: str | Path | None, model_dir: Path, card: dict | No
 
 def _as_list(paths: str | Path | Sequence[str | Path]) -> list[str | Path]:
     return [paths] if isinstance(paths, (str, Path)) else list(paths)
-
-
-
-def _write_json(path: Path, doc: dict) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(jsonable(doc), indent=1, allow_nan=False))
-    tmp.replace(path)

@@ -18,7 +18,6 @@ never runs ``pickle``.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import random
 import shutil
@@ -35,6 +34,7 @@ import xxhash
 from safetensors.torch import load_file, save_file
 
 from namsa.errors import UserError
+from stage.jsonfile import TMP_PREFIX, write_json_atomic
 
 from .card import MODEL_FILE, ModelDirError, inside, parse_json_bytes
 
@@ -42,7 +42,7 @@ FORMAT_VERSION = 1
 OPTIM_FILE, STATE_FILE = "optimizer.safetensors", "state.json"
 EXPECTED_FILES = (MODEL_FILE, OPTIM_FILE, STATE_FILE)
 PICKLE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".bin", ".npy", ".npz")
-_TMP_PREFIX = ".tmp-"
+_TMP_PREFIX = TMP_PREFIX  # also the prefix of stage.jsonfile's temporary files
 #: RNG states, optimiser scalars and configs: tens of kB; far more is not a namsa state
 MAX_STATE_BYTES = 64 << 20
 
@@ -81,16 +81,6 @@ def fsync_dir(path: Path) -> None:
 def _fsync_file(path: Path) -> None:
     with open(path, "rb+") as fh:
         os.fsync(fh.fileno())
-
-
-def write_json_atomic(path: Path, payload: Any) -> None:
-    """Write JSON to ``path`` via a temporary file + rename (readers never see half a file)."""
-    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{os.getpid()}")
-    with open(tmp, "w") as fh:
-        json.dump(payload, fh, indent=1, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def looks_pickled(path: Path) -> bool:
@@ -242,7 +232,7 @@ def _write_checkpoint_files(tmp: Path, step: int, model_state: dict[str, torch.T
         _fsync_file(tmp / name)
         files[name] = {"bytes": (tmp / name).stat().st_size, "xxh3_128": file_digest(tmp / name)}
     payload = {**state, "format_version": FORMAT_VERSION, "step": step, "optimizer": opt_meta, "files": files}
-    write_json_atomic(tmp / STATE_FILE, payload)
+    write_json_atomic(tmp / STATE_FILE, payload, sort_keys=True)
     fsync_dir(tmp)
 
 

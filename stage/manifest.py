@@ -1,9 +1,9 @@
 """The store's JSON: sealed info/index entries, the manifest derived from them, and the schema version."""
 from __future__ import annotations
 
+import functools
 import json
-import os
-import tempfile
+import subprocess
 import time
 from importlib import metadata
 from pathlib import Path
@@ -23,11 +23,20 @@ FORMAT_NAME = "namsa-store"
 _INFO_KEY = b"store"
 
 
+@functools.lru_cache(maxsize=1)
 def code_version() -> str:
+    """Installed package version plus the git commit of the source tree when there is one (the
+    one code version of manifests, checkpoints and model cards; cached: one git call a process)."""
     try:
-        return metadata.version("namsa")
+        version = metadata.version("namsa")
     except metadata.PackageNotFoundError:
-        return "unknown"
+        version = "unknown"
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
+                                capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return f"{version}+{commit}" if commit else version
 
 
 def _json_seal(obj: Any) -> bytes:
@@ -36,27 +45,6 @@ def _json_seal(obj: Any) -> bytes:
 
 def _json_unseal(buf: bytes | memoryview) -> Any:
     return json.loads(bytes(codec.unseal(buf)))
-
-
-def _write_json_atomic(path: Path, obj: Any) -> None:
-    """Write JSON to a temp file in the same directory, fsync, rename over ``path``."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        # mkstemp creates 0600; a manifest on a shared filesystem must be readable by every user.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(obj, fh, indent=1, sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def _check_schema_version(path: Path, version: Any, where: str) -> None:

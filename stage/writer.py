@@ -21,8 +21,9 @@ from .config import DataConfig
 from .errors import NotAStoreError, SchemaError, StoreError, StoreFullError, StoreLockedError
 from .layout import DATA_NAME, LOCK_NAME, MANIFEST_NAME, is_store
 from .lmdbenv import _acquire_env, _creation_error, _is_disk_full, _release_env
+from .jsonfile import write_json_atomic
 from .manifest import (_INFO_KEY, SCHEMA_VERSION, _check_schema_version, _json_seal, _load_manifest,
-                       _read_info_and_index, _write_json_atomic, build_manifest, code_version)
+                       _read_info_and_index, build_manifest, code_version)
 from .splits import split_of
 from .stats import sample_statistics
 from .transforms import intensity_scale
@@ -275,7 +276,7 @@ class StoreWriter:
         """Render manifest.json from the LMDB contents (atomic rename)."""
         manifest = build_manifest(self.path, self.info, self._index)
         try:
-            _write_json_atomic(self.path / MANIFEST_NAME, manifest)
+            write_json_atomic(self.path / MANIFEST_NAME, manifest, sort_keys=True)
         except OSError as exc:
             if _is_disk_full(exc):
                 raise StoreFullError(f"disk full writing {self.path / MANIFEST_NAME}; the LMDB records are "

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from namsa.errors import UserError
 
-from .runner_io import one_line, progress_bar, write_json_atomic
+from .runner_io import one_line, progress_bar, write_summary_json
 
 if TYPE_CHECKING:  # the config pulls in torch (models); simulation workers must not pay for it
     from namsa import SimulationConfig
@@ -121,7 +121,7 @@ def simulate_specs(sim_cfg: "SimulationConfig", data_cfg: "DataConfig", store_di
     """
     summary = SimulateSummary(store=str(store_dir), planned=len(specs), started_at=time.time())
     if progress_path is not None:  # marks the task as started for a watching driver
-        write_json_atomic(progress_path, summary.to_dict())
+        write_summary_json(progress_path, summary.to_dict())
     if not specs:  # nothing to do: do not create an empty store
         summary.finished_at = time.time()
         return summary
@@ -134,7 +134,7 @@ def simulate_specs(sim_cfg: "SimulationConfig", data_cfg: "DataConfig", store_di
         _simulate_into(writer, sim_cfg, specs, sources, summary, bar, progress_path, stop)
     summary.finished_at = time.time()
     if progress_path is not None:
-        write_json_atomic(progress_path, summary.to_dict())
+        write_summary_json(progress_path, summary.to_dict())
     return summary
 
 
@@ -189,7 +189,7 @@ def _simulate_into(writer: Any, sim_cfg: "SimulationConfig", specs: Sequence[Any
         bar.set_postfix(written=summary.written, failed=len(summary.failed), refresh=False)
         if progress_path is not None:
             summary.finished_at = time.time()
-            write_json_atomic(progress_path, summary.to_dict())
+            write_summary_json(progress_path, summary.to_dict())
 
 
 def simulate(cfg: "PipelineConfig", out_dir: str | Path, *, worker: int = 0, num_workers: int = 1,
@@ -219,7 +219,7 @@ def simulate(cfg: "PipelineConfig", out_dir: str | Path, *, worker: int = 0, num
     summary.planned = len(mine)
     if worker == 0:
         summary.failed = [(mid, reason) for mid, reason in planned.failures] + summary.failed
-    write_json_atomic(out_dir / f"simulate-{worker:03d}.json", summary.to_dict())
+    write_summary_json(out_dir / f"simulate-{worker:03d}.json", summary.to_dict())
     return summary
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from .data_runners import stored_ids
-from .runner_io import require_directory, write_json_atomic
+from .runner_io import require_directory, write_summary_json
 
 if TYPE_CHECKING:  # the config pulls in torch (models)
     from .config import PipelineConfig
@@ -69,7 +69,7 @@ def train(cfg: "PipelineConfig", data_dirs: Sequence[str | Path], out_dir: str |
         "started_at": started, "finished_at": time.time(),
     }
     if _is_main_rank():
-        write_json_atomic(Path(out_dir) / TRAIN_SUMMARY, summary)
+        write_summary_json(Path(out_dir) / TRAIN_SUMMARY, summary)
     return summary
 
 
@@ -106,7 +106,7 @@ def evaluate(cfg: "PipelineConfig", data_dirs: Sequence[str | Path], model_dir: 
             "data_fingerprint": data_fingerprint(data_dirs), "config_hash": section_hash(cfg, *EVAL_SECTIONS),
             "started_at": started, "finished_at": time.time(),
         }
-        write_json_atomic(staging / EVAL_SUMMARY, summary)
+        write_summary_json(staging / EVAL_SUMMARY, summary)
     return summary
 
 

@@ -97,7 +97,7 @@ class Pipeline:
         timings = self.summary.timings
         timings["parsl_overhead"] = (parsl_overhead(self.summary.tasks) + timings.get("parsl_start", 0.0)
                                      + timings.get("parsl_stop", 0.0))
-        runner_io.write_json_atomic(self.paths.root / "summary.json", asdict(self.summary))
+        runner_io.write_summary_json(self.paths.root / "summary.json", asdict(self.summary))
         self.log("run finished: " + ", ".join(self.summary.stages_run or ["nothing to do"]))
         return self.summary
 
@@ -254,7 +254,7 @@ class Pipeline:
             and _read_json(launch_path) == launch
         if not resume and any((self.paths.root / name).exists() for name in TRAINING_OUTPUTS):
             self._archive_training()
-        runner_io.write_json_atomic(launch_path, launch)
+        runner_io.write_summary_json(launch_path, launch)
         cli_args = [str(self.paths.resolved_config), "--data", str(self.paths.data),
                     "--out", str(self.paths.root), "--no-progress"] + (["--resume"] if resume else [])
         command, resource_spec = train_command(self.cfg.execution, cli_args)
@@ -342,7 +342,7 @@ class Pipeline:
         result = future.result()
         # Remember which model this evaluation belongs to, so a retrained model is re-evaluated.
         result["model_finished_at"] = model_stamp
-        runner_io.write_json_atomic(self.paths.eval / model_runners.EVAL_SUMMARY, result)
+        runner_io.write_summary_json(self.paths.eval / model_runners.EVAL_SUMMARY, result)
         timing.started, timing.ended = result["entered_at"], result["finished_at"]
         self.summary.tasks.append(timing)
         self._add_time("evaluate", time.time() - started)

@@ -25,7 +25,7 @@ from stage.config import expand_path
 
 from .config import PipelineConfig
 from .model_runners import TRAIN_SUMMARY
-from .runner_io import write_json_atomic
+from .runner_io import write_summary_json
 
 #: what models.train writes into its output directory (the run directory) to record the run
 TRAIN_RUN_FILE = "train_run.json"
@@ -133,8 +133,8 @@ class FailureLog:
 
     def record(self, items: Sequence[tuple[str, str]]) -> None:
         self.entries.update({who: why for who, why in items})
-        write_json_atomic(self.path, {"physics_hash": self.physics_hash, "failures": self.entries})
+        write_summary_json(self.path, {"physics_hash": self.physics_hash, "failures": self.entries})
 
     def forget(self) -> None:
         self.entries = {}
-        write_json_atomic(self.path, {"physics_hash": self.physics_hash, "failures": {}})
+        write_summary_json(self.path, {"physics_hash": self.physics_hash, "failures": {}})

@@ -2,14 +2,12 @@
 atomic JSON files and output directories."""
 from __future__ import annotations
 
-import json
-import os
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 from namsa.errors import UserError
+from stage.jsonfile import write_json_atomic
 
 
 def one_line(exc: BaseException) -> str:
@@ -18,13 +16,10 @@ def one_line(exc: BaseException) -> str:
     return text if isinstance(exc, UserError) else f"{type(exc).__name__}: {text}"
 
 
-def write_json_atomic(path: str | Path, payload: Any) -> None:
-    """Write JSON through a temporary file so a kill never leaves half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(payload, indent=1, default=str))
-    tmp.replace(path)
+def write_summary_json(path: str | Path, payload: Any) -> None:
+    """The workflow's summaries and progress files: stage.jsonfile's atomic writer, parents made,
+    anything JSON cannot hold written as its str()."""
+    write_json_atomic(path, payload, default=str, make_parents=True)
 
 
 def progress_bar(total: int, desc: str, unit: str, enabled: bool):

@@ -7,6 +7,8 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stage.jsonfile import write_json_atomic
+
 from .. import checkpoint as ckpt
 from ..card import CARD_FILE
 from ..fcdensenet import count_parameters
@@ -81,7 +83,7 @@ def export_model(checkpoint_dir: Path, model_dir: Path, extra: dict[str, Any]) -
             "normalizer": state["normalizer"], "data_manifest_hash": state["data_manifest_hash"],
             "code_version": state["code_version"], "train_config": state["train_config"],
             "files": {ckpt.MODEL_FILE: state["files"][ckpt.MODEL_FILE]}, **extra}
-    ckpt.write_json_atomic(tmp / CARD_FILE, card)
+    write_json_atomic(tmp / CARD_FILE, card, sort_keys=True)
     if model_dir.exists():
         trash = model_dir.with_name(f".tmp-old-{model_dir.name}.{os.getpid()}")
         os.replace(model_dir, trash)

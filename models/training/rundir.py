@@ -14,6 +14,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from stage.jsonfile import write_json_atomic
+from stage.manifest import code_version
+
 from .. import checkpoint as ckpt
 from ..schedules import huber_delta
 from .errors import CheckpointMismatchError, OutputDirError
@@ -42,26 +45,6 @@ class Position:
     last_dev_loss: float | None = None
     last_train_loss: float | None = None
     wall_s: float = 0.0
-
-
-def code_version() -> str:
-    """Installed package version plus the git commit of the source tree when there is one.
-
-    (models may not import the namsa physics package, so the version comes from the metadata.)
-    """
-    import subprocess
-    from importlib import metadata
-
-    try:
-        version = metadata.version("namsa")
-    except metadata.PackageNotFoundError:
-        version = "unknown"
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
-                                capture_output=True, text=True, timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
-    return f"{version}+{commit}" if commit else version
 
 
 def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
@@ -101,7 +84,7 @@ def claim_out_dir(t: Trainer, resume: bool) -> None:
     if t.ctx.is_main:
         t.out.mkdir(parents=True, exist_ok=True)
         if not run_file.exists():
-            ckpt.write_json_atomic(run_file, {"identity": t.identity, "created": time.time()})
+            write_json_atomic(run_file, {"identity": t.identity, "created": time.time()}, sort_keys=True)
     t.ctx.barrier()
 
 
@@ -180,5 +163,5 @@ def _state_json(t: Trainer, rngs: list[dict[str, Any]]) -> dict[str, Any]:
             "world_size": t.ctx.world_size, "code_version": code_version()}
 
 
-__all__ = ["RUN_FILE", "RESUMABLE_CHANGES", "Position", "code_version", "identity", "claim_out_dir", "restore",
+__all__ = ["RUN_FILE", "RESUMABLE_CHANGES", "Position", "identity", "claim_out_dir", "restore",
            "save_checkpoint"]

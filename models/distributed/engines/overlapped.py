@@ -21,7 +21,6 @@ from __future__ import annotations
 import abc
 import queue
 import threading
-import time
 
 import numpy as np
 import torch
