@@ -19,9 +19,6 @@ from namsa.errors import UserError
 from .storeset import open_stores
 from .transforms import TRANSFORMS, subtract_pattern_min
 
-TARGET_NAMES: tuple[str, ...] = ("potential", "density")
-
-
 def _mean_std(m: Sequence[float]) -> tuple[float, float]:
     n, mean, m2 = m
     std = math.sqrt(m2 / n) if n > 0 else 0.0
