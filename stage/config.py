@@ -28,6 +28,43 @@ def expand_path(text: str, key: str) -> Path:
 DEFAULT_SPLIT_FRACTIONS: tuple[float, float, float] = (0.90, 0.05, 0.05)
 
 
+class DoseAugmentationConfig(BaseModel):
+    """Shot noise drawn in the loader at a random dose, on the training split only (`stage.dose`).
+
+    enabled:             off by default: samples are delivered exactly as stored.
+    dose_range_e_per_A2: [low, high] electron dose (electrons per Angstrom^2), low <= high, both > 0;
+                         the issue's span of real doses is 1e2-1e6.
+    log_uniform:         draw the dose log-uniformly over the range (every decade equally often);
+                         False draws it uniformly.
+    clean_fraction:      probability that a sample is delivered noise-free (infinite dose) instead.
+    seed:                with the epoch and the sample id, fixes every dose and every noise draw.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    dose_range_e_per_A2: tuple[float, float] = (1e2, 1e6)
+    log_uniform: bool = True
+    clean_fraction: float = 0.1
+    seed: int = Field(0, ge=0)
+
+    @field_validator("dose_range_e_per_A2")
+    @classmethod
+    def _positive_ordered(cls, value: tuple[float, float]) -> tuple[float, float]:
+        low, high = value
+        if not (0 < low <= high < float("inf")):
+            raise ValueError(f"dose range {list(value)} must be [low, high] electrons/A^2 with 0 < low <= high, "
+                             "e.g. [100, 1000000]")
+        return value
+
+    @field_validator("clean_fraction")
+    @classmethod
+    def _a_probability(cls, value: float) -> float:
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"clean_fraction {value} is a probability: give a number in [0, 1]")
+        return value
+
+
 class DataConfig(BaseModel):
     """Store format, splits, input normalisation and loader knobs.
 
@@ -59,6 +96,8 @@ class DataConfig(BaseModel):
     max_map_size_gb:   the map never grows beyond this; reaching it is a clear error.
     manifest_every_s:  a writer refreshes manifest.json at least this often (seconds); the
                        manifest is also rewritten on close and rebuilt from LMDB on open.
+    dose_augmentation: Poisson shot noise drawn in the loader at a random dose for training
+                       samples (`DoseAugmentationConfig`; off by default).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -78,6 +117,7 @@ class DataConfig(BaseModel):
     map_size_mb: int = Field(256, ge=1)
     max_map_size_gb: float = Field(4096.0, gt=0)
     manifest_every_s: float = Field(30.0, gt=0)
+    dose_augmentation: DoseAugmentationConfig = DoseAugmentationConfig()
 
     @field_validator("split_fractions")
     @classmethod

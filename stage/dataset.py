@@ -16,6 +16,8 @@ from torch.utils.data import Dataset, default_collate, get_worker_info
 
 from namsa.errors import UserError
 
+from .config import DoseAugmentationConfig
+from .dose import DoseAugmentation
 from .errors import CorruptRecordError, EmptyStoreError
 from .normalize import Normalizer
 from .splits import SPLITS
@@ -32,12 +34,18 @@ class SampleDataset(Dataset):
     untransformed) so the transform can run on the GPU after an fp16 host-to-device copy (half
     the PCIe bytes): `batch_to_device(batch, device, normalizer)` does both. ``skip_corrupt=True`` replaces a corrupt record by the next readable one
     (with a warning naming it) instead of failing the epoch.
+
+    ``dose_augmentation`` (a `DoseAugmentationConfig`, enabled): training-split samples get
+    Poisson shot noise at a random dose, drawn from (seed, epoch, sample id) before any
+    transform (`stage.dose`); other splits are delivered as stored. The epoch is what
+    `set_epoch` last set (the `ShardedBatchSampler` sets it): it lives in shared memory, so
+    persistent DataLoader workers and reader threads all see it.
     """
 
     def __init__(self, paths: Any, split: str | None, normalizer: Normalizer | None,
                  targets: Sequence[str] = ("potential",), max_samples: int | None = None, *,
                  raw_cbed: bool = False, skip_corrupt: bool = False, verify: bool = True,
-                 readahead: bool | None = None):
+                 readahead: bool | None = None, dose_augmentation: DoseAugmentationConfig | None = None):
         if split is not None and split not in SPLITS:
             raise UserError(f"unknown split {split!r}; use one of {SPLITS} (or None for all samples)")
         bad = [t for t in targets if t not in ("potential", "density")]
@@ -56,10 +64,22 @@ class SampleDataset(Dataset):
             raise EmptyStoreError(f"no {split} samples in {self.stores.describe()}; simulate more materials "
                                   f"or change data.split_fractions")
         self.storage_scale = self.stores.storage_scale
+        augment = dose_augmentation is not None and dose_augmentation.enabled and split == "train"
+        self.dose = DoseAugmentation(dose_augmentation) if augment else None
+        # shared memory: workers forked (or spawned) before a set_epoch still read the new value
+        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         self.stores.close()  # workers open their own handles; the parent keeps none across fork()
 
     def __len__(self) -> int:
         return len(self.global_indices)
+
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose dose and noise draws `read_into` delivers."""
+        self._epoch.fill_(int(epoch))
 
     @property
     def cbed_shape(self) -> tuple[int, ...]:
@@ -87,8 +107,10 @@ class SampleDataset(Dataset):
         # Normalised or raw items take the stored values (the Normalizer knows their scale);
         # unnormalised float32 items are physical intensities.
         physical = self.normalizer is None and not self.raw_cbed
-        arrays, _ = reader.read_arrays(j, names=("cbed", *self.targets), dtype=np.float32, out=out,
-                                       physical=physical)
+        arrays, meta = reader.read_arrays(j, names=("cbed", *self.targets), dtype=np.float32, out=out,
+                                          physical=physical)
+        if self.dose is not None:
+            self.dose.apply(arrays["cbed"], meta, self.epoch, 1.0 if physical else self.storage_scale)
         return arrays
 
     def __getitem__(self, index: int) -> dict[str, Any]:

@@ -90,6 +90,7 @@ class ShardedBatchSampler(Sampler[list[int]]):
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
+        self.dataset.set_epoch(self.epoch)  # the epoch keys the dataset's dose augmentation draws
         if self.shard_mode == "shared":
             self.sampler.set_epoch(self.epoch)
 
