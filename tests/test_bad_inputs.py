@@ -131,6 +131,10 @@ CASES: list[Case] = [
     Case("workers-zero", sim("execution.workers=0"), "execution.workers: Input should be greater than or equal to 1"),
     Case("success-fraction-above-one", sim("execution.min_success_fraction=2"), "execution.min_success_fraction"),
     Case("retries-negative", sim("execution.retries=-1"), "execution.retries"),
+    Case("dose-range-reversed", sim("data.dose_augmentation.dose_range_e_per_A2=[1000000,100]"),
+         "data.dose_augmentation.dose_range_e_per_A2: dose range [1000000.0, 100.0] must be [low, high]"),
+    Case("dose-clean-fraction-above-one", sim("data.dose_augmentation.clean_fraction=1.5"),
+         "data.dose_augmentation.clean_fraction: clean_fraction 1.5 is a probability"),
     Case("data-dir-unset-variable", sim("execution.data_dir=$NAMSA_NO_SUCH_VAR/data", command="run"),
          "NAMSA_NO_SUCH_VAR"),
     # -- what to simulate -----------------------------------------------------------------------
