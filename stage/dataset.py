@@ -66,8 +66,9 @@ class SampleDataset(Dataset):
         self.storage_scale = self.stores.storage_scale
         augment = dose_augmentation is not None and dose_augmentation.enabled and split == "train"
         self.dose = DoseAugmentation(dose_augmentation) if augment else None
-        # shared memory: workers forked (or spawned) before a set_epoch still read the new value
-        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
+        self._epoch = torch.zeros((), dtype=torch.int64)
+        if augment:  # shared memory: workers forked (or spawned) before a set_epoch read the new value
+            self._epoch.share_memory_()
         self.stores.close()  # workers open their own handles; the parent keeps none across fork()
 
     def __len__(self) -> int:
