@@ -54,6 +54,21 @@ def test_tiny_model_overfits_a_handful_of_real_samples(tiny_data_dir, tmp_path):
     assert last < first / 10, (first, last)
 
 
+def test_dose_augmentation_reaches_the_training_batches(tiny_data_dir, tmp_path):
+    """data.dose_augmentation on: the same seeded run sees noisy training patterns (other losses),
+    while the dev split stays as stored (the same dev loss at step 0 is not guaranteed, so only train)."""
+    noisy_data = DATA_CFG.model_copy(update={"dose_augmentation": DATA_CFG.dose_augmentation.model_copy(
+        update={"enabled": True, "dose_range_e_per_A2": (1e2, 1e2), "clean_fraction": 0.0})})
+    steps = dict(max_steps=2, eval_every=1000, checkpoint_every=1000)
+    clean = _train(tmp_path / "clean", tiny_data_dir, **steps)
+    noisy = models.train(ModelConfig(preset="tiny"), tiny_train_cfg(**steps), None, noisy_data, [tiny_data_dir],
+                         tmp_path / "noisy")
+    clean_loss = [float(r["train_loss"]) for r in read_metrics(clean.metrics_csv)]
+    noisy_loss = [float(r["train_loss"]) for r in read_metrics(noisy.metrics_csv)]
+    assert len(clean_loss) == len(noisy_loss) == 2
+    assert clean_loss[0] != noisy_loss[0]
+
+
 def test_run_outputs(base_run):
     out = Path(base_run.model_dir).parent
     assert base_run.steps == BASE_STEPS

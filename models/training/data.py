@@ -88,7 +88,10 @@ class TrainingData:
         if cap is not None and self.local_data:
             cap = max(1, cap // self.ctx.world_size)  # the cap is global: each rank holds 1/P of the data
         try:
-            return stage.SampleDataset(paths, split, self.normalizer, targets, raw_cbed=raw, max_samples=cap)
+            # Shot noise at a random dose (data.dose_augmentation); SampleDataset applies it to "train" only.
+            dose = getattr(self.data_cfg, "dose_augmentation", None)
+            return stage.SampleDataset(paths, split, self.normalizer, targets, raw_cbed=raw, max_samples=cap,
+                                       dose_augmentation=dose)
         except EmptyStoreError:
             if allow_empty:
                 return None
