@@ -29,10 +29,12 @@ demo: venv
 
 # notebooks/ in JupyterLab, run from the venv (its kernel imports this checkout). JupyterLab is large
 # and only this target needs it, so it is installed into the venv on first use, not with [dev].
+# NOTEBOOK_ARGS go to `jupyter lab` (e.g. --no-browser --port 8890, or --allow-root in a root container).
+NOTEBOOK_ARGS ?=
 notebook: venv
 	@$(PY) -c 'import jupyterlab' 2>/dev/null || { echo "make: installing jupyterlab into $(VENV) (first use only) ..."; \
 	  $(PY) -m pip install -q jupyterlab; }
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(NOTEBOOK_ARGS)
 
 # The study (docs/evaluation.md): thousands of generated samples, the scan-space reconstructor, its
 # learning curve over 4 training-set sizes, and the held-out comparison with the mean image and iCoM.
