@@ -1,11 +1,12 @@
-# The two README commands: `make demo` and `make test`. Both create .venv on first use.
+# The two README commands: `make demo` and `make test`. Both create .venv on first use; the `namsa`
+# command is then .venv/bin/namsa (or `namsa` after `. .venv/bin/activate`).
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?= -m "not slow"
 
-.PHONY: venv demo test test-all test-slurm study pretrained horovod horovod-cached bench bench-workflow clean
+.PHONY: venv demo notebook test test-all test-slurm study pretrained horovod horovod-cached bench bench-workflow clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "namsa needs Python 3.11 or newer; run e.g. make PYTHON=python3.11 $(MAKECMDGOALS)")'
@@ -25,6 +26,15 @@ venv: $(STAMP)
 
 demo: venv
 	$(VENV)/bin/namsa run configs/quickstart.yaml --out runs/quickstart
+
+# notebooks/ in JupyterLab, run from the venv (its kernel imports this checkout). JupyterLab is large
+# and only this target needs it, so it is installed into the venv on first use, not with [dev].
+# NOTEBOOK_ARGS go to `jupyter lab` (e.g. --no-browser --port 8890, or --allow-root in a root container).
+NOTEBOOK_ARGS ?=
+notebook: venv
+	@$(PY) -c 'import jupyterlab' 2>/dev/null || { echo "make: installing jupyterlab into $(VENV) (first use only) ..."; \
+	  $(PY) -m pip install -q jupyterlab; }
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(NOTEBOOK_ARGS)
 
 # The study (docs/evaluation.md): thousands of generated samples, the scan-space reconstructor, its
 # learning curve over 4 training-set sizes, and the held-out comparison with the mean image and iCoM.

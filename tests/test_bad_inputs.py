@@ -205,6 +205,9 @@ CASES: list[Case] = [
     Case("reconstruct-out-holds-other-files", ("reconstruct", "{tmp}/scan.hspy", "--model", "pretrained:study-scan",
                                                "--out", "{junk_dir}"),
          "holds files this command did not write (e.g. 'notes.txt')"),
+    Case("reconstruct-with-set", ("reconstruct", "{tmp}/scan.hspy", "--model", "pretrained:study-scan",
+                                  "--out", "{tmp}/maps", "--set", "simulation.energy_kv=300"),
+         "--set: reconstruct reads no pipeline config, so there is nothing to override"),
     # (end of microscope files)
     # -- issue 18: model directories, cards, safetensors and checkpoints --------------------
     Case("evaluate-model-is-a-file", ("evaluate", MICRO, "--data", "{data}", "--model", "{file}", "--out", "{tmp}/e"),

@@ -1,6 +1,8 @@
 """The `namsa` CLI: --help everywhere, one-line errors with exit status 2, real stage runs."""
 from __future__ import annotations
 
+import argparse
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,6 +44,60 @@ def test_config_commands_take_a_config_and_overrides(capsys):
             main([command, "--help"])
         out = capsys.readouterr().out
         assert "CONFIG" in out and "--set KEY=VALUE" in out, command
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _takes_set(parser: argparse.ArgumentParser) -> bool:
+    """Whether a subcommand takes --set as a documented option (reconstruct's refusal is hidden)."""
+    return any("--set" in a.option_strings and a.help != argparse.SUPPRESS for a in parser._actions)
+
+
+def test_set_is_taken_by_exactly_the_commands_the_readme_names():
+    readme = " ".join(README.read_text().split())
+    said = re.search(r"The subcommands that read a CONFIG \(([^)]*)\) take `--set", readme)
+    without = re.search(r"overrides; ([^;.]*) read no config \(", readme)
+    assert said and without, "README.md no longer says which subcommands take --set"
+    named, unnamed = set(re.findall(r"`(\w+)`", said.group(1))), set(re.findall(r"`(\w+)`", without.group(1)))
+    subparsers = [a for a in build_parser()._actions if a.dest == "command"][0].choices
+    assert named == {name for name, p in subparsers.items() if _takes_set(p)}
+    assert unnamed == set(SUBCOMMANDS) - named
+
+
+def test_reconstruct_refuses_set_saying_it_reads_no_config(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["reconstruct", str(tmp_path / "scan.hspy"), "--model", "pretrained:study-scan", "--out",
+              str(tmp_path / "maps"), "--set", "simulation.energy_kv=300"])
+    assert exit_info.value.code == EXIT_BAD_INPUT
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("namsa: error: reconstruct: --set: reconstruct reads no pipeline "
+                                               "config"), err
+    assert "--energy-kv" in err[0] and not (tmp_path / "maps").exists()
+    with pytest.raises(SystemExit):
+        main(["reconstruct", "--help"])
+    assert "takes no --set" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("command", ["evaluate", "reconstruct"])
+def test_model_help_documents_pretrained_names(command, capsys, monkeypatch):
+    import models
+
+    monkeypatch.setenv("COLUMNS", "1000")   # one line per option: no name broken at a hyphen
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    model_help = out[out.rindex("--model DIR|pretrained:<name> "):]   # the option's entry, not the usage line
+    names = models.pretrained_names()
+    assert names and "or pretrained:<name> for a reconstructor shipped with namsa" in model_help
+    assert f"shipped: {', '.join(names)} (models.pretrained_names())" in model_help
+
+
+def test_building_the_parser_does_not_import_torch():
+    # The shipped names are listed only when help is printed: every other command starts without torch.
+    code = "import sys; from workflow.cli import build_parser; build_parser(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
 
 
 def test_bad_config_key_exits_2_with_one_line(tmp_path, capsys):

@@ -21,3 +21,32 @@ def test_every_pip_step_of_make_venv_is_announced(tmp_path):
     for i in pip_steps:
         assert commands[i - 1].startswith('echo "make: '), (commands[i - 1], commands[i])
     assert "about a minute" in commands[pip_steps[-1] - 1]
+
+
+def dry_run(target: str, venv: Path) -> list[str]:
+    """The recipe lines ``make -n TARGET`` would run, with VENV pointing at a venv not yet built."""
+    return subprocess.run(["make", "-n", target, f"VENV={venv}"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.splitlines()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_notebook_target_opens_the_notebooks_in_jupyterlab_from_the_venv(tmp_path):
+    venv = tmp_path / "venv"
+    lines = dry_run("notebook", venv)
+    assert any(" -m venv " in line for line in lines)   # it builds the venv first, like demo and test
+    launch = lines[-1]
+    assert launch.startswith(f"{venv}/bin/jupyter lab ") and "--notebook-dir=notebooks" in launch.split(), launch
+    assert (ROOT / "notebooks" / "reconstruct.ipynb").is_file()
+    # JupyterLab is installed into the venv on first use only: guarded by an import check, announced.
+    install = next(i for i, line in enumerate(lines) if "pip install -q jupyterlab" in line)
+    guard = " ".join(lines[install - 1:install + 1])
+    assert f"{venv}/bin/python -c 'import jupyterlab'" in guard and "||" in guard and 'echo "make: installing' in guard
+
+
+def test_jupyterlab_is_not_a_dev_dependency():
+    # Large and needed only by `make notebook`: `make venv` (and CI) must not pull it.
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    required = project["dependencies"] + [d for extra in project["optional-dependencies"].values() for d in extra]
+    assert not [d for d in required if d.lower().startswith("jupyterlab")]

@@ -5,12 +5,13 @@ workflow.model_runners or workflow.reconstruct (the DAG of `namsa run`: workflow
     namsa stage SRC DST                   copy/shard stores to node-local storage, verify
     namsa inspect DIR [--verify]          what a store holds; --verify checks every checksum
     namsa train CONFIG --data DIR --out DIR [--resume]
-    namsa evaluate CONFIG --data DIR --model DIR --out DIR
+    namsa evaluate CONFIG --data DIR --model DIR|pretrained:<name> --out DIR
     namsa run CONFIG [--out DIR]          the whole Parsl DAG: simulate -> train -> evaluate
     namsa scaling CONFIG --data DIR --out DIR
     namsa reconstruct FILE --model DIR|pretrained:<name> --out DIR   an experimental 4D-STEM file -> maps
 
-CONFIG may be left out: the embedded quickstart config is used. Bad input exits with status 2 and
+CONFIG may be left out: the embedded quickstart config is used. The commands that read a CONFIG take
+``--set key=value`` overrides; stage, inspect and reconstruct read none. Bad input exits with status 2 and
 one line ``namsa: error: <what is wrong and how to fix it>``.
 """
 from __future__ import annotations
@@ -233,6 +234,34 @@ class _Parser(argparse.ArgumentParser):
                                   f"see {self.prog} --help\n")
 
 
+class _ShippedModelsHelp(argparse.HelpFormatter):
+    """Fills ``{shipped}`` in a help text with the names of the reconstructors shipped with namsa, only
+    when the help is printed: listing them imports models (and torch), which no other use should pay."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = super()._get_help_string(action)
+        if text and "{shipped}" in text:
+            from models import pretrained_names
+
+            text = text.replace("{shipped}", ", ".join(pretrained_names()) or "none")
+        return text
+
+
+class _NoOverrides(argparse.Action):
+    """reconstruct's ``--set``: refused with the reason (it reads no config) rather than argparse's bare
+    "unrecognized arguments", since the other model commands take it."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
+        parser.error("--set: reconstruct reads no pipeline config, so there is nothing to override; give the "
+                     "calibrations with its flags (--energy-kv, --semiangle-mrad, --dk-inv-a or --dk-mrad, "
+                     "--scan-step-a)")
+
+
+#: the --model help of evaluate and reconstruct (``{shipped}``: see _ShippedModelsHelp)
+_MODEL_HELP = ("a trained model directory (the --out of `namsa train`, or its model/), or pretrained:<name> for "
+               "a reconstructor shipped with namsa; shipped: {shipped} (models.pretrained_names())")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="namsa", description="Multislice 4D-STEM simulation -> LMDB stores -> FC-DenseNet "
@@ -240,8 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Start with: namsa run configs/quickstart.yaml --out runs/quickstart")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, handler: Callable[[argparse.Namespace], int], help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=help_text)
+    def add(name: str, handler: Callable[[argparse.Namespace], int], help_text: str,
+            formatter: type[argparse.HelpFormatter] = argparse.HelpFormatter) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=formatter)
         p.set_defaults(handler=handler)
         return p
 
@@ -268,9 +298,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_and_out(p, "training output directory (checkpoints, metrics)")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
 
-    p = add("evaluate", cmd_evaluate, "evaluate a trained model against the baselines; writes metrics and a report")
+    p = add("evaluate", cmd_evaluate, "evaluate a trained model against the baselines; writes metrics and a report",
+            _ShippedModelsHelp)
     _add_data_and_out(p, "output directory (metrics.json, figures, report.html)")
-    p.add_argument("--model", required=True, type=Path, help="trained model directory")
+    p.add_argument("--model", required=True, type=Path, metavar="DIR|pretrained:<name>", help=_MODEL_HELP)
 
     p = add("run", cmd_run, "run the whole Parsl workflow: simulate -> train -> evaluate (resumable)")
     _add_config(p)
@@ -285,10 +316,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metric", default="rel_l2", help="metric plotted against the training-set size")
 
     p = add("reconstruct", cmd_reconstruct, "reconstruct the potential and density maps of an experimental 4D-STEM "
-            "file (EMD/HDF5, .hspy, MIB, EMPAD, ... through rosettasciio) with a trained model, plus iCoM")
+            "file (EMD/HDF5, .hspy, MIB, EMPAD, ... through rosettasciio) with a trained model, plus iCoM. It reads "
+            "no pipeline config, so it takes no --set: its flags and the model's card are its settings",
+            _ShippedModelsHelp)
     p.add_argument("file", type=Path, metavar="FILE", help="4D-STEM file: (scan_y, scan_x, ky, kx) data")
-    p.add_argument("--model", required=True, help="trained model directory, or pretrained:<name> (e.g. "
-                   "pretrained:study-scan)")
+    p.add_argument("--model", required=True, metavar="DIR|pretrained:<name>", help=_MODEL_HELP)
     p.add_argument("--out", required=True, type=Path, help="output directory (maps as NPY/TIFF, PNG, JSON)")
     _add_wait(p)
     for flag, meta, what in (("--energy-kv", "KV", "beam energy (kV)"),
@@ -299,6 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(flag, type=_step_pair if flag == "--scan-step-a" else _positive_float, default=None, metavar=meta,
                        help=f"{what}; overrides the file's metadata")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="accepted for symmetry; no bar here")
+    p.add_argument("--set", action=_NoOverrides, help=argparse.SUPPRESS)
     return parser
 
 
