@@ -74,7 +74,7 @@ def _matched_label(material_id: str, structure: Any) -> str:
 
 @lru_cache(maxsize=1)
 def _matcher() -> Any:
-    """pymatgen's AFLOW matcher (1 s to build), or None where this pymatgen no longer ships it."""
+    """pymatgen's AFLOW matcher (1-10 s to build, once per process), or None where this pymatgen no longer ships it."""
     try:
         from pymatgen.analysis.prototypes import AflowPrototypeMatcher
     except ImportError:
