@@ -64,14 +64,15 @@ def _plan_sources(cfg: SimulationConfig, plan: Plan) -> dict[str, Any]:
 def plan_samples(cfg: SimulationConfig) -> Plan:
     """Expand the config's dataset plan into SampleSpecs; a bad structure is recorded, never fatal."""
     from .supercell import normalize_zone_axis
-    from .zone_axes import auto_zone_axes
+    from .zone_axes import planned_zone_axes
 
     plan = Plan()
     variants = cfg.variants if cfg.variations.any else 1
     for material_id, structure in _plan_sources(cfg, plan).items():
         try:
             if cfg.zone_axes == "auto":
-                axes = auto_zone_axes(structure, max_axes=cfg.max_zone_axes)
+                # raises (recorded below) rather than returning no axis: a material is never dropped
+                axes = planned_zone_axes(structure, cfg.max_zone_axes, cfg.cell_lateral_A, material_id)
             else:
                 axes = [normalize_zone_axis(a) for a in cfg.zone_axes][: cfg.max_zone_axes]
         except UserError as exc:

@@ -199,12 +199,15 @@ def simulate_sample(structure_or_id: Any, zone_axis: Sequence[int], cfg: Simulat
     config_hash = cfg.physics_hash()
     numbers = np.asarray(supercell.numbers)
     from .kirkland import symbol
+    from .structure_type import prototype_label
 
     lam = wavelength_A(cfg.energy_kv)
     meta = {
         "sample_id": sample_id(material_id, axis, variant, config_hash),
         "material_id": material_id,
         "formula": structure.composition.reduced_formula,
+        # its structure type, for splits that hold out whole prototypes (stage.splits.split_key)
+        "prototype": prototype_label(material_id, structure),
         "elements": sorted({symbol(int(z)) for z in numbers}),
         "zone_axis": axis,
         "variant": int(variant),

@@ -10,7 +10,7 @@ from pymatgen.core import Structure
 
 from .errors import UserError
 from .structure_io import load_structure
-from .supercell import MIN_SEARCH_A, Orienter, best_feasible
+from .supercell import MAX_SEARCH_A, MIN_SEARCH_A, Orienter, ZoneAxisError, best_feasible
 
 
 def auto_zone_axes(structure: Structure | Any, max_axes: int = 3, max_index: int = 2, *,
@@ -38,6 +38,40 @@ def auto_zone_axes(structure: Structure | Any, max_axes: int = 3, max_index: int
                            round(best.area_A2, 6), axis))
     scored.sort()
     return [axis for *_, axis in scored[: int(max_axes)]]
+
+
+def planned_zone_axes(structure: Structure, max_axes: int, cell_lateral_A: float,
+                      material_id: str = "this structure") -> list[tuple[int, int, int]]:
+    """`auto_zone_axes` for a plan: never an empty list.
+
+    Searched first as `auto_zone_axes` does (in-plane vectors up to `MIN_SEARCH_A`, so plans of
+    structures that orient there do not change); a structure with no axis there is searched again
+    up to its ``cell_lateral_A`` (the supercell is that wide, so `orient_supercell` searches as far
+    and finds the same cells). If no axis is found either way, raises `ZoneAxisError` saying what
+    was tried and what would orient it (monazite, monoclinic with beta = 103.4 degrees, needs a
+    30 A cell or the explicit axis [3, 0, 2]).
+    """
+    axes = auto_zone_axes(structure, max_axes=max_axes)
+    if not axes and cell_lateral_A > MIN_SEARCH_A:
+        axes = auto_zone_axes(structure, max_axes=max_axes, lateral_A=cell_lateral_A)
+    if axes:
+        return axes
+    searched = max(MIN_SEARCH_A, min(cell_lateral_A, MAX_SEARCH_A))
+    raise ZoneAxisError(f"zone_axes: auto found no usable zone axis for {material_id}: none of its symmetry-distinct "
+                        f"axes with indices up to 2 has an orthogonal periodic cell within 2% strain using "
+                        f"in-plane vectors up to {searched:g} A; {_orientation_advice(structure, searched)}")
+
+
+def _orientation_advice(structure: Structure, searched_A: float) -> str:
+    """What would orient a structure `planned_zone_axes` could not: a wider cell, else an explicit
+    higher-index axis (both probed, a fraction of a second each)."""
+    wider = next((size for size in (30.0, 40.0, MAX_SEARCH_A)
+                  if size > searched_A and auto_zone_axes(structure, max_axes=1, lateral_A=size)), None)
+    higher = auto_zone_axes(structure, max_axes=1, max_index=3, lateral_A=searched_A)
+    options = ([f"set simulation.cell_lateral_A to at least {wider:g} A"] if wider is not None else []) + \
+              ([f"list explicit simulation.zone_axes, e.g. [{list(higher[0])}]"] if higher else [])
+    return " or ".join(options) if options else (f"even {MAX_SEARCH_A:g} A cells and index-3 axes fail: "
+                                                 "leave this material out of the plan")
 
 
 def _canonical(axis: Iterable[int]) -> tuple[int, int, int]:

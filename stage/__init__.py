@@ -11,7 +11,7 @@ from .config import DataConfig
 from .errors import (CorruptRecordError, EmptyStoreError, NotAStoreError, SchemaError, StoreError,
                      StoreFullError, StoreLockedError, StoreNotFoundError, TruncatedStoreError)
 from .normalize import Normalizer
-from .splits import split_of
+from .splits import sample_split, split_of
 from .layout import find_stores
 from .manifest import SCHEMA_VERSION
 from .reader import StoreReader
@@ -31,7 +31,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["DataConfig", "StoreWriter", "StoreReader", "StoreSet", "open_store", "open_stores", "find_stores",
-           "split_of", "Normalizer", "SampleDataset", "make_loader", "stage_store", "stage_rank_shard", "inspect_store",
+           "split_of", "sample_split", "Normalizer", "SampleDataset", "make_loader", "stage_store", "stage_rank_shard", "inspect_store",
            "SCHEMA_VERSION", "StoreError", "NotAStoreError", "StoreNotFoundError", "SchemaError",
            "EmptyStoreError", "StoreLockedError", "StoreFullError", "CorruptRecordError",
            "TruncatedStoreError"]

@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from namsa.errors import UserError
 
+from .splits import SplitBy
+
 
 def expand_path(text: str, key: str) -> Path:
     """A configured path with ``$VARS`` and ``~`` expanded where this process runs (a job's
@@ -75,6 +77,10 @@ class DataConfig(BaseModel):
     compression_level: zstd level (1 = fastest).
     split_fractions:   (train, dev, test) fractions, assigned per material (never per sample).
     split_seed:        seed of the hash-based material -> split assignment.
+    split_by:          ``material`` (default, the study's split): every sample of a material in one
+                       split; ``prototype``: every material of a structure type in one split, so
+                       dev and test hold structure types training never saw
+                       (`namsa.structure_type.prototype_label`; docs/store-format.md, "Splits").
     transform:         input transform applied to each pattern after subtracting its minimum:
                        ``none`` | ``log1p`` | ``sqrt``; the result is then standardised.
     num_workers, prefetch_factor, pin_memory: loader knobs (pin_memory only has an effect when
@@ -107,6 +113,7 @@ class DataConfig(BaseModel):
     compression_level: int = Field(1, ge=1, le=19)
     split_fractions: tuple[float, float, float] = DEFAULT_SPLIT_FRACTIONS
     split_seed: int = 0
+    split_by: SplitBy = "material"
     transform: Literal["none", "log1p", "sqrt"] = "log1p"
     num_workers: int = Field(2, ge=0)
     prefetch_factor: int = Field(2, ge=1)

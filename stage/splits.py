@@ -1,16 +1,23 @@
-"""Train/dev/test assignment by material, from a hash: independent writers agree without talking."""
+"""Train/dev/test assignment by material or by structure type, from a hash: independent writers
+agree without talking."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 from namsa.errors import UserError
+from namsa.structure_type import prototype_label
 
 SPLITS: tuple[str, str, str] = ("train", "dev", "test")
+#: what one split holds whole: a material (every orientation and variant of it) or a structure
+#: type (every material of that prototype, `namsa.structure_type.prototype_label`)
+SplitBy = Literal["material", "prototype"]
 
 
 def split_of(material_id: str, fractions: Sequence[float] = (0.90, 0.05, 0.05), seed: int = 0) -> str:
-    """The split ("train" | "dev" | "test") of every sample of ``material_id``.
+    """The split ("train" | "dev" | "test") of every sample of ``material_id`` (or of every
+    material of a structure type, given its prototype label: see `sample_split`).
 
     A pure function of its arguments: sha256(seed, material id) is mapped to a uniform number in
     [0, 1) and compared with the cumulative ``fractions`` (train, dev, test). Every orientation and
@@ -28,3 +35,18 @@ def split_of(material_id: str, fractions: Sequence[float] = (0.90, 0.05, 0.05), 
     if u < train + dev:
         return "dev"
     return "test"
+
+
+def split_key(meta: Mapping[str, Any], by: SplitBy = "material") -> str:
+    """What a sample's split is drawn from: its material id, or its structure type (the
+    ``prototype`` the simulator recorded in ``meta``, else the label of its material id)."""
+    material_id = str(meta["material_id"])
+    if by == "material":
+        return material_id
+    return str(meta.get("prototype") or prototype_label(material_id))
+
+
+def sample_split(meta: Mapping[str, Any], fractions: Sequence[float], seed: int, by: SplitBy = "material") -> str:
+    """The split of the sample with ``meta``: `split_of` its `split_key`, so a material (or, with
+    ``by="prototype"``, a whole structure type) lands in exactly one split."""
+    return split_of(split_key(meta, by), fractions, seed)

@@ -99,7 +99,8 @@ def _writer_for(target: Path, readers: list[StoreReader]) -> StoreWriter:
                 raise SchemaError(f"cannot re-shard {readers[0].path} and {r.path} into one store: their "
                                   f"{key} differ; stage stores of one configuration together")
     cfg = DataConfig(cbed_dtype=info["cbed_dtype"], compression=info.get("compression") or "none",
-                     split_fractions=tuple(info["split_fractions"]), split_seed=info["split_seed"])
+                     split_fractions=tuple(info["split_fractions"]), split_seed=info["split_seed"],
+                     split_by=info.get("split_by", "material"))
     return StoreWriter(target, config_hash=info["config_hash"], data_cfg=cfg)
 
 

@@ -24,7 +24,7 @@ from .lmdbenv import _acquire_env, _creation_error, _is_disk_full, _release_env
 from .jsonfile import write_json_atomic
 from .manifest import (_INFO_KEY, SCHEMA_VERSION, _check_schema_version, _json_seal, _load_manifest,
                        _read_info_and_index, build_manifest, code_version)
-from .splits import split_of
+from .splits import sample_split
 from .stats import sample_statistics
 from .transforms import intensity_scale
 from .writerlock import _lock_holder
@@ -143,15 +143,16 @@ class StoreWriter:
             info = {"schema_version": SCHEMA_VERSION, "config_hash": self.config_hash,
                     "cbed_dtype": self.cfg.cbed_dtype, "compression": self.cfg.compression,
                     "split_fractions": list(self.cfg.split_fractions), "split_seed": self.cfg.split_seed,
-                    "code_version": code_version(), "arrays": {},
+                    "split_by": self.cfg.split_by, "code_version": code_version(), "arrays": {},
                     "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             self._commit([(b"info", _INFO_KEY, _json_seal(info))])
             return info, index
         _check_schema_version(self.path, info.get("schema_version"), "LMDB info")
         for key, wanted in (("config_hash", self.config_hash), ("cbed_dtype", self.cfg.cbed_dtype),
                             ("split_fractions", list(self.cfg.split_fractions)),
-                            ("split_seed", self.cfg.split_seed)):
-            if info.get(key) != wanted:
+                            ("split_seed", self.cfg.split_seed), ("split_by", self.cfg.split_by)):
+            # stores written before split_by existed split by material
+            if info.get(key, "material" if key == "split_by" else None) != wanted:
                 raise SchemaError(f"store {self.path} was written with {key}={info.get(key)!r}, not {wanted!r}; "
                                   f"resume with the same configuration or use a new directory")
         return info, index
@@ -185,7 +186,7 @@ class StoreWriter:
                               f"{self.info['arrays']}; all samples of a store share shapes and dtypes")
         codecs = {"cbed": "zstd-shuffle"} if self.cfg.compression == "zstd" else {}
         record = codec.encode_record(arrays, sample.meta, codecs, self.cfg.compression_level, scales)
-        split = split_of(str(sample.meta["material_id"]), self.cfg.split_fractions, self.cfg.split_seed)
+        split = sample_split(sample.meta, self.cfg.split_fractions, self.cfg.split_seed, self.cfg.split_by)
         stats_scale = intensity_scale(arrays["cbed"].shape[-1]) / scales["cbed"]
         entry = {"split": split, "material_id": str(sample.meta["material_id"]), "nbytes": len(record),
                  "stats": sample_statistics(arrays["cbed"], {k: arrays[k] for k in ("potential", "density")},

@@ -94,6 +94,7 @@ CASES: list[Case] = [
     Case("set-unknown-key", sim("simulation.energy=200"), "simulation.energy: unknown key; allowed keys here:"),
     Case("set-into-a-value", sim("simulation.scan_shape.x=1"), "is the value [4, 4], not a section"),
     Case("set-unknown-section", sim("simulatoin.energy_kv=1"), "simulatoin: unknown key"),
+    Case("set-split-by-unknown", sim("data.split_by=structure"), "data.split_by: Input should be 'material' or 'prototype'"),
     # -- config files ---------------------------------------------------------------------------
     Case("config-missing", ("simulate", "{tmp}/nope.yaml", "--out", "{tmp}/o"), "config file not found"),
     Case("config-is-a-directory", ("simulate", "{tmp}", "--out", "{tmp}/o"), "config file not found"),

@@ -9,7 +9,8 @@ from pymatgen.symmetry.analyzer import SpacegroupAnalyzer
 import namsa
 from namsa import generator, library
 from namsa.generator import GeneratorConfig, GeneratorError
-from stage.splits import split_of
+from namsa.structure_type import LIBRARY_AFLOW, prototype_label
+from stage.splits import sample_split, split_of
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +73,11 @@ def test_plan_simulate_and_split_generated_materials():
     for sample in (one, other):
         assert 8.0 <= sample.meta["thickness_A"] < 20.0 + 10.0  # whole beam repeats, each < 10 A here
     assert split_of(spec.material_id, (0.5, 0.25, 0.25), 0) in ("train", "dev", "test")
+    # the sample records its structure type: its template's, which a prototype split holds whole
+    template = spec.material_id.split(":")[0]
+    assert one.meta["prototype"] == prototype_label(template) == LIBRARY_AFLOW[library.info(template)["prototype"]]
+    assert sample_split(one.meta, (0.5, 0.25, 0.25), 0, "prototype") == split_of(one.meta["prototype"],
+                                                                                 (0.5, 0.25, 0.25), 0)
 
 
 def test_dose_noise_is_poisson_at_the_dose_and_keeps_the_scale():

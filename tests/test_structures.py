@@ -427,3 +427,38 @@ def test_thermal_displace_bad_inputs(kwargs, pattern):
 def test_normalize_zone_axis_reduces_by_gcd():
     assert normalize_zone_axis([0, 0, 4]) == (0, 0, 1)
     assert normalize_zone_axis(np.array([2, -2, 6])) == (1, -1, 3)
+
+
+def _monazite() -> Structure:
+    """Monazite CePO4, P2_1/n (a = 6.788, b = 7.016, c = 6.465 A, beta = 103.38 deg; Ni, Hughes
+    and Mariano, Am. Mineral. 80, 21 (1995)): the four general positions of each of 6 sites."""
+    sites = [("Ce", (0.2820, 0.1590, 0.1004)), ("P", (0.3046, 0.1635, 0.6124)), ("O", (0.2487, 0.0056, 0.4449)),
+             ("O", (0.3826, 0.3310, 0.4973)), ("O", (0.4747, 0.1071, 0.8037)), ("O", (0.1272, 0.2164, 0.7108))]
+    species, coords = [], []
+    for symbol, (x, y, z) in sites:
+        for image in ((x, y, z), (-x, -y, -z), (0.5 - x, 0.5 + y, 0.5 - z), (0.5 + x, 0.5 - y, 0.5 + z)):
+            species.append(symbol)
+            coords.append(np.mod(image, 1.0))
+    return Structure(Lattice.monoclinic(6.788, 7.0163, 6.465, 103.38), species, coords)
+
+
+def test_a_structure_the_planner_cannot_orient_is_a_recorded_failure(tmp_path):
+    from namsa.config import SimulationConfig
+    from namsa.plan import plan_samples
+
+    monazite = _monazite()
+    assert abs(monazite.density - 5.21) < 0.05                     # the published 5.2 g/cm^3
+    assert auto_zone_axes(monazite) == []                          # the path that used to drop it
+    CifWriter(monazite).write_file(tmp_path / "monazite.cif")
+    plan = plan_samples(SimulationConfig(materials=["Si-diamond"], cif_dir=str(tmp_path)))
+    failed = dict(plan.failures)
+    assert {s.material_id for s in plan.specs} == {"Si-diamond"} and list(failed) == ["monazite"]
+    why = failed["monazite"]
+    assert "\n" not in why and "found no usable zone axis" in why and "up to 20 A" in why
+    assert "cell_lateral_A to at least 30" in why and "zone_axes, e.g. [[3, 0, 2]]" in why
+    # both pieces of advice work: a 30 A cell plans it, and the named axis orients at 12 A
+    wide = plan_samples(SimulationConfig(materials=[], cif_dir=str(tmp_path), cell_lateral_A=30.0))
+    assert not wide.failures and {s.material_id for s in wide.specs} == {"monazite"}
+    for spec in wide.specs:
+        assert orient_supercell(monazite, spec.zone_axis, 30.0, 7.0).strain <= 0.02
+    assert orient_supercell(monazite, (3, 0, 2), 12.0, 7.0).strain <= 0.02
