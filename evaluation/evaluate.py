@@ -5,8 +5,8 @@ mean-training-target baseline and the least-squares-scaled iCoM and (optional) p
 baselines are compared with the true projected potential / density, in physical units and after
 the training normalisation, and each method's compute time per sample is recorded. Everything
 lands in ``out_dir``: ``metrics.json`` (per-sample records, aggregates with bootstrap confidence
-intervals, breakdowns, the verdict of the network against each baseline, compute times), PNG
-figures and ``report.html``.
+intervals over materials, breakdowns, the verdict of the network against each baseline overall and
+per element class, compute times), PNG figures and ``report.html``.
 """
 from __future__ import annotations
 
@@ -40,7 +40,9 @@ class EvalResult:
 
     headline[target][method] = {metric: mean over samples} (physical units), methods
     ``network``, ``mean``, ``icom``, ``ptycho`` where computed.
-    verdicts[target][baseline] = `verdict.Verdict.as_dict()` (``beats``, ``sentence``, ...).
+    verdicts[target][baseline] = `verdict.all_verdicts`' entry: `verdict.Verdict.as_dict()` of the
+    overall verdict (``beats``, ``status``, ...) with ``by_class`` (per element class),
+    ``overall_sentence`` and ``sentence`` (overall then per class: what is printed).
     compute_seconds[method] = {mean, median, max, total, n}: seconds per sample.
     """
 

@@ -1,8 +1,8 @@
 """``report.html``: the evaluation written for a person (plain HTML, images referenced relatively).
 
 Sections: the headline table (network, mean-target, iCoM and ptychography baselines side by side
-on the held-out split), the verdict against each baseline (`verdict.verdict`: the one rule for
-"beats") and each method's compute time per sample, where the network beats iCoM and where it
+on the held-out split), the verdict against each baseline overall and per element class
+(`verdict.all_verdicts`: the one rule for "beats") and each method's compute time per sample, where the network beats iCoM and where it
 does not, what was trained on what (data manifest, model card), breakdowns by material / zone
 axis / element content / thickness, figures, the worst cases, and every sample.
 """

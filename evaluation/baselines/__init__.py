@@ -7,7 +7,8 @@
   truth's units by a per-sample least-squares fit of ``scale * icom + offset`` to the truth, with
   ``scale >= 0`` (a map that would need a sign flip gets scale 0, the best constant; the signed
   scale is recorded beside the fit). **This uses the truth, for these two scalars only**; the map
-  itself comes from the CBED stack alone. The fit favours the baseline, so the comparison is conservative for the network.
+  itself comes from the CBED stack alone. The fit favours the baseline, so the comparison is
+  conservative for the network.
   iCoM estimates the potential, so it is a baseline for ``potential`` only.
 * **ptycho**: single-slice ptychography of the same stack through py4DSTEM
   (`evaluation.baselines.ptycho`): the iterative phase retrieval microscopists use. Its phase over
