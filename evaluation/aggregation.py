@@ -1,5 +1,5 @@
-"""Aggregation over the per-sample records: means with bootstrap intervals, breakdowns by element
-and thickness class, network against iCoM, compute times and the worst cases."""
+"""Aggregation over the per-sample records: means with bootstrap intervals over materials,
+breakdowns by element and thickness class, network against iCoM, compute times and the worst cases."""
 from __future__ import annotations
 
 import math
@@ -9,7 +9,7 @@ import numpy as np
 
 from . import metrics as M
 from .config import EvaluationConfig
-from .scoring import METHODS, TIMED_METHODS
+from .scoring import ELEMENT_CLASSES, METHODS, TIMED_METHODS
 from .verdict import HEADLINE_METRICS
 
 #: whole-map metrics, in the order the report shows them; True = higher is better.
@@ -23,20 +23,38 @@ def _values(records: list[dict], target: str, method: str, units: str, metric: s
     return [r["metrics"][target][method][units].get(metric) for r in records if method in r["metrics"][target]]
 
 
+def _materials(records: list[dict], target: str, method: str) -> list[str]:
+    """The material of each record `_values` reads, in the same order (the bootstrap's groups)."""
+    return [str(r.get("material_id")) for r in records if method in r["metrics"][target]]
+
+
 def aggregate(records: list[dict], target: str, cfg: EvaluationConfig) -> dict[str, Any]:
-    """aggregates[method][units][metric] = {value (mean), low, high, n, n_nonfinite, median}."""
+    """aggregates[method][units][metric] = {value (mean), low, high, n, n_nonfinite, n_groups, median}.
+
+    The interval resamples materials, not samples (`metrics.bootstrap_ci` with groups): the
+    samples of one material (its zone axes and thicknesses) are not independent draws.
+    """
     out: dict[str, Any] = {}
     for method in methods_present(records, [target])[target]:
         out[method] = {}
+        materials = _materials(records, target, method)
         for units in UNITS:
             names = list(IMAGE_METRICS) + (list(COLUMN_METRICS) if units == "physical" else [])
-            out[method][units] = {name: _interval(_values(records, target, method, units, name), cfg)
+            out[method][units] = {name: _interval(_values(records, target, method, units, name), materials, cfg)
                                   for name in names}
     return out
 
 
-def _interval(values: list[float | None], cfg: EvaluationConfig) -> dict[str, Any]:
-    ci = M.bootstrap_ci(values, n_resamples=cfg.n_bootstrap, level=cfg.ci_level, seed=cfg.seed).as_dict()
+def class_aggregates(records: list[dict], target: str, cfg: EvaluationConfig) -> dict[str, Any]:
+    """by_class[element class][method][units][metric], as `aggregate`, for each element class
+    (`scoring.ELEMENT_CLASSES`) that holds samples: what the per-class verdicts are decided on."""
+    return {name: aggregate(rows, target, cfg) for name in ELEMENT_CLASSES
+            if (rows := [r for r in records if r.get("element_class") == name])}
+
+
+def _interval(values: list[float | None], materials: list[str], cfg: EvaluationConfig) -> dict[str, Any]:
+    ci = M.bootstrap_ci(values, n_resamples=cfg.n_bootstrap, level=cfg.ci_level, seed=cfg.seed,
+                        groups=materials).as_dict()
     finite = [v for v in values if v is not None and math.isfinite(v)]
     ci["median"] = float(np.median(finite)) if finite else None
     return ci

@@ -11,7 +11,9 @@ TargetName = Literal["potential", "density"]
 class EvaluationConfig(BaseModel):
     """Knobs of the evaluation; every field has a default, so ``EvaluationConfig()`` works.
 
-    split:             which split of the data to evaluate (held-out materials: ``test``).
+    split:             which split of the data to evaluate (held-out materials: ``test``), or ``all``
+                       (every sample of every split: training materials included, so not a
+                       held-out figure; the report says so).
     targets:           targets to score (``potential`` in V*Angstrom, ``density`` in
                        electrons/Angstrom^2); None = every target the model predicts.
     max_samples:       evaluate at most this many samples of the split (None = all), in store order.
@@ -23,11 +25,14 @@ class EvaluationConfig(BaseModel):
                        (docs/evaluation.md), more than the whole network evaluation.
     ptycho_iterations: passes over every probe position of the ptychographic reconstruction.
     ptycho_batch_size: probe positions per gradient update of the reconstruction.
-    mean_baseline:     compute the mean-training-target baseline.
+    mean_baseline:     compute the mean-training-target baseline (needs training samples in the
+                       evaluated stores; without them it is absent and the report, the verdicts
+                       and metrics.json's ``absent_baselines`` say why).
     n_panels:          samples drawn as per-sample panels (the first ones of the split).
     n_cbed_panels:     CBED patterns shown in each per-sample panel.
     worst_k:           worst samples (by network relative L2) listed and drawn in the report.
-    n_bootstrap:       bootstrap resamples for the confidence intervals (0: no interval).
+    n_bootstrap:       bootstrap resamples for the confidence intervals (0: no interval); the
+                       bootstrap resamples materials, each bringing all of its samples.
     ci_level:          confidence level of the intervals.
     seed:              seed of the bootstrap.
     column_threshold_rel: a local maximum counts as an atomic column when it rises above
@@ -38,7 +43,7 @@ class EvaluationConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    split: Literal["train", "dev", "test"] = "test"
+    split: Literal["train", "dev", "test", "all"] = "test"
     targets: list[TargetName] | None = None
     max_samples: int | None = Field(None, ge=1)
     batch_size: int = Field(4, ge=1)
@@ -56,3 +61,7 @@ class EvaluationConfig(BaseModel):
     column_threshold_rel: float = Field(0.3, ge=0.0, lt=1.0)
     column_min_distance_px: int = Field(1, ge=1)
     thickness_bins_A: list[float] = Field(default_factory=lambda: [50.0, 150.0])
+
+    def split_filter(self) -> str | None:
+        """The split to ask the stores for (`stage.StoreSet.indices`): None for ``all``."""
+        return None if self.split == "all" else self.split

@@ -5,8 +5,8 @@ mean-training-target baseline and the least-squares-scaled iCoM and (optional) p
 baselines are compared with the true projected potential / density, in physical units and after
 the training normalisation, and each method's compute time per sample is recorded. Everything
 lands in ``out_dir``: ``metrics.json`` (per-sample records, aggregates with bootstrap confidence
-intervals, breakdowns, the verdict of the network against each baseline, compute times), PNG
-figures and ``report.html``.
+intervals over materials, breakdowns, the verdict of the network against each baseline overall and
+per element class, compute times), PNG figures and ``report.html``.
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from namsa.errors import UserError
 from stage.jsonfile import write_json_atomic
 
 from . import figures, report
-from .aggregation import (IMAGE_METRICS, aggregate, breakdown, compute_seconds, methods_present, network_vs_icom,
-                          worst_records)
+from .aggregation import (IMAGE_METRICS, aggregate, breakdown, class_aggregates, compute_seconds, methods_present,
+                          network_vs_icom, worst_records)
 from .baselines import mean_training_targets
 from .config import EvaluationConfig
 from .scoring import jsonable, recompute, score_all
@@ -40,7 +40,9 @@ class EvalResult:
 
     headline[target][method] = {metric: mean over samples} (physical units), methods
     ``network``, ``mean``, ``icom``, ``ptycho`` where computed.
-    verdicts[target][baseline] = `verdict.Verdict.as_dict()` (``beats``, ``sentence``, ...).
+    verdicts[target][baseline] = `verdict.all_verdicts`' entry: `verdict.Verdict.as_dict()` of the
+    overall verdict (``beats``, ``status``, ...) with ``by_class`` (per element class),
+    ``overall_sentence`` and ``sentence`` (overall then per class: what is printed).
     compute_seconds[method] = {mean, median, max, total, n}: seconds per sample.
     """
 
@@ -76,12 +78,13 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
     rec = load_reconstructor(model_dir)
     targets = _resolve_targets(eval_cfg.targets, list(rec.targets))
     with open_stores(_as_list(data_dirs)) as stores:
-        indices = stores.indices(eval_cfg.split)[: eval_cfg.max_samples]
+        indices = stores.indices(eval_cfg.split_filter())[: eval_cfg.max_samples]
         if not indices:
             raise EvaluationInputError(
                 f"{stores.describe()} hold no '{eval_cfg.split}' samples (counts {stores.manifest['counts']}); "
                 f"simulate more materials, change data.split_fractions, or set evaluation.split")
         mean_maps = mean_training_targets(stores, targets) if eval_cfg.mean_baseline else None
+        absent = _absent_baselines(eval_cfg, mean_maps)
         records, kept = score_all(eval_cfg, stores, indices, rec, targets, mean_maps)
         worst = {t: [r["index"] for r in worst_records(records, t, eval_cfg.worst_k)] for t in targets}
         again = sorted({i for rows in worst.values() for i in rows} - set(kept))
@@ -93,7 +96,9 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
     versus = {t: network_vs_icom(records, t, eval_cfg) for t in targets if eval_cfg.icom and t == "potential"}
     headline = {t: {m: {k: v["physical"][k]["value"] for k in IMAGE_METRICS} for m, v in aggregates[t].items()}
                 for t in targets}
-    verdicts = all_verdicts(aggregates, intervals=eval_cfg.n_bootstrap > 0, ci_level=eval_cfg.ci_level)
+    by_class = {t: class_aggregates(records, t, eval_cfg) for t in targets}
+    verdicts = all_verdicts(aggregates, intervals=eval_cfg.n_bootstrap > 0, ci_level=eval_cfg.ci_level,
+                            by_class=by_class, absent=absent)
     timings = compute_seconds(records)
     csv_path = _find_metrics_csv(train_metrics_csv, Path(model_dir), rec.card)
     figs = figures.draw_all(fig_dir, records, kept, targets, eval_cfg,
@@ -112,6 +117,8 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
         "conventions": CONVENTIONS,
         "headline": headline,
         "aggregates": aggregates,
+        "class_aggregates": by_class,
+        "absent_baselines": absent,
         "breakdowns": breakdowns,
         "network_vs_icom": versus,
         "verdicts": verdicts,
@@ -138,18 +145,38 @@ CONVENTIONS = {
     "pearson_r": "Pearson correlation of the pixels; 0 for a constant map",
     "columns": "local maxima of the truth (atomic columns) matched to maxima of the estimate (Hungarian, "
                "periodic); mean distance in Angstrom, recall = matched / true columns",
-    "ci": "percentile bootstrap over samples of the mean",
-    "icom_fit": "iCoM map scaled and offset to the truth by least squares per sample (uses the truth "
-                "for these 2 scalars only)",
+    "ci": "percentile bootstrap of the mean over materials: materials resampled with replacement, each "
+          "bringing all of its samples (a material's samples are not independent); fewer than 2 materials "
+          "give no interval",
+    "icom_fit": "iCoM map scaled and offset to the truth by least squares per sample with scale >= 0 (a map "
+                "that would need a negative scale gets scale 0: the best constant); uses the truth for these "
+                "2 scalars only; signed_scale is the unconstrained least-squares scale (negative: the map was "
+                "anti-correlated with the truth)",
     "ptycho_fit": "single-slice ptychography (py4DSTEM) phase / interaction constant, scaled and offset to "
-                  "the truth by least squares per sample (uses the truth for these 2 scalars only)",
+                  "the truth as icom_fit (scale >= 0, signed_scale beside it; uses the truth for these 2 "
+                  "scalars only)",
     "verdict": "the network 'beats' a baseline only when it is better on every headline metric (rel_l2, "
-               "psnr_db, ssim, pearson_r; physical units) with non-overlapping bootstrap intervals",
+               "psnr_db, ssim, pearson_r; physical units) with non-overlapping material-level bootstrap "
+               "intervals; decided overall and per element class (light: every element Z <= 14; heavy: the "
+               "rest), and a class where it is not met says 'loses to', 'ties with' or 'does NOT beat'",
     "compute_seconds": "wall seconds per sample in this process: network = Reconstructor.predict of a batch "
                        "(normalisation included) / batch size; icom, ptycho = that sample's reconstruction "
                        "(ptycho without the one-off py4DSTEM import)",
-    "mean_baseline": "pixel-wise mean of the training-split targets",
+    "mean_baseline": "pixel-wise mean of the training-split targets; absent (absent_baselines says why) when "
+                     "the evaluated stores hold no training samples: a mean of the evaluated samples' own "
+                     "targets would use the truth it is scored against",
 }
+
+
+def _absent_baselines(cfg: EvaluationConfig, mean_maps: dict | None) -> dict[str, str]:
+    """{baseline: why it is absent} for the mean baseline when it could not be or was not computed."""
+    if not cfg.mean_baseline:
+        return {"mean": "not computed (evaluation.mean_baseline is off)"}
+    if mean_maps is None:
+        return {"mean": "not computed: the evaluated stores hold no training samples to average (a mean of the "
+                        "evaluated samples' own targets would use the truth it is scored against); evaluate with "
+                        "the training stores beside them to get it"}
+    return {}
 
 
 # --------------------------------------------------------------------------- inputs and outputs

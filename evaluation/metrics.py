@@ -142,6 +142,21 @@ def fit_affine(estimate: np.ndarray, true: np.ndarray) -> tuple[float, float]:
     return float(scale), float(offset)
 
 
+def fit_affine_nonnegative(estimate: np.ndarray, true: np.ndarray) -> tuple[float, float, float]:
+    """Least-squares ``(scale, offset)`` with ``scale >= 0``, and the unconstrained (signed) scale.
+
+    A negative scale would turn a baseline's map upside down to match the truth: more than the
+    "two scalars that favour the baseline" the fit is meant to be. With one scalar constrained the
+    optimum is either the unconstrained fit (its scale is already >= 0) or the boundary scale = 0,
+    where the best offset is the truth's mean (the best constant map). Returns
+    ``(scale, offset, signed_scale)``; ``signed_scale`` is what `fit_affine` would have used.
+    """
+    signed_scale, offset = fit_affine(estimate, true)
+    if signed_scale >= 0.0:
+        return signed_scale, offset, signed_scale
+    return 0.0, float(np.mean(np.asarray(true, dtype=np.float64))), signed_scale
+
+
 # --------------------------------------------------------------------------- atomic columns
 
 def find_columns(img: np.ndarray, min_distance_px: int = 1, threshold_rel: float = 0.3,
@@ -259,13 +274,14 @@ def _default_match_radius(columns: np.ndarray, period: np.ndarray | None, min_px
 
 @dataclass
 class Interval:
-    """A statistic with its bootstrap confidence interval over samples."""
+    """A statistic with its bootstrap confidence interval (over samples, or over groups of samples)."""
 
     value: float | None
     low: float | None
     high: float | None
     n: int                # finite values used
     n_nonfinite: int      # values left out (inf/nan/None), e.g. PSNR of a perfect prediction
+    n_groups: int | None = None   # groups (materials) with a finite value; None: resampled by sample
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -275,27 +291,54 @@ _STATISTICS: dict[str, Callable[..., np.ndarray]] = {"mean": np.mean, "median": 
 
 
 def bootstrap_ci(values: Sequence[float | None], n_resamples: int = 1000, level: float = 0.95,
-                 statistic: str = "mean", seed: int = 0) -> Interval:
+                 statistic: str = "mean", seed: int = 0, groups: Sequence[object] | None = None) -> Interval:
     """Percentile bootstrap CI of the mean (or median) over the finite entries of ``values``.
 
     Non-finite entries (None, NaN, +-inf) are counted, not used. With one finite value (or all
     values equal) the interval collapses onto the point estimate; with none every field is None.
+
+    groups: one label per value (e.g. the material of each sample). Then whole groups are
+    resampled with replacement, each drawn group bringing all of its samples, and the interval is
+    the percentile interval of the pooled mean: samples of one material are not independent, so
+    resampling them one by one would understate the uncertainty. Mean only. With fewer than two
+    groups the interval collapses onto the point estimate (`Interval.n_groups` says so).
     """
     if statistic not in _STATISTICS:
         raise ValueError(f"statistic must be one of {sorted(_STATISTICS)}, got {statistic!r}")
+    if groups is not None and (statistic != "mean" or len(groups) != len(values)):
+        raise ValueError(f"a grouped bootstrap takes one group label per value ({len(groups)} labels for "
+                         f"{len(values)} values) and the mean only (got {statistic!r})")
     func = _STATISTICS[statistic]
     raw = np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
-    finite = raw[np.isfinite(raw)]
+    ok = np.isfinite(raw)
+    finite = raw[ok]
     n_bad = int(raw.size - finite.size)
+    labels = None if groups is None else np.unique([str(g) for g, keep in zip(groups, ok) if keep],
+                                                   return_inverse=True)[1]
+    n_groups = None if labels is None else int(labels.max(initial=-1) + 1)
     if finite.size == 0:
-        return Interval(None, None, None, 0, n_bad)
+        return Interval(None, None, None, 0, n_bad, n_groups)
     point = float(func(finite))
-    if finite.size == 1 or np.ptp(finite) == 0 or n_resamples < 1:
-        return Interval(point, point, point, int(finite.size), n_bad)
+    if finite.size == 1 or np.ptp(finite) == 0 or n_resamples < 1 or (n_groups is not None and n_groups < 2):
+        return Interval(point, point, point, int(finite.size), n_bad, n_groups)
+    if labels is not None:
+        low, high = _grouped_mean_interval(finite, labels, n_resamples, level, seed)
+        return Interval(point, low, high, int(finite.size), n_bad, n_groups)
     res = stats.bootstrap((finite,), func, n_resamples=n_resamples, confidence_level=level,
                           method="percentile", vectorized=True, rng=np.random.default_rng(seed))
     return Interval(point, float(res.confidence_interval.low), float(res.confidence_interval.high),
                     int(finite.size), n_bad)
+
+
+def _grouped_mean_interval(values: np.ndarray, labels: np.ndarray, n_resamples: int, level: float,
+                           seed: int) -> tuple[float, float]:
+    """Percentile interval of the pooled mean when whole groups (``labels`` 0..G-1) are resampled."""
+    sums = np.bincount(labels, weights=values)
+    counts = np.bincount(labels).astype(np.float64)
+    draws = np.random.default_rng(seed).integers(0, sums.size, size=(n_resamples, sums.size))
+    means = sums[draws].sum(axis=1) / counts[draws].sum(axis=1)
+    low, high = np.quantile(means, [(1.0 - level) / 2.0, (1.0 + level) / 2.0])
+    return float(low), float(high)
 
 
 def image_metrics(pred: np.ndarray, true: np.ndarray, data_range: float | None = None) -> dict[str, float]:

@@ -1,8 +1,8 @@
 """``report.html``: the evaluation written for a person (plain HTML, images referenced relatively).
 
 Sections: the headline table (network, mean-target, iCoM and ptychography baselines side by side
-on the held-out split), the verdict against each baseline (`verdict.verdict`: the one rule for
-"beats") and each method's compute time per sample, where the network beats iCoM and where it
+on the held-out split), the verdict against each baseline overall and per element class
+(`verdict.all_verdicts`: the one rule for "beats") and each method's compute time per sample, where the network beats iCoM and where it
 does not, what was trained on what (data manifest, model card), breakdowns by material / zone
 axis / element content / thickness, figures, the worst cases, and every sample.
 """
@@ -88,8 +88,8 @@ def _headline(doc: dict[str, Any], target: str, units: str) -> str:
     n = agg[methods[0]][units]["rel_l2"]["n"]
     missing = []
     if "mean" not in agg:
-        missing.append("the mean-training-target baseline was not computed (no training samples in the "
-                       "evaluated data, or evaluation.mean_baseline is off)")
+        why = (doc.get("absent_baselines") or {}).get("mean", "not computed")
+        missing.append(f"the mean-training-target baseline is absent: {why}")
     if "icom" not in agg:
         missing.append("iCoM was not computed (it estimates the potential only; or evaluation.icom is off)")
     if "ptycho" not in agg:
@@ -97,19 +97,47 @@ def _headline(doc: dict[str, Any], target: str, units: str) -> str:
                        "potential)")
     return _table(["metric"] + [METHOD_NAMES[m] for m in methods], rows) + \
         f"<p class='note'>{n} samples; mean over samples with a {int(doc['config']['ci_level'] * 100)}% " \
-        f"bootstrap interval in brackets; best method in bold. {_e('; '.join(missing))}</p>"
+        f"bootstrap interval over materials in brackets; best method in bold. {_e('; '.join(missing))}</p>"
 
 
 def _verdicts(doc: dict[str, Any], target: str) -> str:
-    """The verdict against each baseline, as `verdict.verdict` decided it (the CLI prints the same)."""
+    """The verdict against each baseline, overall and per element class, as `verdict.all_verdicts`
+    decided it (the CLI prints the same sentences), and the class means it was decided on."""
     verdicts = doc.get("verdicts", {}).get(target, {})
     if not verdicts:
         return "<p>No baseline to compare with.</p>"
-    items = "".join(f"<li>{'✔' if v['beats'] else '✘'} {_e(v['sentence'])}</li>" for v in verdicts.values())
+    items = "".join(f"<li>{_mark(v)} {_e(v.get('overall_sentence', v['sentence']))}{_class_items(v)}</li>"
+                    for v in verdicts.values())
     study = study_reference(target)
     return (f"<p><b>Verdict</b> (claimed only when better on every headline metric with non-overlapping "
-            f"{int(round(doc['config']['ci_level'] * 100))}% intervals):</p><ul>{items}</ul>"
+            f"{int(round(doc['config']['ci_level'] * 100))}% intervals over materials; overall and per "
+            f"element class):</p><ul>{items}</ul>" + _class_table(doc, target)
             + (f"<p class='note'>{_e(study)}</p>" if study else ""))
+
+
+def _mark(v: dict[str, Any]) -> str:
+    return "✔" if v["beats"] else ("–" if v.get("status") == "absent" else "✘")
+
+
+def _class_items(v: dict[str, Any]) -> str:
+    """The per-class verdicts of one baseline as a nested list ("" when there are none)."""
+    classes = v.get("by_class") or {}
+    if not classes:
+        return ""
+    return "<ul>" + "".join(f"<li>{_mark(c)} {_e(c['sentence'])}</li>" for c in classes.values()) + "</ul>"
+
+
+def _class_table(doc: dict[str, Any], target: str) -> str:
+    """Relative L2 [interval over materials] of every method in each element class."""
+    classes = (doc.get("class_aggregates") or {}).get(target) or {}
+    if not classes:
+        return ""
+    methods = [m for m in METHOD_NAMES if any(m in agg for agg in classes.values())]
+    rows = [[_e(name), _num(agg["network"]["physical"]["rel_l2"]["n"]),
+             _num(agg["network"]["physical"]["rel_l2"].get("n_groups"))]
+            + [_ci(agg[m]["physical"]["rel_l2"]) if m in agg else "–" for m in methods]
+            for name, agg in classes.items()]
+    return _table(["element class", "samples", "materials"] + [f"{METHOD_NAMES[m]}<br>rel L2" for m in methods], rows)
 
 
 def _compute_times(doc: dict[str, Any]) -> str:
@@ -141,7 +169,7 @@ def _data_section(doc: dict[str, Any]) -> str:
     parts = [
         "<h2>What was trained on what</h2>",
         f"<p>Model: <code>{_e(doc['model_dir'])}</code>. Evaluated split: <b>{_e(data['evaluated_split'])}</b> "
-        "(splits are assigned per material, so these materials were never seen in training).</p>",
+        f"({_split_note(data['evaluated_split'])}).</p>",
         "<h3>Data manifest</h3>",
         _table(["split", "samples", "materials"], rows),
         f"<p class='note'>stores: {_e(', '.join(data.get('stores', [])))}; physics config hash "
@@ -150,6 +178,15 @@ def _data_section(doc: dict[str, Any]) -> str:
         _key_values(doc.get("model_card") or {}) if doc.get("model_card") else "<p>No model card found.</p>",
     ]
     return "\n".join(parts)
+
+
+def _split_note(split: str) -> str:
+    """Whether the evaluated materials were held out from training."""
+    if split in ("dev", "test"):
+        return "splits are assigned per material, so these materials were never seen in training"
+    if split == "all":
+        return "every split, training materials included: this is not a held-out figure"
+    return "the training materials themselves: this is not a held-out figure"
 
 
 def _versus_section(doc: dict[str, Any]) -> str:

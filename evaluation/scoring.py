@@ -20,6 +20,11 @@ TIMED_METHODS: tuple[str, ...] = ("network", "icom", "ptycho")
 FITTED_BASELINES: tuple[str, ...] = ("icom", "ptycho")
 #: element classes of the breakdown by atomic number (heaviest element of the sample).
 Z_CLASSES: tuple[tuple[str, int], ...] = (("light (Z<=14)", 14), ("medium (15<=Z<=36)", 36), ("heavy (Z>=37)", 999))
+#: the two element classes the verdict is given for (as well as overall): light where iCoM's weak-phase
+#: picture holds best, heavy the rest. A sample whose elements are unknown is in neither.
+LIGHT_CLASS = "light (every element Z <= 14)"
+HEAVY_CLASS = "heavy (an element with Z > 14)"
+ELEMENT_CLASSES: tuple[str, str] = (LIGHT_CLASS, HEAVY_CLASS)
 
 
 def score_all(cfg: EvaluationConfig, stores: Any, indices: list[int], rec: Any, targets: list[str],
@@ -124,7 +129,7 @@ def _keep(sample: Any, maps: dict[str, dict[str, Any]], n_cbed: int) -> dict[str
 def _sample_facts(meta: dict, thickness_bins: Sequence[float]) -> dict[str, Any]:
     from ase.data import atomic_numbers
 
-    elements = [str(e) for e in meta.get("elements", [])]
+    elements = [str(e) for e in meta.get("elements", [])] or _formula_elements(str(meta.get("formula", "")))
     zs = {e: atomic_numbers.get(e, 0) for e in elements}
     heaviest = max(zs, key=zs.get) if zs else "?"
     max_z = zs.get(heaviest, 0)
@@ -139,8 +144,26 @@ def _sample_facts(meta: dict, thickness_bins: Sequence[float]) -> dict[str, Any]
         "heaviest_element": heaviest,
         "max_Z": int(max_z),
         "z_class": next(name for name, top in Z_CLASSES if max_z <= top),
+        "element_class": _element_class(list(zs.values())),
         "thickness_class": _thickness_class(thickness, thickness_bins),
     }
+
+
+def _element_class(zs: list[int]) -> str:
+    """`LIGHT_CLASS` when every element has Z <= 14, `HEAVY_CLASS` otherwise; "unknown" without elements."""
+    if not zs or min(zs) == 0:
+        return "unknown"
+    return LIGHT_CLASS if max(zs) <= 14 else HEAVY_CLASS
+
+
+def _formula_elements(formula: str) -> list[str]:
+    """The elements of a chemical formula ("SrTiO3" -> Sr, Ti, O); [] when it does not parse."""
+    from ase.formula import Formula
+
+    try:
+        return list(Formula(formula).count()) if formula else []
+    except ValueError:
+        return []
 
 
 def _thickness_class(thickness: float, edges: Sequence[float]) -> str:

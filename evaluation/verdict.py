@@ -7,6 +7,12 @@ sentence that says where the network is better, where the intervals overlap and 
 e.g. "the network does NOT beat the mean training target: better on rel. L2 and PSNR but
 intervals overlap; worse on SSIM and Pearson r".
 
+The intervals are those of `aggregation.aggregate`: a bootstrap over materials (a material's
+samples are not independent), and an interval over fewer than 2 materials is no interval. The rule
+is applied overall and to each element class (`scoring.ELEMENT_CLASSES`: light, every element
+Z <= 14, and heavy, the rest): an overall win says nothing about the class where the network loses,
+so `all_verdicts` puts every class's verdict in the sentence the report and the CLI print.
+
 Non-overlap of two 95% intervals is a conservative test (stricter than a paired test at 5%); we
 use it because it is what a reader can check by eye in the headline table.
 """
@@ -22,12 +28,17 @@ SHORT_NAMES: dict[str, str] = {"rel_l2": "rel. L2", "psnr_db": "PSNR", "ssim": "
 #: how sentences name each baseline.
 BASELINE_NAMES: dict[str, str] = {"mean": "mean training target", "icom": "iCoM baseline",
                                   "ptycho": "ptychography baseline"}
+#: how a class sentence opens for each `Verdict.status`.
+STATUS_LEADS: dict[str, str] = {"beats": "beats", "loses": "loses to", "ties": "ties with (does NOT beat)",
+                                "does not beat": "does NOT beat"}
 
 
 @dataclass
 class Verdict:
     """Network vs one baseline on one target. Each list holds metric keys of `HEADLINE_METRICS`.
 
+    status:         "beats"; "loses" (better on no metric, worse with intervals apart on at least
+                    one); "ties" (no interval apart: nothing told apart); "does not beat" (the rest).
     better_apart:   network better, intervals do not overlap.
     better_overlap: network better on the mean, intervals overlap (or there are no intervals).
     worse_apart / worse_overlap: the same where the network is worse (a tie counts as worse).
@@ -42,19 +53,39 @@ class Verdict:
     worse_apart: list[str] = field(default_factory=list)
     worse_overlap: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    status: str = "does not beat"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def verdict(aggregate: dict[str, Any], baseline: str, *, intervals: bool = True, ci_level: float = 0.95,
-            units: str = "physical") -> Verdict:
+            units: str = "physical", label: str | None = None) -> Verdict:
     """Decide network vs ``baseline`` from ``aggregate[method][units][metric]`` = {value, low, high, n}.
 
     intervals: False when the aggregates carry no real intervals (``n_bootstrap = 0``); then no
-    claim of "beats" is made. Fewer than 2 samples likewise give no interval.
+    claim of "beats" is made. Fewer than 2 samples, or fewer than 2 materials (``n_groups``),
+    likewise give no interval.
+    label: a class's name (e.g. "light (every element Z <= 14)"): the sentence opens with it and
+    says "loses to" / "ties with" plainly where the overall sentence says "does NOT beat".
     """
-    net, base = aggregate["network"][units], aggregate[baseline][units]
+    groups = _groups(aggregate["network"][units], aggregate[baseline][units], intervals)
+    status = _status(groups)
+    name = BASELINE_NAMES.get(baseline, baseline)
+    level = f"{round(100 * ci_level)}%"
+    if status == "beats":
+        sentence = (f"the network beats the {name}: better on {_names(groups['better_apart'])}, "
+                    f"with non-overlapping {level} intervals")
+    else:
+        lead = STATUS_LEADS[status] if label else "does NOT beat"
+        sentence = f"the network {lead} the {name}: " + "; ".join(_clauses(groups, intervals))
+    if label:
+        sentence = f"{label}: {sentence}"
+    return Verdict(baseline, status == "beats", sentence, **groups, status=status)
+
+
+def _groups(net: dict[str, Any], base: dict[str, Any], intervals: bool) -> dict[str, list[str]]:
+    """Each headline metric sorted into better/worse x apart/overlap, or missing."""
     groups: dict[str, list[str]] = {"better_apart": [], "better_overlap": [], "worse_apart": [], "worse_overlap": [],
                                     "missing": []}
     for metric, higher in HEADLINE_METRICS.items():
@@ -65,20 +96,25 @@ def verdict(aggregate: dict[str, Any], baseline: str, *, intervals: bool = True,
         better = a["value"] > b["value"] if higher else a["value"] < b["value"]
         apart = intervals and _apart(a, b)
         groups[("better" if better else "worse") + ("_apart" if apart else "_overlap")].append(metric)
-    beats = len(groups["better_apart"]) == len(HEADLINE_METRICS)
-    name = BASELINE_NAMES.get(baseline, baseline)
-    level = f"{round(100 * ci_level)}%"
-    if beats:
-        sentence = (f"the network beats the {name}: better on {_names(groups['better_apart'])}, "
-                    f"with non-overlapping {level} intervals")
-    else:
-        sentence = f"the network does NOT beat the {name}: " + "; ".join(_clauses(groups, intervals))
-    return Verdict(baseline, beats, sentence, **groups)
+    return groups
+
+
+def _status(groups: dict[str, list[str]]) -> str:
+    """`Verdict.status` from the metric groups."""
+    if len(groups["better_apart"]) == len(HEADLINE_METRICS):
+        return "beats"
+    if groups["worse_apart"] and not groups["better_apart"] and not groups["better_overlap"]:
+        return "loses"
+    if not groups["better_apart"] and not groups["worse_apart"]:
+        return "ties"
+    return "does not beat"
 
 
 def _apart(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """The two intervals are real (>= 2 samples each) and disjoint."""
+    """The two intervals are real (>= 2 samples and, when grouped, >= 2 materials each) and disjoint."""
     if min(a.get("n") or 0, b.get("n") or 0) < 2 or None in (a.get("low"), a.get("high"), b.get("low"), b.get("high")):
+        return False
+    if any(entry.get("n_groups") is not None and entry["n_groups"] < 2 for entry in (a, b)):
         return False
     return a["high"] < b["low"] or b["high"] < a["low"]
 
@@ -105,11 +141,55 @@ def _names(metrics: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def all_verdicts(aggregates: dict[str, dict[str, Any]], *, intervals: bool, ci_level: float) -> dict[str, dict]:
-    """verdicts[target][baseline] = `Verdict.as_dict()` for every baseline present beside the network."""
-    return {target: {m: verdict(agg, m, intervals=intervals, ci_level=ci_level).as_dict()
-                     for m in BASELINE_NAMES if m in agg and "network" in agg}
-            for target, agg in aggregates.items()}
+def all_verdicts(aggregates: dict[str, dict[str, Any]], *, intervals: bool, ci_level: float,
+                 by_class: dict[str, dict[str, dict[str, Any]]] | None = None,
+                 absent: dict[str, str] | None = None) -> dict[str, dict]:
+    """verdicts[target][baseline] for every baseline present beside the network.
+
+    Each is `Verdict.as_dict()` of the overall verdict plus ``overall_sentence`` (that verdict's
+    sentence), ``by_class`` ({class: `Verdict.as_dict()`} from ``by_class[target][class]``, the
+    class aggregates) and ``sentence``: the overall sentence followed by every class's, which is
+    what the report and the CLI print. Without ``by_class`` the sentence is the overall one.
+    absent: {baseline: why it was not computed}; each gets an entry with ``status`` "absent" and a
+    sentence that says so, so the closing lines never pass over a missing baseline in silence.
+    """
+    out: dict[str, dict] = {}
+    for target, agg in aggregates.items():
+        classes = (by_class or {}).get(target, {})
+        out[target] = {m: _with_classes(verdict(agg, m, intervals=intervals, ci_level=ci_level), classes,
+                                        intervals, ci_level)
+                       for m in BASELINE_NAMES if m in agg and "network" in agg}
+        for m, why in (absent or {}).items():
+            if m not in agg and "network" in agg:
+                out[target][m] = _absent(m, why)
+    return out
+
+
+def _with_classes(overall: Verdict, classes: dict[str, dict[str, Any]], intervals: bool,
+                  ci_level: float) -> dict[str, Any]:
+    """The overall verdict's dict with the per-class verdicts beside it and in its sentence."""
+    per_class = {name: verdict(agg, overall.baseline, intervals=intervals, ci_level=ci_level,
+                               label=_class_label(name, agg)).as_dict()
+                 for name, agg in classes.items() if overall.baseline in agg and "network" in agg}
+    sentence = overall.sentence
+    if per_class:
+        sentence += ". Per element class: " + ". ".join(v["sentence"] for v in per_class.values())
+    return {**overall.as_dict(), "sentence": sentence, "overall_sentence": overall.sentence, "by_class": per_class}
+
+
+def _class_label(name: str, agg: dict[str, Any]) -> str:
+    """"light (every element Z <= 14; 12 samples of 3 materials)"."""
+    entry = agg["network"]["physical"].get("rel_l2") or {}
+    count = f"{entry.get('n', 0)} samples" + (f" of {entry['n_groups']} materials"
+                                              if entry.get("n_groups") is not None else "")
+    return name[:-1] + f"; {count})" if name.endswith(")") else f"{name} ({count})"
+
+
+def _absent(baseline: str, why: str) -> dict[str, Any]:
+    """The verdict entry of a baseline that was not computed."""
+    empty = Verdict(baseline, False, f"no verdict against the {BASELINE_NAMES.get(baseline, baseline)}: {why}",
+                    status="absent").as_dict()
+    return {**empty, "overall_sentence": empty["sentence"], "by_class": {}}
 
 
 #: the reconstructor the full study ships (configs/study.yaml; docs/evaluation.md, "The study")

@@ -131,7 +131,7 @@ def test_section_errors_name_the_dotted_key(tmp_path):
     # The sections owned by the other rooms are validated in place, with the same one-line errors.
     with pytest.raises(ConfigError, match=r"^cfg.yaml: simulation.energy_kv: Input should be a valid number"):
         load_config(write(tmp_path, "simulation:\n  energy_kv: fast\n"))
-    with pytest.raises(ConfigError, match=r"^cfg.yaml: evaluation.split: Input should be 'train', 'dev' or 'test'"):
+    with pytest.raises(ConfigError, match=r"^cfg.yaml: evaluation.split: Input should be 'train', 'dev', 'test' or 'all'"):
         load_config(write(tmp_path, "name: x\n"), ["evaluation.split=validation"])
     with pytest.raises(ConfigError, match=r"^cfg.yaml: simulation.aberrations.C5_mm: unknown key; allowed keys here: C1_A, C3_mm"):
         load_config(write(tmp_path, "name: x\n"), ["simulation.aberrations.C5_mm=1"])

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from html import escape as html_escape
 from pathlib import Path
 
 import numpy as np
@@ -92,7 +93,12 @@ def test_per_sample_metrics_match_an_independent_recomputation(evaluated, tiny_t
     icom = record["metrics"]["potential"]["icom"]["physical"]
     constant = M.relative_l2(np.full_like(sample.potential, sample.potential.mean()), sample.potential)
     assert icom["rel_l2"] <= constant + 1e-9
-    assert np.isfinite(record["icom_fit"]["scale"])
+    # the fit's scale is never negative; the unconstrained one is recorded beside it
+    for r in doc["samples"]:
+        for name in ("icom_fit", "ptycho_fit"):
+            fit = r[name]
+            assert fit["scale"] >= 0 and np.isfinite(fit["signed_scale"])
+            assert fit["scale"] == (fit["signed_scale"] if fit["signed_scale"] >= 0 else 0.0)
 
 
 def test_breakdowns_and_network_vs_icom(evaluated):
@@ -181,7 +187,31 @@ def test_evaluate_without_training_samples_leaves_out_the_mean_baseline(
     result = evaluate(EvaluationConfig(n_bootstrap=20, n_panels=0, worst_k=0), stage.DataConfig(), [data],
                       tiny_trained_model.model_dir, tmp_path / "eval")
     assert set(result.headline["potential"]) == {"network", "icom"}
-    assert "mean-training-target baseline was not computed" in result.report_html.read_text()
+    why = "the evaluated stores hold no training samples to average"
+    assert "mean-training-target baseline is absent: not computed: " + why in result.report_html.read_text()
+    doc = json.loads(result.metrics_json.read_text())
+    assert why in doc["absent_baselines"]["mean"]
+    # the verdicts and the closing lines of namsa run / namsa evaluate say it too
+    mean = result.verdicts["potential"]["mean"]
+    assert mean["status"] == "absent" and not mean["beats"]
+    assert mean["sentence"].startswith("no verdict against the mean training target: not computed: " + why)
+    from workflow.summary import _headline_lines
+
+    assert f"  {mean['sentence']}" in _headline_lines(result.headline, result.verdicts)
+
+
+def test_evaluate_split_all_scores_every_sample_and_says_it_is_not_held_out(
+        tiny_trained_model, tiny_data_dir, tmp_path):  # noqa: F811
+    import stage
+
+    cfg = EvaluationConfig(split="all", n_bootstrap=20, n_panels=0, worst_k=0, icom=False)
+    result = evaluate(cfg, stage.DataConfig(), [tiny_data_dir], tiny_trained_model.model_dir, tmp_path)
+    stores = stage.open_stores([tiny_data_dir])
+    assert result.n_samples == len(stores.indices()) > len(stores.indices("test"))
+    doc = json.loads(result.metrics_json.read_text())
+    assert sorted(r["index"] for r in doc["samples"]) == stores.indices()
+    assert doc["data"]["evaluated_split"] == "all"
+    assert "training materials included: this is not a held-out figure" in result.report_html.read_text()
 
 
 def test_evaluate_rejects_data_without_the_split(tiny_trained_model, tiny_data_dir, tmp_path):  # noqa: F811
@@ -214,15 +244,28 @@ def test_ptycho_baseline_and_compute_times_reach_metrics_and_report(evaluated):
 
 
 def test_verdicts_are_the_verdict_rule_applied_to_the_aggregates(evaluated):
+    """Overall and per element class, on intervals over materials; the report shows every class."""
+    from evaluation.scoring import ELEMENT_CLASSES
     from evaluation.verdict import verdict
 
     result, doc = evaluated
     verdicts = doc["verdicts"]["potential"]
     assert set(verdicts) == {"mean", "icom", "ptycho"} and result.verdicts == doc["verdicts"]
+    classes = doc["class_aggregates"]["potential"]
+    assert classes and set(classes) <= set(ELEMENT_CLASSES)
+    assert sum(c["network"]["physical"]["rel_l2"]["n"] for c in classes.values()) == len(doc["samples"])
+    materials = {r["material_id"] for r in doc["samples"]}
+    assert doc["aggregates"]["potential"]["network"]["physical"]["rel_l2"]["n_groups"] == len(materials)
     html = result.report_html.read_text()
     for baseline, v in verdicts.items():
-        assert v == verdict(doc["aggregates"]["potential"], baseline).as_dict()
-        assert v["sentence"] in html
+        overall = verdict(doc["aggregates"]["potential"], baseline).as_dict()
+        assert {k: v[k] for k in overall} == {**overall, "sentence": v["sentence"]}
+        assert v["overall_sentence"] == overall["sentence"] and html_escape(v["overall_sentence"]) in html
+        assert set(v["by_class"]) == set(classes)
+        for name, c in v["by_class"].items():
+            assert c["beats"] == verdict(classes[name], baseline).beats
+            assert c["sentence"] in v["sentence"] and html_escape(c["sentence"]) in html
+    assert "element class" in html and "intervals over materials" in html
 
 
 def test_report_says_plainly_when_no_class_favours_the_network():

@@ -158,3 +158,61 @@ def test_bootstrap_ci():
     assert M.bootstrap_ci([]).value is None
     med = M.bootstrap_ci([1.0, 2.0, 100.0], statistic="median")
     assert med.value == 2.0
+
+
+def test_nonnegative_fit_never_flips_the_sign():
+    """A baseline map that is the truth upside down gets scale 0 (the best constant), not -1; the
+    signed scale is reported beside the fit."""
+    from evaluation.baselines import fit_to_truth
+
+    true, _ = _lattice(shape=(24, 24))
+    fitted, fit = fit_to_truth(-true, true)
+    assert fit["scale"] == 0.0 and fit["signed_scale"] == pytest.approx(-1.0)
+    assert fit["offset"] == pytest.approx(true.mean())
+    best_constant = M.relative_l2(np.full_like(true, true.mean()), true)
+    assert M.relative_l2(fitted, true) == pytest.approx(best_constant, rel=1e-6)
+    assert M.fit_affine(-true, true)[0] == pytest.approx(-1.0)   # what the unconstrained fit would have used
+    # a map that already fits with a positive scale is fitted as before
+    fitted, fit = fit_to_truth(0.5 * true - 3.0, true)
+    assert (fit["scale"], fit["signed_scale"]) == pytest.approx((2.0, 2.0))
+    assert M.relative_l2(fitted, true) == pytest.approx(0.0, abs=1e-6)
+
+
+def _materials_with_correlated_samples(n_materials: int, per_material: int, seed: int = 0):
+    """Values whose spread is mostly between materials (a material effect of sd 1, noise of sd 0.05)."""
+    rng = np.random.default_rng(seed)
+    effect = rng.normal(0.0, 1.0, n_materials)
+    values = np.repeat(effect, per_material) + rng.normal(0.0, 0.05, n_materials * per_material)
+    return values, [f"m{i}" for i in range(n_materials) for _ in range(per_material)]
+
+
+def test_bootstrap_over_materials_is_wider_when_samples_of_a_material_are_alike():
+    values, materials = _materials_with_correlated_samples(20, 4)
+    by_sample = M.bootstrap_ci(values, n_resamples=4000, seed=3)
+    by_material = M.bootstrap_ci(values, n_resamples=4000, seed=3, groups=materials)
+    assert by_material.value == by_sample.value == pytest.approx(values.mean())
+    assert by_material.n == 80 and by_material.n_groups == 20 and by_sample.n_groups is None
+    # 20 independent materials, not 80 independent samples: about sqrt(4) = 2x wider
+    width = (by_material.high - by_material.low) / (by_sample.high - by_sample.low)
+    assert 1.6 < width < 2.4
+    assert M.bootstrap_ci(values, seed=3, groups=materials) == M.bootstrap_ci(values, seed=3, groups=materials)
+
+
+def test_bootstrap_over_materials_with_one_sample_each_is_the_sample_bootstrap():
+    values = np.random.default_rng(5).normal(2.0, 1.0, 60)
+    materials = [f"m{i}" for i in range(60)]
+    by_sample = M.bootstrap_ci(values, n_resamples=20000, seed=1)
+    by_material = M.bootstrap_ci(values, n_resamples=20000, seed=2, groups=materials)
+    half = (by_sample.high - by_sample.low) / 2
+    assert by_material.low == pytest.approx(by_sample.low, abs=0.05 * half)
+    assert by_material.high == pytest.approx(by_sample.high, abs=0.05 * half)
+
+
+def test_bootstrap_over_materials_edge_cases():
+    # non-finite values are left out with their group; one material left gives no interval
+    one = M.bootstrap_ci([1.0, 2.0, None, math.inf], groups=["a", "a", "b", "b"])
+    assert (one.value, one.low, one.high, one.n, one.n_nonfinite, one.n_groups) == (1.5, 1.5, 1.5, 2, 2, 1)
+    with pytest.raises(ValueError, match="one group label per value"):
+        M.bootstrap_ci([1.0, 2.0], groups=["a"])
+    with pytest.raises(ValueError, match="mean only"):
+        M.bootstrap_ci([1.0, 2.0], statistic="median", groups=["a", "b"])

@@ -64,7 +64,7 @@ def scaling_study(model_cfg: Any, train_cfg: Any, dist_cfg: Any, data_cfg: Any, 
     paths = [data_dirs] if isinstance(data_dirs, (str, Path)) else list(data_dirs)
     with open_stores(paths) as stores:
         n_total = len(stores.indices("train"))
-        if eval_cfg.split != "train" and not stores.indices(eval_cfg.split):
+        if eval_cfg.split not in ("train", "all") and not stores.indices(eval_cfg.split_filter()):
             raise ScalingInputError(f"the data holds no '{eval_cfg.split}' samples to evaluate each size on; "
                                     f"simulate more materials, change data.split_fractions or evaluation.split")
     sizes = training_sizes(n_total, fractions, min_size=int(train_cfg.batch_size))

@@ -4,9 +4,11 @@
   beat it has learned nothing about the individual sample.
 * **icom**: integrated centre of mass from the same 4D stack (`evaluation.baselines.icom`), which
   recovers the projected potential of thin weak-phase specimens up to scale and offset. It is put into the
-  truth's units by a per-sample least-squares fit of ``scale * icom + offset`` to the truth.
-  **This uses the truth, for these two scalars only**; the map itself comes from the CBED stack
-  alone. The fit favours the baseline, so the comparison is conservative for the network.
+  truth's units by a per-sample least-squares fit of ``scale * icom + offset`` to the truth, with
+  ``scale >= 0`` (a map that would need a sign flip gets scale 0, the best constant; the signed
+  scale is recorded beside the fit). **This uses the truth, for these two scalars only**; the map
+  itself comes from the CBED stack alone. The fit favours the baseline, so the comparison is
+  conservative for the network.
   iCoM estimates the potential, so it is a baseline for ``potential`` only.
 * **ptycho**: single-slice ptychography of the same stack through py4DSTEM
   (`evaluation.baselines.ptycho`): the iterative phase retrieval microscopists use. Its phase over
@@ -17,9 +19,9 @@
 """
 from __future__ import annotations
 
-from .fitted import icom_baseline, ptycho_baseline
+from .fitted import fit_to_truth, icom_baseline, ptycho_baseline
 from .icom import ICoMInputError, icom_from_sample, icom_reconstruct
 from .mean import mean_training_targets
 
-__all__ = ["mean_training_targets", "icom_baseline", "ptycho_baseline", "icom_reconstruct", "icom_from_sample",
-           "ICoMInputError"]
+__all__ = ["mean_training_targets", "fit_to_truth", "icom_baseline", "ptycho_baseline", "icom_reconstruct",
+           "icom_from_sample", "ICoMInputError"]

@@ -1,35 +1,43 @@
 """The iCoM and ptychography baselines put into the truth's units: a per-sample least-squares
-fit of ``scale * map + offset`` to the truth (uses the truth for these two scalars only)."""
+fit of ``scale * map + offset`` to the truth with ``scale >= 0`` (uses the truth for these two
+scalars only; a sign flip is not allowed, and the unconstrained, signed scale is recorded beside
+the fit so that a reader sees where the baseline's map was anti-correlated with the truth)."""
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
 
-from ..metrics import fit_affine
+from ..metrics import fit_affine_nonnegative
 from .icom import icom_from_sample
 
 
-def icom_baseline(sample: Any, truth: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:
-    """iCoM of ``sample`` on the truth's grid, least-squares scaled and offset to ``truth``.
+def fit_to_truth(raw: np.ndarray, truth: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:
+    """``scale * raw + offset`` with the non-negative least-squares scale, and
+    ``{"scale", "offset", "signed_scale"}``. A map whose best fit would need a negative scale gets
+    scale 0: the best constant map (the truth's mean)."""
+    scale, offset, signed = fit_affine_nonnegative(raw, truth)
+    fitted = (scale * np.asarray(raw, dtype=np.float64) + offset).astype(np.float32)
+    return fitted, {"scale": scale, "offset": offset, "signed_scale": signed}
 
-    Returns the fitted map (units of the truth) and ``{"scale", "offset"}`` of the fit.
+
+def icom_baseline(sample: Any, truth: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:
+    """iCoM of ``sample`` on the truth's grid, fitted to ``truth`` (`fit_to_truth`).
+
+    Returns the fitted map (units of the truth) and ``{"scale", "offset", "signed_scale"}``.
     """
-    raw = icom_from_sample(sample, output_shape=truth.shape)
-    scale, offset = fit_affine(raw, truth)
-    return (scale * raw + offset).astype(np.float32), {"scale": scale, "offset": offset}
+    return fit_to_truth(icom_from_sample(sample, output_shape=truth.shape), truth)
 
 
 def ptycho_baseline(sample: Any, truth: np.ndarray, iterations: int,
                     batch_size: int) -> tuple[np.ndarray, dict[str, float]]:
-    """Ptychography of ``sample`` on the truth's grid, least-squares scaled and offset to ``truth``.
+    """Ptychography of ``sample`` on the truth's grid, fitted to ``truth`` (`fit_to_truth`).
 
-    Returns the fitted map (units of the truth) and ``{"scale", "offset", "seconds", "error"}``:
-    the fit, py4DSTEM's compute time for this sample (s) and its final data error.
+    Returns the fitted map (units of the truth) and ``{"scale", "offset", "signed_scale",
+    "seconds", "error"}``: the fit, py4DSTEM's compute time for this sample (s) and its final data error.
     """
     from .ptycho import ptycho_from_sample
 
     result = ptycho_from_sample(sample, output_shape=truth.shape, iterations=iterations, batch_size=batch_size)
-    scale, offset = fit_affine(result.potential, truth)
-    fitted = (scale * result.potential.astype(np.float64) + offset).astype(np.float32)
-    return fitted, {"scale": scale, "offset": offset, "seconds": result.seconds, "error": result.error}
+    fitted, fit = fit_to_truth(result.potential, truth)
+    return fitted, {**fit, "seconds": result.seconds, "error": result.error}
