@@ -25,8 +25,10 @@ def test_every_pip_step_of_make_venv_is_announced(tmp_path):
 
 def dry_run(target: str, venv: Path) -> list[str]:
     """The recipe lines ``make -n TARGET`` would run, with VENV pointing at a venv not yet built."""
-    return subprocess.run(["make", "-n", target, f"VENV={venv}"], cwd=ROOT, capture_output=True, text=True,
-                          check=True).stdout.splitlines()
+    # --no-print-directory: under `make test` (a make inside make) the dry run would add
+    # "make[1]: Entering/Leaving directory" lines around the commands.
+    return subprocess.run(["make", "-n", "--no-print-directory", target, f"VENV={venv}"], cwd=ROOT,
+                          capture_output=True, text=True, check=True).stdout.splitlines()
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")

@@ -44,7 +44,7 @@ def test_ptycho_recovers_thin_graphite_potential(graphite):
 def test_ptycho_baseline_is_least_squares_scaled_to_the_truth(graphite):
     truth = graphite.potential.astype(np.float64)
     fitted, fit = ptycho_baseline(graphite, truth, iterations=2, batch_size=64)
-    assert set(fit) == {"scale", "offset", "seconds", "error"} and fit["seconds"] > 0
+    assert set(fit) == {"scale", "offset", "signed_scale", "seconds", "error"} and fit["seconds"] > 0
     assert fitted.mean() == pytest.approx(truth.mean(), rel=1e-4)   # the fitted offset matches the mean
     constant = relative_l2(np.full_like(truth, truth.mean()), truth)
     assert relative_l2(fitted, truth) < constant
