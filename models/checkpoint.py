@@ -34,7 +34,7 @@ import xxhash
 from safetensors.torch import load_file, save_file
 
 from namsa.errors import UserError
-from stage.jsonfile import TMP_PREFIX, write_json_atomic
+from stage.jsonfile import TMP_PREFIX, fsync_dir, write_json_atomic
 
 from .card import MODEL_FILE, ModelDirError, inside, parse_json_bytes
 
@@ -68,14 +68,6 @@ def file_digest(path: Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 22), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _fsync_file(path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Writing a JSON file atomically (temporary sibling, fsync, rename): the one writer every room uses
+"""Writing files atomically (temporary sibling, fsync, rename): the one writer every room uses
 for manifests, checkpoint states, model cards, summaries and metrics, so a kill or a full disk never
 leaves half a file behind."""
 from __future__ import annotations
@@ -11,6 +11,15 @@ from typing import Any, Callable
 
 #: prefix of the temporary sibling; models.checkpoint removes leftovers of killed writers by it
 TMP_PREFIX = ".tmp-"
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """Make a rename in directory ``path`` durable (it survives a power cut, not only a kill)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_json_atomic(path: str | os.PathLike, payload: Any, *, sort_keys: bool = False,

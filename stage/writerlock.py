@@ -17,6 +17,17 @@ def _lock_holder(text: str) -> tuple[int, str] | None:
     return int(fields[0]), fields[1] if len(fields) > 1 else socket.gethostname()
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` on this host exists (another user's counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, another user's
+    return True
+
+
 def writer_active(path: Path) -> str | None:
     """``"pid N on HOST"`` when a `StoreWriter` may have the store at ``path`` open, else None.
 
@@ -31,11 +42,6 @@ def writer_active(path: Path) -> str | None:
     if holder is None:
         return None
     pid, host = holder
-    if host == socket.gethostname():
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:
-            pass  # alive, another user's
+    if host == socket.gethostname() and not pid_alive(pid):
+        return None
     return f"pid {pid} on {host}"

@@ -195,9 +195,9 @@ def test_evaluate_without_training_samples_leaves_out_the_mean_baseline(
     mean = result.verdicts["potential"]["mean"]
     assert mean["status"] == "absent" and not mean["beats"]
     assert mean["sentence"].startswith("no verdict against the mean training target: not computed: " + why)
-    from workflow.summary import _headline_lines
+    from workflow.summary import headline_lines
 
-    assert f"  {mean['sentence']}" in _headline_lines(result.headline, result.verdicts)
+    assert f"  {mean['sentence']}" in headline_lines(result.headline, result.verdicts)
 
 
 def test_evaluate_split_all_scores_every_sample_and_says_it_is_not_held_out(

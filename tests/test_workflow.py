@@ -280,7 +280,7 @@ def test_changed_model_config_retrains_and_keeps_the_old_model(tmp_path):
 def test_summary_prints_the_evaluation_verdict_for_every_baseline():
     """The closing lines repeat evaluation.verdict's sentences: a lower mean rel. L2 alone is no win."""
     from evaluation.verdict import all_verdicts, study_reference
-    from workflow.summary import _headline_lines
+    from workflow.summary import headline_lines
 
     def ci(value: float) -> dict:
         return {"value": value, "low": value - 0.1, "high": value + 0.1, "n": 6}
@@ -289,13 +289,13 @@ def test_summary_prints_the_evaluation_verdict_for_every_baseline():
     base = {"rel_l2": ci(0.55), "psnr_db": ci(19.9), "ssim": ci(0.19), "pearson_r": ci(0.21)}
     verdicts = all_verdicts({"potential": {"network": {"physical": net}, "mean": {"physical": base}}},
                             intervals=True, ci_level=0.95)
-    lines = _headline_lines({"potential": {"network": {"rel_l2": 0.5}, "mean": {"rel_l2": 0.55}, "icom": {}}}, verdicts)
+    lines = headline_lines({"potential": {"network": {"rel_l2": 0.5}, "mean": {"rel_l2": 0.55}, "icom": {}}}, verdicts)
     assert lines == ["potential relative L2 error on held-out samples (lower is better): network 0.500, mean 0.550",
                      "  the network does NOT beat the mean training target: better on rel. L2 and PSNR but intervals "
                      "overlap; worse on SSIM and Pearson r (intervals overlap)",
                      study_reference()]   # and where the full study's result is (the shipped model's card)
     assert "pretrained:study-scan" in lines[-1]
-    old = _headline_lines({"density": {"network": {"rel_l2": 0.9}, "mean": {"rel_l2": 0.7}}}, None)
+    old = headline_lines({"density": {"network": {"rel_l2": 0.9}, "mean": {"rel_l2": 0.7}}}, None)
     assert old[1] == "  no verdict: this evaluation predates verdicts; run namsa evaluate again"
 
 

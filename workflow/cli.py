@@ -133,7 +133,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     cfg = _load(args)
     # Under torchrun/srun every rank runs this command on one --out: rank 0 holds the lock for all.
-    held = _hold(args) if model_runners._is_main_rank() else contextlib.nullcontext()
+    held = _hold(args) if model_runners.is_main_rank() else contextlib.nullcontext()
     with held:
         summary = model_runners.train(cfg, args.data, args.out, resume=args.resume, progress=args.progress)
     print(f"trained {summary['steps']} steps; model: {summary['model_dir']}; "
@@ -143,13 +143,13 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from . import model_runners
-    from .summary import _headline_lines
+    from .summary import headline_lines
 
     cfg = _load(args)
     with _hold(args):
         summary = model_runners.evaluate(cfg, args.data, args.model, args.out)
     print(f"metrics: {summary['metrics_json']}\nreport: {summary['report_html']}")
-    print("\n".join(_headline_lines(summary["headline"], summary["verdicts"])))
+    print("\n".join(headline_lines(summary["headline"], summary["verdicts"])))
     return 0
 
 

@@ -68,12 +68,12 @@ def train(cfg: "PipelineConfig", data_dirs: Sequence[str | Path], out_dir: str |
         "data_fingerprint": data_fingerprint(data_dirs), "config_hash": section_hash(cfg, *TRAIN_SECTIONS),
         "started_at": started, "finished_at": time.time(),
     }
-    if _is_main_rank():
+    if is_main_rank():
         write_summary_json(Path(out_dir) / TRAIN_SUMMARY, summary)
     return summary
 
 
-def _is_main_rank() -> bool:
+def is_main_rank() -> bool:
     """Rank 0 of a torchrun / MPI / Slurm launch (or a single process) writes shared summaries."""
     for name in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
         if os.environ.get(name, "").isdigit():

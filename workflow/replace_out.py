@@ -25,8 +25,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from models.checkpoint import fsync_dir as _fsync_dir
 from namsa.errors import UserError
+from stage.jsonfile import fsync_dir
+from stage.writerlock import pid_alive
 
 TMP_TAG = ".tmp-"
 OLD_TAG = ".old-"
@@ -81,7 +82,7 @@ def finish_replacing(tmp: Path, out: str | Path) -> None:
         os.rename(out, aside)
         os.rename(tmp, out)
         _remove(aside)
-    _fsync_dir(out.parent)  # the swap survives a power cut, not only a kill
+    fsync_dir(out.parent)  # the swap survives a power cut, not only a kill
 
 
 def discard(tmp: Path) -> None:
@@ -116,15 +117,8 @@ def _leftover_pid(name: str, out_name: str) -> int | None:
 
 
 def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return False  # our own leftovers are from an earlier process that had our pid
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    # our own leftovers are from an earlier process that had our pid
+    return pid != os.getpid() and pid_alive(pid)
 
 
 def refuse_file_above(out: Path, flag: str = "--out") -> None:

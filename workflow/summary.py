@@ -69,14 +69,14 @@ class RunSummary:
                             ("metrics", self.metrics_json), ("report", self.report_html)):
             if path:
                 lines.append(f"{label}: {path}")
-        lines += _headline_lines(self.headline, self.verdicts)
+        lines += headline_lines(self.headline, self.verdicts)
         if self.timings:
             lines.append("wall time: " + ", ".join(f"{k} {v:.1f} s" for k, v in self.timings.items()
                                                    if not k.endswith("fraction")))
         return "\n".join(lines)
 
 
-def _headline_lines(headline: dict[str, Any], verdicts: dict[str, Any] | None) -> list[str]:
+def headline_lines(headline: dict[str, Any], verdicts: dict[str, Any] | None) -> list[str]:
     """Per target: the relative L2 of every method, then the verdict against each baseline as
     `evaluation.verdict` decided it (the report says the same)."""
     lines = []
