@@ -44,7 +44,7 @@ def _reconstruct_into(tmp: Path, out: Path, path: str | Path, model: str | Path,
     from . import reconstruct_maps
 
     scan = ex.read_scan(path)
-    cal = ex.resolve_calibrations(scan.found, calibrations)
+    cal, checks, from_data = ex.check_before_inference(scan, calibrations)  # refuses non-CBED, a wrong disc
     rec = load_reconstructor(model)
     reconstruct_maps.check_map_names(rec.targets)  # the card's targets become file names
     expect = ex.model_expectation(rec.card)
@@ -58,6 +58,8 @@ def _reconstruct_into(tmp: Path, out: Path, path: str | Path, model: str | Path,
         ex.scan_block(prepared), (ty * sy, tx * sx), k_sampling_invA=prepared.dk_inv_A, energy_kv=cal.energy_kv,
         scan_step_A=prepared.step_A, output_shape=stitched.shape[1:], periodic=False).astype("float32")
     info = _reconstruct_info(path, model, cal, expect, prepared)
+    info.update(checks={"before": checks, "after": ex.check_after_inference(maps, rec.card, checks)},
+                calibration_from_data=from_data.report())
     written = _write_and_swap(tmp, out, maps, pixel, info)
     return {"out": str(out), "files": written, "pixel_size_A": pixel, "shape": list(stitched.shape[1:]),
             "notes": prepared.notes}
