@@ -79,7 +79,7 @@ def _input_report(x: torch.Tensor, card: dict[str, Any]) -> dict[str, Any]:
     from stage.microscope.checks import input_report, warn_report
 
     report = input_report(x[0].detach().float().cpu().numpy(), card)
-    warn_report(report)
+    warn_report(report, stacklevel=3)  # _input_report <- predict <- the caller's line
     return report
 
 

@@ -248,7 +248,8 @@ def _disc_against_card(report: dict[str, Any], mean: np.ndarray, card: Mapping[s
                                      "detector sampling")
 
 
-def warn_report(report: Mapping[str, Any]) -> None:
-    """Issue each warning of ``report`` as an `OutsideTrainingWarning`."""
+def warn_report(report: Mapping[str, Any], stacklevel: int = 2) -> None:
+    """Issue each warning of ``report`` as an `OutsideTrainingWarning`, attributed ``stacklevel``
+    frames above this function's caller (its user's line, not ours)."""
     for w in report.get("warnings", []):
-        warnings.warn(f"{w['code']}: {w['message']}", OutsideTrainingWarning, stacklevel=3)
+        warnings.warn(f"{w['code']}: {w['message']}", OutsideTrainingWarning, stacklevel=stacklevel + 1)
