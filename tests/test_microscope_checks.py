@@ -126,3 +126,26 @@ def test_predict_warns_outside_what_the_model_learned(sim):
         rec.predict(stack * 1000.0)
     with pytest.warns(OutsideTrainingWarning, match="disc-radius"):
         rec.predict(disc_scan((32, 32), 32, radius=9.0).reshape(1024, 32, 32))
+
+
+def test_reconstruct_records_checks_and_calibration_from_the_data(tmp_path, capsys):
+    """`namsa reconstruct` on counted CBED without a semi-angle in its metadata: the semi-angle is
+    fitted from the disc, the dose is measured and warned about, and reconstruction.json holds both."""
+    import json
+
+    from microscope_helpers import write_hspy
+    from workflow.cli import main
+
+    pytest.importorskip("rsciio")
+    counts = np.random.default_rng(3).poisson(disc_scan((32, 32), 32, radius=4.6) * 5000.0).astype(np.uint16)
+    path = write_hspy(tmp_path / "counts.hspy", counts, semiangle_mrad=None)
+    assert main(["reconstruct", str(path), "--model", "pretrained:study-scan", "--out", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert "namsa: warning: the data carry about" in err and "trained noise-free" in err, err
+    info = json.loads((tmp_path / "out" / "reconstruction.json").read_text())
+    assert info["calibrations"]["semiangle_mrad"]["source"] == checks.FIT_SOURCE
+    assert info["calibrations"]["semiangle_mrad"]["value"] == pytest.approx(20.0, rel=0.1)
+    assert info["checks"]["before"]["measured"]["dose_e_per_A2"]["value"] > 0
+    assert {"before", "predict", "after"} <= set(info["checks"])
+    cal = info["calibration_from_data"]
+    assert cal["semiangle_mrad"]["uncertainty"] > 0 and cal["descan_residual_rms_px"]["unit"] == "px"
