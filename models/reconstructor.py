@@ -45,6 +45,7 @@ class Reconstructor:
         self.targets: list[str] = list(card["targets"])
         #: what the last `predict` measured of its input against the card (stage.microscope.checks)
         self.last_report: dict[str, Any] = {}
+        self._warned: set[str] = set()  # each kind of finding is warned once per reconstructor
 
     @property
     def in_channels(self) -> int:
@@ -61,7 +62,7 @@ class Reconstructor:
             raise ReconstructorInputError(
                 f"cbed must be (S, P, P) or (B, S, P, P) with S = {self.in_channels} patterns, got {tuple(x.shape)}; "
                 f"pass the full scan of one sample (or a batch of them)")
-        self.last_report = _input_report(x, self.card)
+        self.last_report = _input_report(x, self.card, self._warned)
         outs = [self._predict_batch(x[i: i + self.batch_size]) for i in range(0, x.shape[0], self.batch_size)]
         out = np.concatenate(outs)
         return out[0] if single else out
@@ -73,13 +74,16 @@ class Reconstructor:
         return torch.stack(maps, dim=1).cpu().numpy().astype(np.float32, copy=False)
 
 
-def _input_report(x: torch.Tensor, card: dict[str, Any]) -> dict[str, Any]:
-    """Cheap checks of the first stack of ``x`` against the card; each finding is warned as an
-    `OutsideTrainingWarning` (dose, total intensity, disc radius outside what the model learned)."""
+def _input_report(x: torch.Tensor, card: dict[str, Any], warned: set[str]) -> dict[str, Any]:
+    """Cheap checks of the first stack of ``x`` against the card; each kind of finding not in
+    ``warned`` yet is warned as an `OutsideTrainingWarning` (dose, total intensity, disc radius
+    outside what the model learned), so scoring thousands of noisy stacks says it once."""
     from stage.microscope.checks import input_report, warn_report
 
     report = input_report(x[0].detach().float().cpu().numpy(), card)
-    warn_report(report, stacklevel=3)  # _input_report <- predict <- the caller's line
+    new = [w for w in report["warnings"] if w["code"] not in warned]
+    warned.update(w["code"] for w in new)
+    warn_report({"warnings": new}, stacklevel=3)  # _input_report <- predict <- the caller's line
     return report
 
 

@@ -122,6 +122,10 @@ def test_predict_warns_outside_what_the_model_learned(sim):
     with pytest.warns(OutsideTrainingWarning, match="trained noise-free"):
         rec.predict(noisy.astype(np.float32))
     assert rec.last_report["measured"]["dose_e_per_A2"]["value"] > 0
+    with warnings.catch_warnings():  # said once per reconstructor; the record still has it
+        warnings.simplefilter("error", OutsideTrainingWarning)
+        rec.predict(noisy.astype(np.float32))
+    assert "dose" in {w["code"] for w in rec.last_report["warnings"]}
     with pytest.warns(OutsideTrainingWarning, match="learned patterns carrying about 1"):
         rec.predict(stack * 1000.0)
     with pytest.warns(OutsideTrainingWarning, match="disc-radius"):
