@@ -62,7 +62,8 @@ def test_a_missing_semiangle_is_taken_from_the_disc(sim):
     assert cal.sources["semiangle_mrad"] == checks.FIT_SOURCE
     assert cal.semiangle_mrad == pytest.approx(meta["semiangle_mrad"], rel=0.1)
     # a flag still wins over the fit
-    cal, _, _ = checks.check_before_inference(RawScan(data, _found(meta, semiangle=False), "s"), {"semiangle_mrad": 20.0})
+    bare = RawScan(data, _found(meta, semiangle=False), "s")
+    cal, _, _ = checks.check_before_inference(bare, {"semiangle_mrad": 20.0})
     assert cal.sources["semiangle_mrad"] == "command line"
 
 

@@ -149,15 +149,20 @@ def scan_scalars(data: Any, disc: Disc, block_bytes: int = BLOCK_BYTES) -> ScanS
         total = block.sum(axis=(2, 3))
         out.total[y0:y1, x0:x1] = total
         safe = np.where(total > 0, total, 1.0)
-        out.com[y0:y1, x0:x1] = np.stack([(block * yy).sum(axis=(2, 3)), (block * xx).sum(axis=(2, 3))], -1) / safe[..., None]
+        out.com[y0:y1, x0:x1] = _centroid(block, yy, xx) / safe[..., None]
         inside = np.where(window, block, -np.inf)
         top = inside.max(axis=(2, 3), keepdims=True)
         bg = np.percentile(block, 20, axis=(2, 3), keepdims=True)
         mask = (inside > bg + 0.5 * (top - bg)).astype(np.float64)
         n = np.maximum(mask.sum(axis=(2, 3)), 1.0)
-        out.centre[y0:y1, x0:x1] = np.stack([(mask * yy).sum(axis=(2, 3)), (mask * xx).sum(axis=(2, 3))], -1) / n[..., None]
+        out.centre[y0:y1, x0:x1] = _centroid(mask, yy, xx) / n[..., None]
         out.dark[y0:y1, x0:x1] = total - np.where(window, block, 0.0).sum(axis=(2, 3))
     return out
+
+
+def _centroid(weights: np.ndarray, yy: np.ndarray, xx: np.ndarray) -> np.ndarray:
+    """(..., 2) first moments [ky, kx] of (..., ky, kx) weights (not yet divided by their sum)."""
+    return np.stack([(weights * yy).sum(axis=(-2, -1)), (weights * xx).sum(axis=(-2, -1))], -1)
 
 
 def _count_max(out: ScanScalars, raw: np.ndarray) -> None:
@@ -196,10 +201,13 @@ def fit_descan(centre: np.ndarray) -> DescanPlane:
     sigma2 = (resid ** 2).sum(axis=0) / dof
     cov_diag = np.diag(np.linalg.pinv(design.T @ design))
     err = np.sqrt(np.outer(cov_diag, sigma2))  # (3 coefficients, 2 components)
-    pairs = lambda row: (float(row[0]), float(row[1]))  # noqa: E731
-    return DescanPlane(origin=pairs(coef[0]), slope_y=pairs(coef[1]), slope_x=pairs(coef[2]),
-                       errors={"origin": pairs(err[0]), "slope_y": pairs(err[1]), "slope_x": pairs(err[2])},
+    return DescanPlane(origin=_pair(coef[0]), slope_y=_pair(coef[1]), slope_x=_pair(coef[2]),
+                       errors={"origin": _pair(err[0]), "slope_y": _pair(err[1]), "slope_x": _pair(err[2])},
                        residual_rms_px=float(np.sqrt((resid ** 2).sum(axis=1).mean())))
+
+
+def _pair(row: np.ndarray) -> tuple[float, float]:
+    return float(row[0]), float(row[1])
 
 
 @dataclass

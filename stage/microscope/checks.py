@@ -88,9 +88,9 @@ def refuse_if_not_cbed(disc: autocal.Disc | None, path: str) -> None:
     elif disc.second_spot > autocal.MAX_SECOND_SPOT:
         why = f"a second bright region carries {100 * disc.second_spot:.0f}% of the direct beam's intensity"
     if why:
-        raise ExperimentalInputError(f"{path}: the patterns do not look like CBED ({why}); namsa reconstruct needs "
-                                     "convergent-beam 4D-STEM data with one bright-field disc, not spot (parallel-beam) "
-                                     "diffraction")
+        raise ExperimentalInputError(f"{path}: the patterns do not look like CBED ({why}); namsa reconstruct "
+                                     "needs convergent-beam 4D-STEM data with one bright-field disc, not spot "
+                                     "(parallel-beam) diffraction")
 
 
 def _pick(found: Mapping[str, Any], given: Mapping[str, Any], name: str) -> float | None:
@@ -127,10 +127,11 @@ def _check_radius(report: dict[str, Any], disc: autocal.Disc, cal: Calibrations)
         return
     if abs(disc.radius_px - expected) > RADIUS_RTOL * expected + RADIUS_ATOL_PX:
         raise ExperimentalInputError(
-            f"the bright-field disc has a radius of {disc.radius_px:.2f} px but the semi-angle {cal.semiangle_mrad:g} mrad "
-            f"({cal.sources.get('semiangle_mrad')}) at {dk_mrad:.4g} mrad per detector pixel gives {expected:.2f} px "
-            f"(tolerance {100 * RADIUS_RTOL:.0f}% + {RADIUS_ATOL_PX} px); the data suggest "
-            f"{disc.radius_px * dk_mrad:.3g} mrad: correct --semiangle-mrad or the detector pixel (--dk-inv-a / --dk-mrad)")
+            f"the bright-field disc has a radius of {disc.radius_px:.2f} px but the semi-angle "
+            f"{cal.semiangle_mrad:g} mrad ({cal.sources.get('semiangle_mrad')}) at {dk_mrad:.4g} mrad per detector "
+            f"pixel gives {expected:.2f} px (tolerance {100 * RADIUS_RTOL:.0f}% + {RADIUS_ATOL_PX} px); the data "
+            f"suggest {disc.radius_px * dk_mrad:.3g} mrad: correct --semiangle-mrad or the detector pixel "
+            "(--dk-inv-a / --dk-mrad)")
 
 
 def _check_counts(report: dict[str, Any], data: Any, scalars: autocal.ScanScalars, cal: Calibrations) -> None:
