@@ -154,3 +154,21 @@ def test_reconstruct_records_checks_and_calibration_from_the_data(tmp_path, caps
     assert {"before", "predict", "after"} <= set(info["checks"])
     cal = info["calibration_from_data"]
     assert cal["semiangle_mrad"]["uncertainty"] > 0 and cal["descan_residual_rms_px"]["unit"] == "px"
+
+
+def test_reconstruct_accepts_a_fitted_semiangle_within_its_precision(sim, tmp_path):
+    """A namsa simulation at 20 mrad whose file lacks the semi-angle: the disc gives 6% less, which
+    the model's 1% physics check would refuse for a stated value, but not for a measured one."""
+    import json
+
+    from microscope_helpers import write_hspy
+    from workflow.cli import main
+
+    pytest.importorskip("rsciio")
+    data, meta = sim
+    scan = np.tile(data, (4, 4, 1, 1))  # the model's 32 x 32 scan (the stated step is the model's)
+    path = write_hspy(tmp_path / "sim.hspy", scan, dk_inv_A=meta["pattern_dk_inv_A"], semiangle_mrad=None)
+    assert main(["reconstruct", str(path), "--model", "pretrained:study-scan", "--out", str(tmp_path / "out")]) == 0
+    info = json.loads((tmp_path / "out" / "reconstruction.json").read_text())
+    fitted = info["calibrations"]["semiangle_mrad"]
+    assert fitted["source"] == checks.FIT_SOURCE and abs(fitted["value"] - 20.0) > 0.2, fitted
