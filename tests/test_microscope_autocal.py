@@ -117,3 +117,10 @@ def test_report_gives_units_and_uncertainties(sim):
     for name in ("disc_radius_px", "rotation_deg", "descan_slope_y_px", "semiangle_mrad"):
         assert report[name]["unit"] and "uncertainty" in report[name], name
     assert wavelength_A(200.0) == pytest.approx(0.02508, abs=1e-4)
+
+
+def test_a_flat_field_gives_no_rotation_and_says_so():
+    from microscope_helpers import disc_scan
+
+    cal = _calibrate(disc_scan((8, 8), 32))
+    assert (cal.rotation.angle_deg, cal.rotation.error_deg) == (0.0, 180.0)

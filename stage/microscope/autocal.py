@@ -231,7 +231,10 @@ class Rotation:
 def fit_rotation(com: np.ndarray, dark: np.ndarray) -> Rotation:
     """The rotation and flip that make the (scan_y, scan_x, 2) CoM field (descan removed)
     curl-free. The curl of the rotated field is cos(t) curl F + sin(t) div F, so the angle is the
-    smallest eigenvector of their 2x2 energy matrix; the error is the spread over scan quadrants."""
+    smallest eigenvector of their 2x2 energy matrix; the error is the spread over scan quadrants
+    (180 degrees, angle 0, for a flat field: nothing to fit)."""
+    if not np.any(np.abs(com - com.mean(axis=(0, 1))) > 1e-9):
+        return Rotation(0.0, False, 1.0, 180.0)  # a flat CoM field (no specimen signal) says nothing
     best = min((_curl_free(com, flip) + (flip,) for flip in (False, True)), key=lambda r: r[1])
     angle, fraction, flip = best
     angle = _resolve_half_turn(com, dark, angle, flip)
