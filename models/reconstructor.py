@@ -83,7 +83,7 @@ def _input_report(x: torch.Tensor, card: dict[str, Any], warned: set[str]) -> di
     report = input_report(x[0].detach().float().cpu().numpy(), card)
     new = [w for w in report["warnings"] if w["code"] not in warned]
     warned.update(w["code"] for w in new)
-    warn_report({"warnings": new}, stacklevel=3)  # _input_report <- predict <- the caller's line
+    warn_report({"warnings": new}, stacklevel=4)  # _input_report <- predict <- torch.no_grad <- the caller
     return report
 
 

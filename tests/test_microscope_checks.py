@@ -120,8 +120,11 @@ def test_predict_warns_outside_what_the_model_learned(sim):
         rec.predict(stack)  # noise-free, normalised, the card's disc: nothing to say
     assert rec.last_report["warnings"] == []
     noisy = np.random.default_rng(2).poisson(stack.astype(np.float64) * 1000.0) / 1000.0
-    with pytest.warns(OutsideTrainingWarning, match="trained noise-free"):
+    with pytest.warns(OutsideTrainingWarning, match="trained noise-free") as caught:
         rec.predict(noisy.astype(np.float32))
+    assert caught[0].filename == __file__  # attributed to the caller's line
+    flat = np.full((1024, 32, 32), 1.0 / 1024, np.float32)  # one level only: no dose to read
+    assert "dose_e_per_A2" not in checks.input_report(flat, rec.card)["measured"]
     assert rec.last_report["measured"]["dose_e_per_A2"]["value"] > 0
     with warnings.catch_warnings():  # said once per reconstructor; the record still has it
         warnings.simplefilter("error", OutsideTrainingWarning)

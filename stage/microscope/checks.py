@@ -222,8 +222,8 @@ def _dose_from_quanta(report: dict[str, Any], sample: np.ndarray, card: Mapping[
         return
     quantum = float(positive.min())
     steps = sample / quantum
-    if not np.allclose(steps, np.round(steps), rtol=0.0, atol=1e-2):
-        return  # not quantised: noise-free (or not counted)
+    if not np.allclose(steps, np.round(steps), rtol=0.0, atol=1e-2) or np.unique(np.round(steps)).size < 3:
+        return  # not quantised (noise-free, or not counted), or too few levels to tell (a flat pattern)
     expects = card.get("expects_input") or {}
     electrons = float(sample.sum(axis=(1, 2)).mean()) / quantum
     scan = max(expects.get("scan_shape") or [1])
