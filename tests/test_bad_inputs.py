@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import stage
+from microscope_helpers import disc_scan, spot_scan, write_hspy
 from stage_helpers import CONFIG_HASH, flip_byte_inside, make_samples
 from workflow.cli import main
 
@@ -209,6 +210,12 @@ CASES: list[Case] = [
     Case("reconstruct-with-set", ("reconstruct", "{tmp}/scan.hspy", "--model", "pretrained:study-scan",
                                   "--out", "{tmp}/maps", "--set", "simulation.energy_kv=300"),
          "--set: reconstruct reads no pipeline config, so there is nothing to override"),
+    # -- issue 21: the patterns themselves, checked before inference -------------------------
+    Case("reconstruct-spot-patterns", ("reconstruct", "{spots_scan}", "--model", "pretrained:study-scan",
+                                       "--out", "{tmp}/maps"), "the patterns do not look like CBED"),
+    Case("reconstruct-disc-radius-mismatch", ("reconstruct", "{wide_disc_scan}", "--model", "pretrained:study-scan",
+                                              "--out", "{tmp}/maps"),
+         "the bright-field disc has a radius of 8.93 px but the semi-angle 20 mrad (file metadata)"),
     # (end of microscope files)
     # -- issue 18: model directories, cards, safetensors and checkpoints --------------------
     Case("evaluate-model-is-a-file", ("evaluate", MICRO, "--data", "{data}", "--model", "{file}", "--out", "{tmp}/e"),
@@ -288,6 +295,8 @@ def places(tmp_path_factory) -> dict[str, str]:
     places = {"tmp": str(root), "data": str(data), "truncated": str(truncated),
               "truncated_parent": str(truncated.parent), "corrupt": str(corrupt), "file": str(root / "file.txt"),
               "empty_dir": str(root / "empty"), "junk_dir": str(root / "junk"), "bad_cifs": str(root / "bad_cifs")}
+    places["spots_scan"] = str(write_hspy(root / "spots.hspy", spot_scan()))
+    places["wide_disc_scan"] = str(write_hspy(root / "wide-disc.hspy", disc_scan(radius=9.0)))
     for name, content in CONFIG_FILES.items():
         (root / f"{name}.yaml").write_bytes(content)
         places[f"cfg_{name}"] = str(root / f"{name}.yaml")
