@@ -59,7 +59,7 @@ def test_report_names_baselines_and_links_figures(evaluated):
                  "By material", "By zone axis", "element content", "Model card", "Data manifest"):
         assert text in html, text
     for rel in doc["figures"].values():
-        assert f"src='{rel}'" in html
+        assert f"srcset='{rel} 2x'" in html
         assert (result.out_dir / rel).is_file()
     # held-out materials are named in the manifest section
     for material in doc["data"]["materials"]["test"]:
@@ -160,7 +160,7 @@ def test_scaling_study_plots_error_against_training_size(tiny_data_dir, tmp_path
         assert (Path(row["eval_dir"]) / "report.html").is_file()
     # the learning-curve report: the figure, one table row per size, each linking to its own report
     html = Path(summary["report"]).read_text()
-    assert f"src='{Path(summary['figure']).name}'" in html
+    assert f"srcset='{Path(summary['figure']).name} 2x'" in html
     for row in saved["rows"]:
         assert f"<td class='l'>{row['n_train']:,}</td>" in html
         assert f"href='{Path(row['eval_dir']).relative_to(tmp_path) / 'report.html'}'" in html
