@@ -263,11 +263,11 @@ def _breakdown_section(doc: dict[str, Any], target: str) -> str:
             continue
         methods = [m for m in METHOD_NAMES if any(m in g for g in table.values())]
         extra = ["formula", "prototype"] if key == "material_id" else []
-        header = [title] + extra + ["n"] + [f"{METHOD_NAMES[m]}<br>rel L2" for m in methods] + \
-            [f"{METHOD_NAMES[m]}<br>SSIM" for m in methods]
+        # one cell per method, "rel L2 / SSIM": two columns per method would not fit a 1024 px window.
+        header = [title] + extra + ["n"] + [f"{METHOD_NAMES[m]}<br>rel L2 / SSIM" for m in methods]
         rows = [[_e(name)] + _material_cells(doc, name, extra) + [_num(g["n"])]
-                + [_num(g.get(m, {}).get("rel_l2")) for m in methods]
-                + [_num(g.get(m, {}).get("ssim")) for m in methods] for name, g in table.items()]
+                + [f"{_num(g.get(m, {}).get('rel_l2'))} / {_num(g.get(m, {}).get('ssim'))}" for m in methods]
+                for name, g in table.items()]
         parts.append(f"<h3>By {title}</h3>" + _table(header, rows, left=1 + len(extra)))
     return "\n".join(parts)
 
