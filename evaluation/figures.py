@@ -119,6 +119,11 @@ def cbed_extent(meta: dict[str, Any], pixels: int) -> tuple[float, float, float,
 
 
 def sample_panel(path: Path, kept: dict[str, Any], target: str, record: dict[str, Any] | None = None) -> Path:
+    """`sample_panel_figure` saved as PNG at ``path``."""
+    return _save(sample_panel_figure(kept, target, record), path)
+
+
+def sample_panel_figure(kept: dict[str, Any], target: str, record: dict[str, Any] | None = None) -> Figure:
     """Two rows: a few CBED patterns (log scale, one colour scale, mrad), then truth, network and
     baselines (one colour scale, the truth's range) and network - truth (Angstrom scale bars)."""
     maps, meta = kept["maps"][target], kept["meta"]
@@ -132,7 +137,7 @@ def sample_panel(path: Path, kept: dict[str, Any], target: str, record: dict[str
     _map_row(rows[1], maps, methods, target, map_extent(meta), record)
     fig.suptitle(f"{meta.get('formula', '')} ({meta.get('material_id', '')}), zone axis {meta.get('zone_axis')}, "
                  f"thickness {float(meta.get('thickness_A', float('nan'))):.0f} Å — {target}", fontsize=10)
-    return _save(fig, path)
+    return fig
 
 
 def _cbed_row(fig: Any, cbeds: list[tuple[int, np.ndarray]], meta: dict[str, Any]) -> None:

@@ -234,6 +234,9 @@ def _versus_section(doc: dict[str, Any]) -> str:
     worse = [f"{name} (network wins {100 * g['win_rate']:.0f}%)" for name, g in groups if g["win_rate"] < 0.5]
     parts.append(f"<p>{_majority_sentence('The network', better)} {_majority_sentence('iCoM', worse)}</p>")
     for key, title in (("z_class", "element content"), ("thickness_class", "thickness")):
+        if len(versus.get(key, {})) == 1:
+            parts.append(_one_group(title, *next(iter(versus[key].items())), "the overall figure above"))
+            continue
         rows = [[_e(name), _num(s["n"]), _num(s["network_wins"]),
                  "–" if s["win_rate"] is None else f"{100 * s['win_rate']:.0f}%", _num(s["mean_rel_l2_gap"])]
                 for name, s in versus.get(key, {}).items()]
@@ -257,9 +260,7 @@ def _breakdown_section(doc: dict[str, Any], target: str) -> str:
     for key, title in BREAKDOWN_KEYS.items():
         table = doc["breakdowns"][target].get(key, {})
         if len(table) == 1:
-            (name, g), = table.items()
-            parts.append(f"<p><b>By {_e(title)}</b>: all {_num(g['n'])} samples share one value, {_e(name)}; "
-                         "the headline table above is its breakdown.</p>")
+            parts.append(_one_group(title, *next(iter(table.items())), "the headline table above"))
             continue
         methods = [m for m in METHOD_NAMES if any(m in g for g in table.values())]
         extra = ["formula", "prototype"] if key == "material_id" else []
@@ -270,6 +271,12 @@ def _breakdown_section(doc: dict[str, Any], target: str) -> str:
                 for name, g in table.items()]
         parts.append(f"<h3>By {title}</h3>" + _table(header, rows, left=1 + len(extra)))
     return "\n".join(parts)
+
+
+def _one_group(title: str, name: str, group: dict[str, Any], where: str) -> str:
+    """A grouping with a single group, in words: a one-row table would repeat ``where``."""
+    return (f"<p><b>By {_e(title)}</b>: all {_num(group['n'])} samples share one value, {_e(name)}; "
+            f"{where} is its breakdown.</p>")
 
 
 def _material_cells(doc: dict[str, Any], material: str, extra: list[str]) -> list[str]:
