@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from _models_fixture import tiny_trained_model  # noqa: F401  (session fixture)
+from test_evaluate import evaluated  # noqa: F401  (module fixture: a real evaluation with every baseline)
 
 CHROMIUM = Path("/usr/bin/chromium")
 #: desktop windows the report must fit without horizontal scrolling (CSS px).
@@ -81,16 +82,10 @@ def _check_page(report: Path, width: int, tmp_path: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def report_html(tiny_trained_model, tiny_data_dir, tmp_path_factory):  # noqa: F811
-    """A real evaluation of the tiny trained model on the tiny data, with every baseline on."""
-    import stage
-    from evaluation import EvaluationConfig, evaluate
-
-    out = tmp_path_factory.mktemp("browser-eval")
-    cfg = EvaluationConfig(n_bootstrap=50, n_panels=2, worst_k=2, ptycho=True)
-    result = evaluate(cfg, stage.DataConfig(), [tiny_data_dir], tiny_trained_model.model_dir, out,
-                      train_metrics_csv=tiny_trained_model.metrics_csv)
-    return result.report_html
+def report_html(evaluated):  # noqa: F811
+    """report.html of a real evaluation of the tiny trained model on the tiny data, every baseline on
+    (the `evaluated` fixture of tests/test_evaluate.py)."""
+    return evaluated[0].report_html
 
 
 @pytest.mark.parametrize("width", WIDTHS)
