@@ -32,11 +32,10 @@ def score_all(cfg: EvaluationConfig, stores: Any, indices: list[int], rec: Any, 
     """Per-sample records for every index; full arrays kept for the first ``n_panels`` samples."""
     records: list[dict] = []
     kept: dict[int, dict] = {}
-    multislice_runs = 0
+    quota = MultisliceQuota(cfg)
     for batch in _batches(indices, cfg.batch_size):
         for index, sample, preds, net_s in _predict(stores, batch, rec, targets):
-            multislice = "potential" in targets and _multislice_due(cfg, sample.meta, multislice_runs)
-            multislice_runs += multislice
+            multislice = "potential" in targets and quota.take(sample.meta)
             maps, seconds = _method_maps(cfg, sample, preds, targets, mean_maps, multislice)
             records.append(_score_sample(cfg, index, sample, maps, rec.normalizer, {"network": net_s, **seconds}))
             if len(kept) < cfg.n_panels:
@@ -70,11 +69,20 @@ def _predict(stores: Any, indices: list[int], rec: Any,
         yield index, sample, {t: out[k, names.index(t)] for t in targets}, per_sample
 
 
-def _multislice_due(cfg: EvaluationConfig, meta: dict, runs_so_far: int) -> bool:
-    """True when multislice ptychography runs on this sample: it is on, the sample is thick enough
-    and fewer than ``max_samples`` samples have had it (the first eligible ones in store order)."""
-    settings = cfg.multislice_ptycho
-    return settings is not None and runs_so_far < settings.max_samples and settings.eligible(meta)
+class MultisliceQuota:
+    """Which samples get multislice ptychography: the first ``max_samples`` eligible ones (thick
+    enough, `MultisliceSettings.eligible`) in the order they are scored; none when it is off."""
+
+    def __init__(self, cfg: EvaluationConfig) -> None:
+        self.settings = cfg.multislice_ptycho
+        self.taken = 0
+
+    def take(self, meta: dict) -> bool:
+        """True (and counted) when the sample with this meta gets the multislice baseline."""
+        due = (self.settings is not None and self.taken < self.settings.max_samples
+               and self.settings.eligible(meta))
+        self.taken += due
+        return due
 
 
 def _method_maps(cfg: EvaluationConfig, sample: Any, preds: dict[str, np.ndarray], targets: list[str],

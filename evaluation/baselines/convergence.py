@@ -21,8 +21,8 @@ class ConvergenceRule(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     window: int = Field(4, ge=1, description="iterations over which the relative error drop is measured")
-    rel_tol: float = Field(0.01, gt=0.0, lt=1.0, description="stop when the error fell by less than this")
-    max_iterations: int = Field(48, ge=1, description="cap on passes over every probe position")
+    rel_tol: float = Field(0.02, gt=0.0, lt=1.0, description="stop when the error fell by less than this")
+    max_iterations: int = Field(64, ge=1, description="cap on passes over every probe position")
     step_size: float = Field(0.5, gt=0.0, description="initial gradient step (py4DSTEM's default 0.5)")
     min_step_size: float = Field(0.05, gt=0.0, description="the halving stops here")
 
