@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from _models_fixture import tiny_trained_model  # noqa: F401  (session fixture)
 from evaluation.baselines import fit_to_truth, ptycho_baseline
 from evaluation.baselines.convergence import ConvergenceRule, iterate
 from evaluation.baselines.multislice_ptycho import MultisliceSettings, multislice_from_sample, slicing
@@ -189,3 +190,27 @@ def test_scoring_adds_multislice_only_where_due_and_marks_its_subset(thick_si):
     assert "subset" in fit["subset"] and "20 A" in fit["subset"]
     skipped, _ = _method_maps(cfg, thick_si, preds, ["potential"], None, multislice=False)
     assert "multislice_ptycho" not in skipped["potential"]
+
+
+def test_evaluate_scores_multislice_on_its_subset_only(tiny_trained_model, tiny_data_dir, tmp_path):  # noqa: F811
+    """End to end on the tiny real store and trained model: multislice runs on max_samples samples
+    only, its fit records say so, and its aggregate and compute time count just those. The tiny
+    samples are 8 A thick, so this is the one-slice case (no kz regularisation to apply)."""
+    import json
+
+    import stage
+    from evaluation import evaluate
+
+    cfg = EvaluationConfig(n_bootstrap=0, n_panels=1, worst_k=1, ptycho=True, ptycho_iterations=2,
+                           multislice_ptycho={"max_samples": 1, "min_thickness_A": 0.0,
+                                              "convergence": {"max_iterations": 2}})
+    result = evaluate(cfg, stage.DataConfig(), [tiny_data_dir], tiny_trained_model.model_dir, tmp_path / "eval")
+    doc = json.loads(result.metrics_json.read_text())
+    ran = [r for r in doc["samples"] if "multislice_ptycho" in r["metrics"]["potential"]]
+    assert len(doc["samples"]) > 1 and len(ran) == 1 and ran[0] is doc["samples"][0]
+    assert "subset" in ran[0]["multislice_ptycho_fit"]["subset"]
+    assert all(r["multislice_ptycho_fit"] is None for r in doc["samples"][1:])
+    assert all(r["ptycho_fit"]["iterations"] == 2 for r in doc["samples"])
+    assert doc["compute_seconds"]["multislice_ptycho"]["n"] == 1
+    assert doc["aggregates"]["potential"]["multislice_ptycho"]["physical"]["rel_l2"]["n"] == 1
+    assert "multislice ptychography" in result.report_html.read_text()

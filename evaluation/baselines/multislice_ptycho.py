@@ -75,7 +75,8 @@ def multislice_from_sample(sample: Any, settings: MultisliceSettings | None = No
     solver = MultislicePtychography(num_slices=n, slice_thicknesses=dz,
                                     **solver_arguments(sample.meta, cbed4d, positions))
     solver.preprocess(**preprocess_arguments(sample.meta, cbed4d.shape))
-    regularise = settings.kz_regularization_gamma is not None
+    # The kz filter couples slices; with one slice there is nothing to couple (and py4DSTEM fails).
+    regularise = settings.kz_regularization_gamma is not None and n > 1
     log = iterate(solver, settings.convergence, max_batch_size=settings.batch_size, seed_random=int(seed),
                   object_positivity=False, kz_regularization_filter=regularise,
                   kz_regularization_gamma=settings.kz_regularization_gamma)
