@@ -72,7 +72,7 @@ def require_py4dstem() -> None:
                           "evaluation.ptycho: false") from None
 
 
-def ptycho_from_sample(sample: Any, output_shape: Sequence[int] | None = None, iterations: int | None = 4,
+def ptycho_from_sample(sample: Any, output_shape: Sequence[int] | None = None, iterations: int | None = None,
                        batch_size: int = 64, seed: int = 0,
                        convergence: ConvergenceRule | None = None) -> PtychoResult:
     """Single-slice ptychography of ``sample.cbed`` on the grid of its targets (V * Angstrom).
