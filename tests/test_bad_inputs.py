@@ -96,6 +96,10 @@ CASES: list[Case] = [
     Case("set-into-a-value", sim("simulation.scan_shape.x=1"), "is the value [4, 4], not a section"),
     Case("set-unknown-section", sim("simulatoin.energy_kv=1"), "simulatoin: unknown key"),
     Case("set-split-by-unknown", sim("data.split_by=structure"), "data.split_by: Input should be 'material' or 'prototype'"),
+    Case("set-multislice-no-samples", sim("evaluation.multislice_ptycho={{max_samples: 0}}"),
+         "evaluation.multislice_ptycho.max_samples: Input should be greater than or equal to 1"),
+    Case("set-ptycho-tolerance-zero", sim("evaluation.ptycho_convergence.rel_tol=0"),
+         "evaluation.ptycho_convergence.rel_tol: Input should be greater than 0"),
     # -- config files ---------------------------------------------------------------------------
     Case("config-missing", ("simulate", "{tmp}/nope.yaml", "--out", "{tmp}/o"), "config file not found"),
     Case("config-is-a-directory", ("simulate", "{tmp}", "--out", "{tmp}/o"), "config file not found"),
