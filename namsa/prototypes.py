@@ -217,10 +217,12 @@ def _short_bond(symbol: str, states: dict[str, float], bonds: list) -> str:
 
 def _ionic_radius(symbol: str, state: float) -> float:
     """Shannon radius of the ion, 0 where pymatgen has none for that state (the check is then skipped)."""
-    try:
-        radius = Species(symbol, state).ionic_radius
-    except ValueError:
-        return 0.0
+    with warnings.catch_warnings():   # pymatgen warns where it falls back to other data or has none
+        warnings.simplefilter("ignore")
+        try:
+            radius = Species(symbol, state).ionic_radius
+        except ValueError:
+            return 0.0
     return float(radius) if radius is not None else 0.0
 
 

@@ -17,6 +17,7 @@ bonds come out implausible is not used.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Sequence
 
 import numpy as np
@@ -71,10 +72,12 @@ def is_charge_balanced(structure: Structure, charges: dict[str, float], rename: 
 def radius(symbol: str, charge: float) -> float:
     """Shannon radius of the ion (Angstrom), else the Slater atomic radius."""
     if charge != 0 and float(charge).is_integer():
-        try:
-            value = Species(symbol, int(charge)).ionic_radius
-        except ValueError:
-            value = None
+        with warnings.catch_warnings():   # pymatgen warns, then falls back or returns None: both handled here
+            warnings.simplefilter("ignore")
+            try:
+                value = Species(symbol, int(charge)).ionic_radius
+            except ValueError:
+                value = None
         if value is not None:
             return float(value)
     return float(Element(symbol).atomic_radius or Element(symbol).atomic_radius_calculated)
