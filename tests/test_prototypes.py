@@ -62,6 +62,10 @@ def test_every_accepted_template_has_bonds_and_density_within_tolerance() -> Non
 def test_unknown_template_is_a_user_error() -> None:
     with pytest.raises(UserError, match="not an AFLOW prototype label"):
         prototypes.template("AB_cF8_999_z_z")
+    from namsa.structure_io import load_structure
+
+    with pytest.raises(UserError, match="is refused"):   # a refused template cannot come back through an id
+        load_structure("A2B_tI12_141_e_a:Sn,O:1.0000")
 
 
 def _oxidation_ids(count: int = 40) -> list[str]:
@@ -178,3 +182,16 @@ def test_study_plan_holds_out_whole_prototypes() -> None:
     held_out = collections.Counter(next(iter(s)) for s in splits.values())
     assert held_out["test"] >= 30 and held_out["dev"] >= 20 and samples["test"] >= 150
     assert len(plan.failures) < 0.05 * len(plan.specs)   # unorientable structures are reported, and few
+
+
+def test_a_template_the_planner_cannot_orient_is_reported_not_dropped() -> None:
+    """Triclinic A2B_aP6_2_2i_i (the PI2 template) with Br and S has no orthogonal cell within 2%
+    strain at the default 12 A supercell: the material is in the plan's failures, with what would
+    orient it, beside a material that plans."""
+    from namsa.plan import plan_samples
+
+    cfg = SimulationConfig(materials=["A2B_aP6_2_2i_i:Br,S:1.1288", "Si-diamond"], max_zone_axes=2)
+    plan = plan_samples(cfg)
+    assert {s.material_id for s in plan.specs} == {"Si-diamond"}
+    [(material_id, why)] = plan.failures
+    assert material_id == "A2B_aP6_2_2i_i:Br,S:1.1288" and "found no usable zone axis" in why and "simulation." in why
