@@ -7,6 +7,10 @@ of its distinct elements by another element, scale the lattice so that the close
 their distance relative to the sum of the atoms' radii, and jitter that lattice constant by a few
 percent.
 
+Templates may also be the checked AFLOW prototypes of `namsa.prototypes` (``sources: [library,
+aflow]``; ids ``"AB_cF8_225_a_b:Sr,S:1.2699"``), and ``substitution: oxidation`` replaces the
+any-element draw by `namsa.substitution`'s charge-preserving rule with the bonds re-checked.
+
 Every generated material has an id that *is* its recipe, e.g. ``"NaCl-rocksalt:K,Br:1.0731"``:
 template library id, the replacement of each distinct template element in order of first
 appearance, and the lattice scale factor. `build` turns an id back into the structure, so a

@@ -105,7 +105,8 @@ def template(template_id: str) -> Structure:
 
     Raises `UnknownTemplateError` (one line) for an unknown or refused id.
     """
-    verdict = _verdicts().get(str(template_id))
+    # one entry's verdict, not the whole list: a worker rebuilding one material checks one template
+    verdict = _verdict(str(template_id)) if is_template_id(str(template_id)) else None
     if verdict is None:
         raise UnknownTemplateError(f"{template_id!r} is not an AFLOW prototype label pymatgen ships; "
                                    "namsa.prototypes.accepted_ids() lists the usable ones")
@@ -132,14 +133,15 @@ def template_report() -> list[TemplateVerdict]:
     return list(_verdicts().values())
 
 
-@lru_cache(maxsize=1)
 def _verdicts() -> dict[str, TemplateVerdict]:
-    verdicts = {}
-    for template_id, (tags, _) in _entries().items():
-        structure = _structure(template_id)
-        verdicts[template_id] = TemplateVerdict(template_id, aflow_label(template_id), str(tags.get("mineral") or ""),
-                                                structure.composition.reduced_formula, check_template(structure))
-    return verdicts
+    return {template_id: _verdict(template_id) for template_id in _entries()}
+
+
+@lru_cache(maxsize=None)
+def _verdict(template_id: str) -> TemplateVerdict:
+    tags, structure = _entries()[template_id][0], _structure(template_id)
+    return TemplateVerdict(template_id, aflow_label(template_id), str(tags.get("mineral") or ""),
+                           structure.composition.reduced_formula, check_template(structure))
 
 
 def check_template(structure: Structure) -> str:
