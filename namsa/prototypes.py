@@ -137,6 +137,13 @@ def _verdicts() -> dict[str, TemplateVerdict]:
     return {template_id: _verdict(template_id) for template_id in _entries()}
 
 
+def refused_markdown() -> str:
+    """The refused entries as a markdown table (docs/structures.md holds this text; a test keeps it current)."""
+    rows = [f"| `{v.template_id}` | {v.mineral or ''} | {v.formula} | {v.reason} |"
+            for v in template_report() if not v.accepted]
+    return "\n".join(["| template | mineral | formula | refused because |", "|---|---|---|---|", *rows])
+
+
 @lru_cache(maxsize=None)
 def _verdict(template_id: str) -> TemplateVerdict:
     tags, structure = _entries()[template_id][0], _structure(template_id)

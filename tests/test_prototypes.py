@@ -193,3 +193,9 @@ def test_a_template_the_planner_cannot_orient_is_reported_not_dropped() -> None:
     assert {s.material_id for s in plan.specs} == {"Si-diamond"}
     [(material_id, why)] = plan.failures
     assert material_id == "A2B_aP6_2_2i_i:Br,S:1.1288" and "found no usable zone axis" in why and "simulation." in why
+
+
+def test_docs_list_the_refused_templates_as_the_checks_give_them() -> None:
+    text = (REPO / "docs" / "structures.md").read_text(encoding="utf-8")
+    block = text.split("<!-- refused-templates:start -->\n", 1)[1].split("\n<!-- refused-templates:end -->", 1)[0]
+    assert block == prototypes.refused_markdown()
