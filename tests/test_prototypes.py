@@ -141,7 +141,8 @@ def test_frozen_phonon_fraction_applies_to_that_share_of_samples() -> None:
     assert all(uses_frozen_phonon(every, seed) for seed in range(50))
     # the fraction enters the physics hash only when set, so earlier stores keep their ids
     assert every.physics_hash() != some.physics_hash()
-    assert SimulationConfig().physics_hash() == SimulationConfig(variations={"frozen_phonon_fraction": None}).physics_hash()
+    unset = SimulationConfig(variations={"frozen_phonon_fraction": None})
+    assert SimulationConfig().physics_hash() == unset.physics_hash()
 
 
 def test_phonon_fraction_sample_records_whether_it_was_displaced() -> None:
