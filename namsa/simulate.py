@@ -26,7 +26,8 @@ from .potential import Grid
 from .sample import Sample, sample_id
 from .simulation import prepare_simulation
 from .targets import projected_density_map, projected_potential_map
-from .variations import phonon_configurations, sample_seed, specimen_thickness_A, tilt_and_aberrations
+from .variations import (phonon_configurations, sample_seed, specimen_thickness_A, tilt_and_aberrations,
+                         uses_frozen_phonon)
 
 
 class ScanError(UserError):
@@ -228,7 +229,7 @@ def simulate_sample(structure_or_id: Any, zone_axis: Sequence[int], cfg: Simulat
         "n_slices": int(sim.info["n_slices"]),
         "slice_thickness_A": float(sim.info["slice_thickness_A"]),
         "tilt_mrad": [float(t) for t in tilt],
-        "frozen_phonon": bool(var.frozen_phonon),
+        "frozen_phonon": uses_frozen_phonon(cfg, seed),
         "dose_e_per_A2": var.dose_e_per_A2,
         "pattern_dk_inv_A": stats["pattern_dk_inv_A"],
         "pattern_mrad_per_px": stats["pattern_dk_inv_A"] * lam * 1e3,
