@@ -1,7 +1,7 @@
 """`EvaluationConfig`: what `evaluate` measures and draws (the ``evaluation:`` YAML section)."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -50,6 +50,9 @@ class EvaluationConfig(BaseModel):
                        min + threshold_rel * ptp of its map.
     column_min_distance_px: maxima closer than this (pixels) are merged.
     thickness_bins_A:  edges (Angstrom) of the thickness classes in the breakdowns.
+    doses:             electron doses (electrons/Angstrom^2, each > 0) at which the network, iCoM and
+                       the mean image are scored again on the same Poisson-noised patterns
+                       (`evaluation.dose_sweep`; ptychography left out); [] (default): noise-free only.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -74,6 +77,7 @@ class EvaluationConfig(BaseModel):
     column_threshold_rel: float = Field(0.3, ge=0.0, lt=1.0)
     column_min_distance_px: int = Field(1, ge=1)
     thickness_bins_A: list[float] = Field(default_factory=lambda: [50.0, 150.0])
+    doses: list[Annotated[float, Field(gt=0.0, allow_inf_nan=False)]] = Field(default_factory=list, max_length=12)
 
     def split_filter(self) -> str | None:
         """The split to ask the stores for (`stage.StoreSet.indices`): None for ``all``."""

@@ -23,6 +23,7 @@ from .aggregation import (IMAGE_METRICS, aggregate, breakdown, class_aggregates,
                           network_vs_icom, worst_records)
 from .baselines import mean_training_targets
 from .config import EvaluationConfig
+from .dose_sweep import dose_sweep
 from .scoring import jsonable, recompute, score_all
 from .verdict import all_verdicts
 
@@ -44,6 +45,7 @@ class EvalResult:
     overall verdict (``beats``, ``status``, ...) with ``by_class`` (per element class),
     ``overall_sentence`` and ``sentence`` (overall then per class: what is printed).
     compute_seconds[method] = {mean, median, max, total, n}: seconds per sample.
+    dose_sweep: `evaluation.dose_sweep.dose_sweep`'s entries, one per ``evaluation.doses``.
     """
 
     out_dir: Path
@@ -54,6 +56,7 @@ class EvalResult:
     n_samples: int = 0
     verdicts: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     compute_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
+    dose_sweep: list[dict[str, Any]] = field(default_factory=list)
 
 
 def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | Sequence[str | Path],
@@ -90,6 +93,7 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
         again = sorted({i for rows in worst.values() for i in rows} - set(kept))
         kept.update(recompute(eval_cfg, stores, again, rec, targets, mean_maps))
         data_info = _data_summary(stores, data_cfg, eval_cfg.split)
+        doses = dose_sweep(eval_cfg, stores, indices, rec, targets, mean_maps, absent)
     aggregates = {t: aggregate(records, t, eval_cfg) for t in targets}
     breakdowns = {t: {key: breakdown(records, t, key, eval_cfg) for key in report.BREAKDOWN_KEYS}
                   for t in targets}
@@ -123,6 +127,7 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
         "network_vs_icom": versus,
         "verdicts": verdicts,
         "compute_seconds": timings,
+        "dose_sweep": doses,
         "worst": worst,
         "samples": records,
         "figures": {name: str(path.relative_to(out)) for name, path in figs.items()},
@@ -131,7 +136,8 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
     metrics_path = out / "metrics.json"
     write_json_atomic(metrics_path, jsonable(doc), allow_nan=False)
     html_path = report.write_report(out / "report.html", doc)
-    return EvalResult(out, metrics_path, html_path, list(figs.values()), headline, len(records), verdicts, timings)
+    return EvalResult(out, metrics_path, html_path, list(figs.values()), headline, len(records), verdicts, timings,
+                      doses)
 
 
 CONVENTIONS = {
@@ -165,6 +171,8 @@ CONVENTIONS = {
     "compute_seconds": "wall seconds per sample in this process: network = Reconstructor.predict of a batch "
                        "(normalisation included) / batch size; icom, ptycho, multislice_ptycho = that "
                        "sample's reconstruction (without the one-off py4DSTEM import)",
+    "dose_sweep": "with evaluation.doses: every sample scored again on Poisson counts at each dose (electrons/"
+                  "Angstrom^2 per probe position's area), the same draw for every method; ptychography left out",
     "mean_baseline": "pixel-wise mean of the training-split targets; absent (absent_baselines says why) when "
                      "the evaluated stores hold no training samples: a mean of the evaluated samples' own "
                      "targets would use the truth it is scored against",

@@ -15,6 +15,7 @@ from . import figures
 from .card_view import card_rows, text
 from .html_parts import ci as _ci, esc as _e, figure as _figure, num as _num, table as _table
 from .material_ids import describe_material
+from .report_doses import dose_section
 from .report_samples import materials_section, samples_section, worst_section
 from .verdict import HEADLINE_METRICS, study_reference
 
@@ -346,6 +347,7 @@ def render(doc: dict[str, Any]) -> str:
                      + _verdicts(doc, t))
         parts.append(f"<h3>{_e(t)} after the training normalisation (not used by the verdict)</h3>"
                      + _headline(doc, t, "normalized"))
+    parts.append(dose_section(doc))
     parts.append(_compute_times(doc))
     parts.append(_versus_section(doc))
     parts.append(_data_section(doc))

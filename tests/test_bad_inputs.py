@@ -100,6 +100,8 @@ CASES: list[Case] = [
          "evaluation.multislice_ptycho.max_samples: Input should be greater than or equal to 1"),
     Case("set-ptycho-tolerance-zero", sim("evaluation.ptycho_convergence.rel_tol=0"),
          "evaluation.ptycho_convergence.rel_tol: Input should be greater than 0"),
+    Case("set-evaluation-dose-zero", sim("evaluation.doses=[1000,0]"),
+         "evaluation.doses.1: Input should be greater than 0"),
     # -- config files ---------------------------------------------------------------------------
     Case("config-missing", ("simulate", "{tmp}/nope.yaml", "--out", "{tmp}/o"), "config file not found"),
     Case("config-is-a-directory", ("simulate", "{tmp}", "--out", "{tmp}/o"), "config file not found"),

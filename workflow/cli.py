@@ -149,7 +149,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     with _hold(args):
         summary = model_runners.evaluate(cfg, args.data, args.model, args.out)
     print(f"metrics: {summary['metrics_json']}\nreport: {summary['report_html']}")
-    print("\n".join(headline_lines(summary["headline"], summary["verdicts"])))
+    print("\n".join(headline_lines(summary["headline"], summary["verdicts"], summary.get("dose_sweep"))))
     return 0
 
 

@@ -102,6 +102,7 @@ def evaluate(cfg: "PipelineConfig", data_dirs: Sequence[str | Path], model_dir: 
             "metrics_json": final(result.metrics_json), "report_html": final(result.report_html),
             "figures": [final(f) for f in result.figures], "headline": result.headline,
             "verdicts": result.verdicts, "compute_seconds": result.compute_seconds,
+            "dose_sweep": result.dose_sweep,
             "n_samples": result.n_samples, "model_dir": str(model_dir),
             "data_fingerprint": data_fingerprint(data_dirs), "config_hash": section_hash(cfg, *EVAL_SECTIONS),
             "started_at": started, "finished_at": time.time(),

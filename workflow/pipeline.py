@@ -321,6 +321,7 @@ class Pipeline:
         self.summary.metrics_json = done.get("metrics_json")
         self.summary.report_html = done.get("report_html")
         self.summary.headline = done.get("headline", {})
+        self.summary.dose_sweep = done.get("dose_sweep", [])
         self.summary.verdicts = done.get("verdicts")
 
     def _evaluate(self, train_future: concurrent.futures.Future | None, model_stamp: float) -> dict[str, Any]:

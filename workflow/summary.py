@@ -54,6 +54,7 @@ class RunSummary:
     report_html: str | None = None
     headline: dict[str, Any] = field(default_factory=dict)
     verdicts: dict[str, Any] | None = field(default_factory=dict)  # None: an evaluation from before verdicts
+    dose_sweep: list[dict[str, Any]] = field(default_factory=list)  # evaluation.doses: scores on noisy data
     timings: dict[str, float] = field(default_factory=dict)
     tasks: list[TaskTiming] = field(default_factory=list)
 
@@ -69,16 +70,18 @@ class RunSummary:
                             ("metrics", self.metrics_json), ("report", self.report_html)):
             if path:
                 lines.append(f"{label}: {path}")
-        lines += headline_lines(self.headline, self.verdicts)
+        lines += headline_lines(self.headline, self.verdicts, self.dose_sweep)
         if self.timings:
             lines.append("wall time: " + ", ".join(f"{k} {v:.1f} s" for k, v in self.timings.items()
                                                    if not k.endswith("fraction")))
         return "\n".join(lines)
 
 
-def headline_lines(headline: dict[str, Any], verdicts: dict[str, Any] | None) -> list[str]:
+def headline_lines(headline: dict[str, Any], verdicts: dict[str, Any] | None,
+                   dose_sweep: list[dict[str, Any]] | None = None) -> list[str]:
     """Per target: the relative L2 of every method, then the verdict against each baseline as
-    `evaluation.verdict` decided it (the report says the same)."""
+    `evaluation.verdict` decided it (the report says the same); then, with ``evaluation.doses``,
+    one line per dose (scores on the same shot-noised data, `evaluation.dose_sweep`)."""
     lines = []
     for target, methods in headline.items():
         errors = {method: (metrics or {}).get("rel_l2") for method, metrics in methods.items()}
@@ -91,5 +94,9 @@ def headline_lines(headline: dict[str, Any], verdicts: dict[str, Any] | None) ->
             lines.append("  no verdict: this evaluation predates verdicts; run namsa evaluate again")
             continue
         lines += [f"  {v['sentence']}" for v in verdicts.get(target, {}).values()]
+    if dose_sweep:
+        from evaluation.dose_sweep import dose_lines
+
+        lines += ["on shot-noised patterns (evaluation.doses):", *dose_lines(dose_sweep)]
     study = study_reference() if lines else None
     return lines + ([study] if study else [])
