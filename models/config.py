@@ -283,7 +283,12 @@ class TrainConfig(BaseModel):
     lr0, warmup_steps, decay_every, decay_factor: linear warm-up over ``warmup_steps`` from
                       ``lr0`` to min(1, N * lr0) for N workers, then times ``decay_factor`` every
                       ``decay_every`` steps (staircase; 0 = never).
-    huber_delta0, huber_decay: Huber delta = delta0 * decay ** epoch, on standardised targets.
+    huber_delta0, huber_decay: Huber delta = delta0 * decay ** epoch, on standardised targets
+                      (``absolute``) or on residuals relative to each sample's target RMS (``relative``).
+    loss_weighting:   ``absolute`` (the paper's: squared error on globally standardised targets, a
+                      sample weighs as its amplitude squared) | ``relative`` (each sample's residual
+                      over its own target's RMS: the relative L2 the evaluation scores, so a light
+                      material's faint map weighs as much as a heavy one's); `models.losses.data_loss`.
     weight_decay:     L2 term 0.5 * weight_decay * sum(w^2) over all parameters (TF's l2_loss).
     precision:        ``fp32`` | ``bf16`` | ``fp16`` (autocast; fp16 with dynamic loss scaling from
                       ``loss_scale_init``, never below ``loss_scale_floor``, doubled after
@@ -313,6 +318,7 @@ class TrainConfig(BaseModel):
     decay_factor: float = Field(0.5, gt=0, le=1)
     huber_delta0: float = Field(10.0, gt=0)
     huber_decay: float = Field(0.99, gt=0, le=1)
+    loss_weighting: Literal["absolute", "relative"] = "absolute"
     weight_decay: float = Field(1e-4, ge=0)
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     loss_scale_init: float = Field(2.0 ** 16, gt=0)

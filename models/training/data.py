@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from ..config import Architecture, ModelConfig, TrainConfig
+from ..losses import data_loss
 from .errors import DataShapeError, TrainingError
 
 
@@ -37,6 +38,8 @@ class TrainingData:
         self.ctx, self.device = ctx, device
         self._open_data(data_dirs)
         self._check_data_shapes()
+        #: the training loss's data term (training.loss_weighting), ``data_loss(pred, target, delta)``
+        self.data_loss = data_loss(cfg.loss_weighting, self.normalizer, model_cfg.targets)
 
     def _open_data(self, data_dirs: Any) -> None:
         import stage
