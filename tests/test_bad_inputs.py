@@ -95,6 +95,11 @@ CASES: list[Case] = [
     Case("set-into-a-value", sim("simulation.scan_shape.x=1"), "is the value [4, 4], not a section"),
     Case("set-unknown-section", sim("simulatoin.energy_kv=1"), "simulatoin: unknown key"),
     Case("set-split-by-unknown", sim("data.split_by=structure"), "data.split_by: Input should be 'material' or 'prototype'"),
+    Case("set-physics-input-unknown", sim("model.physics_inputs=[dpc]"),
+         "model.physics_inputs.0: Input should be 'com_y', 'com_x' or 'icom'"),
+    Case("set-physics-input-twice", sim("model.physics_inputs=[icom,icom]"), "names a channel twice"),
+    Case("set-loss-weighting-unknown", sim("training.loss_weighting=per_sample"),
+         "training.loss_weighting: Input should be 'absolute' or 'relative'"),
     # -- config files ---------------------------------------------------------------------------
     Case("config-missing", ("simulate", "{tmp}/nope.yaml", "--out", "{tmp}/o"), "config file not found"),
     Case("config-is-a-directory", ("simulate", "{tmp}", "--out", "{tmp}/o"), "config file not found"),
