@@ -151,3 +151,19 @@ def test_training_with_physics_inputs_and_relative_loss_end_to_end(tiny_data_dir
         sample = store[0]
     out = rec.predict(sample.cbed, calibration=calibration_from_meta(sample.meta))
     assert out.shape == (1, 16, 16) and np.isfinite(out).all()
+
+
+def test_the_raw_gpu_path_gives_the_cpu_paths_input(tiny_data_dir):
+    """``raw_cbed`` items (what a GPU run loads: patterns as stored, transformed on the device) end
+    up as the same network input as the CPU path's normalised items, physics planes included."""
+    from stage.dataset import collate_samples
+
+    from models.training.data import _physics_batch_to_device
+
+    path = _store(tiny_data_dir)
+    norm = stage.Normalizer.fit([path], "log1p", physics_inputs=NAMES)
+    cpu = PhysicsSampleDataset([path], "dev", norm, ("potential",), physics_inputs=NAMES)
+    raw = PhysicsSampleDataset([path], "dev", norm, ("potential",), physics_inputs=NAMES, raw_cbed=True)
+    batch = _physics_batch_to_device(collate_samples([raw[0], raw[1]]), torch.device("cpu"), norm, 64)
+    expected = torch.stack([cpu[0]["cbed"], cpu[1]["cbed"]])
+    np.testing.assert_allclose(batch["cbed"].numpy(), expected.numpy(), rtol=1e-4, atol=1e-4)
