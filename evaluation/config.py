@@ -5,6 +5,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .baselines.convergence import ConvergenceRule
+from .baselines.multislice_ptycho import MultisliceSettings
+
 TargetName = Literal["potential", "density"]
 
 
@@ -20,11 +23,19 @@ class EvaluationConfig(BaseModel):
     batch_size:        samples per `Reconstructor.predict` call.
     icom:              compute the integrated centre-of-mass baseline (potential only).
     ptycho:            compute the single-slice ptychography baseline (potential only; py4DSTEM,
-                       ``pip install 'namsa[baselines]'``). Off by default: about 2 s per
-                       32x32-scan sample of 32x32 patterns on a 2-core CPU at the default iterations
-                       (docs/evaluation.md), more than the whole network evaluation.
-    ptycho_iterations: passes over every probe position of the ptychographic reconstruction.
+                       ``pip install 'namsa[baselines]'``). Off by default: it iterates to
+                       convergence, seconds per sample on a 2-core CPU (docs/evaluation.md), more
+                       than the whole network evaluation.
+    ptycho_iterations: None (default): iterate until the solver's data error stops falling
+                       (``ptycho_convergence``); an integer: exactly that many passes over every
+                       probe position (the old, unconverged baseline, kept for comparison).
+    ptycho_convergence: the stop rule on py4DSTEM's own data error (window, rel_tol,
+                       max_iterations, step_size, min_step_size), never on the truth.
     ptycho_batch_size: probe positions per gradient update of the reconstruction.
+    multislice_ptycho: None (default: off) or ``{max_samples, min_thickness_A, max_slice_A,
+                       batch_size, kz_regularization_gamma, convergence}``: multislice
+                       ptychography (py4DSTEM) on at most ``max_samples`` samples at least
+                       ``min_thickness_A`` thick (the first ones in store order), scored only on those.
     mean_baseline:     compute the mean-training-target baseline (needs training samples in the
                        evaluated stores; without them it is absent and the report, the verdicts
                        and metrics.json's ``absent_baselines`` say why).
@@ -49,8 +60,10 @@ class EvaluationConfig(BaseModel):
     batch_size: int = Field(4, ge=1)
     icom: bool = True
     ptycho: bool = False
-    ptycho_iterations: int = Field(4, ge=1)
+    ptycho_iterations: int | None = Field(None, ge=1)
+    ptycho_convergence: ConvergenceRule = Field(default_factory=ConvergenceRule)
     ptycho_batch_size: int = Field(64, ge=1)
+    multislice_ptycho: MultisliceSettings | None = None
     mean_baseline: bool = True
     n_panels: int = Field(3, ge=0)
     n_cbed_panels: int = Field(3, ge=0, le=8)

@@ -71,7 +71,7 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
     fig_dir = out / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    if eval_cfg.ptycho:
+    if eval_cfg.ptycho or eval_cfg.multislice_ptycho is not None:
         from .baselines.ptycho import require_py4dstem
 
         require_py4dstem()   # fail before any work, and keep the one-off import out of the timings
@@ -154,14 +154,17 @@ CONVENTIONS = {
                 "anti-correlated with the truth)",
     "ptycho_fit": "single-slice ptychography (py4DSTEM) phase / interaction constant, scaled and offset to "
                   "the truth as icom_fit (scale >= 0, signed_scale beside it; uses the truth for these 2 "
-                  "scalars only)",
+                  "scalars only); iterations run and converged (stopped by the data-error rule, not the cap)",
+    "multislice_ptycho_fit": "multislice ptychography (py4DSTEM; n_slices of slice_thickness_A from the sample's "
+                             "thickness), slices' phases summed / interaction constant, fitted as ptycho_fit; "
+                             "computed on a subset only (subset says which), so its aggregates' n is smaller",
     "verdict": "the network 'beats' a baseline only when it is better on every headline metric (rel_l2, "
                "psnr_db, ssim, pearson_r; physical units) with non-overlapping material-level bootstrap "
                "intervals; decided overall and per element class (light: every element Z <= 14; heavy: the "
                "rest), and a class where it is not met says 'loses to', 'ties with' or 'does NOT beat'",
     "compute_seconds": "wall seconds per sample in this process: network = Reconstructor.predict of a batch "
-                       "(normalisation included) / batch size; icom, ptycho = that sample's reconstruction "
-                       "(ptycho without the one-off py4DSTEM import)",
+                       "(normalisation included) / batch size; icom, ptycho, multislice_ptycho = that "
+                       "sample's reconstruction (without the one-off py4DSTEM import)",
     "mean_baseline": "pixel-wise mean of the training-split targets; absent (absent_baselines says why) when "
                      "the evaluated stores hold no training samples: a mean of the evaluated samples' own "
                      "targets would use the truth it is scored against",

@@ -8,12 +8,15 @@ axis / element content / thickness, figures, the worst cases, and every sample.
 """
 from __future__ import annotations
 
-import html
-import json
 from pathlib import Path
 from typing import Any
 
-from .verdict import study_reference
+from . import figures
+from .card_view import card_rows, text
+from .html_parts import ci as _ci, esc as _e, figure as _figure, num as _num, table as _table
+from .material_ids import describe_material
+from .report_samples import materials_section, samples_section, worst_section
+from .verdict import HEADLINE_METRICS, study_reference
 
 #: record fields the breakdown tables group by, with their headings.
 BREAKDOWN_KEYS: dict[str, str] = {
@@ -24,10 +27,15 @@ BREAKDOWN_KEYS: dict[str, str] = {
     "thickness_class": "thickness",
 }
 METHOD_NAMES = {"network": "network", "mean": "mean training target", "icom": "iCoM (least-squares scaled)",
-                "ptycho": "ptychography (py4DSTEM, least-squares scaled)"}
+                "ptycho": "ptychography (py4DSTEM, least-squares scaled)",
+                "multislice_ptycho": "multislice ptychography (py4DSTEM, least-squares scaled; thick subset only)"}
 METRIC_NAMES = {"rel_l2": "relative L2 ↓", "psnr_db": "PSNR (dB) ↑", "ssim": "SSIM ↑", "pearson_r": "Pearson r ↑",
                 "mean_error_A": "column position error (Å) ↓", "recall": "columns found ↑"}
 
+PANEL_CAPTION = (
+    "One held-out sample. Top: three CBED patterns of its scan (log10 of the intensity, the incident probe "
+    "carrying 1; scale bar in mrad). Bottom: the true map, the network's and each baseline's on the truth's "
+    "colour scale, and the network's error; scale bars in Å over the scanned field of view.")
 LEARNING_CURVES_CAPTION = (
     "Training metrics CSV: losses and learning rate. train_loss is the Huber data loss on standardised targets, "
     "dev_loss the MSE on the dev split's standardised targets (it picks the exported checkpoint), and l2_loss the "
@@ -37,55 +45,66 @@ LEARNING_CURVES_CAPTION = (
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1200px; margin: 2em auto; padding: 0 1em; color: #222; }
-table { border-collapse: collapse; margin: 0.6em 0 1.2em; font-size: 0.9em; }
+table { border-collapse: collapse; margin: 0.6em 0 1.2em; font-size: 0.9em; max-width: 100%; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
-th { background: #f0f0f0; } td.l, th.l { text-align: left; }
-img { max-width: 100%; margin: 0.3em 0; } .note { color: #555; font-size: 0.9em; }
-td.best { font-weight: bold; background: #eef6ee; }
+th { background: #f0f0f0; } td.l, th.l { text-align: left; } th.s { background: #e4e4e4; }
+code { overflow-wrap: anywhere; font-family: ui-monospace, monospace; font-size: 0.95em; } p, li, td { overflow-wrap: break-word; }
+img { max-width: 100%; height: auto; margin: 0.3em 0; } .note { color: #555; font-size: 0.9em; }
+figure { margin: 0.6em 0; max-width: 100%; } .figs { display: flex; flex-wrap: wrap; gap: 0 1.5em; }
+td.best { font-weight: bold; background: #eef6ee; } .flag { color: #a40; font-weight: bold; }
 """
 
 
-def _e(x: Any) -> str:
-    return html.escape(str(x))
-
-
-def _num(v: Any, digits: int = 4) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return f"{v:.{digits}g}"
-    return _e(v)
-
-
-def _ci(entry: dict[str, Any] | None) -> str:
-    if not entry or entry.get("value") is None:
-        return "–"
-    text = _num(entry["value"])
-    if entry.get("low") is not None and entry.get("high") is not None and entry["low"] != entry["high"]:
-        text += f" <span class='note'>[{_num(entry['low'], 3)}, {_num(entry['high'], 3)}]</span>"
-    return text
-
-
-def _table(header: list[str], rows: list[list[str]], left: int = 1) -> str:
-    head = "".join(f"<th class='l'>{h}</th>" if i < left else f"<th>{h}</th>" for i, h in enumerate(header))
-    body = "".join("<tr>" + "".join(f"<td class='l'>{c}</td>" if i < left else f"<td>{c}</td>"
-                                    for i, c in enumerate(row)) + "</tr>" for row in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
+def _best(agg: dict[str, Any], methods: list[str], units: str, metric: str) -> str | None:
+    """The method with the best mean on ``metric`` in ``units`` (None when no method has a value)."""
+    known = {m: v for m in methods if (v := agg[m][units].get(metric, {}).get("value")) is not None}
+    if not known:
+        return None
+    return (max if "↑" in METRIC_NAMES[metric] else min)(known, key=known.get)
 
 
 def _headline(doc: dict[str, Any], target: str, units: str) -> str:
+    """The headline table in ``units``; best method per metric in bold. In normalised units a metric
+    whose best method differs from the physical table's (which the verdict is decided on) is
+    marked, so the two tables never read as contradicting the verdict."""
     agg = doc["aggregates"][target]
     methods = [m for m in METHOD_NAMES if m in agg]
     metrics = [k for k in METRIC_NAMES if k in agg[methods[0]][units]]
-    rows = []
+    rows, flagged = [], []
     for k in metrics:
-        higher = "↑" in METRIC_NAMES[k]
-        vals = {m: agg[m][units][k].get("value") for m in methods}
-        known = {m: v for m, v in vals.items() if v is not None}
-        best = (max if higher else min)(known, key=known.get) if known else None
-        rows.append([METRIC_NAMES[k]] + [f"<b>{_ci(agg[m][units][k])}</b>" if m == best else _ci(agg[m][units][k])
-                                         for m in methods])
+        best = _best(agg, methods, units, k)
+        differs = units == "normalized" and best != _best(agg, methods, "physical", k)
+        flagged += [k] if differs else []
+        label = METRIC_NAMES[k] + (" <span class='flag'>†</span>" if differs else "")
+        rows.append([label] + [f"<b>{_ci(agg[m][units][k])}</b>" if m == best else _ci(agg[m][units][k])
+                               for m in methods])
     n = agg[methods[0]][units]["rel_l2"]["n"]
+    level = int(doc["config"]["ci_level"] * 100)
+    note = (f"<p class='note'>{n} samples; mean over samples with a {level}% bootstrap interval over materials in "
+            f"brackets; best method in bold. {_e('; '.join(_missing_methods(doc, agg)))}</p>")
+    return _table(["metric"] + [METHOD_NAMES[m] for m in methods], rows) + note + _units_note(units, flagged)
+
+
+def _units_note(units: str, flagged: list[str]) -> str:
+    """What the verdict is decided on, under the table it is (physical) or is not (normalised) read from."""
+    used = ", ".join(METRIC_NAMES[k] for k in HEADLINE_METRICS)
+    if units == "physical":
+        return (f"<p class='note'>The verdicts below are decided on this table: {_e(used)} in physical units. "
+                "Column position error and columns found are shown, not used.</p>")
+    text = ("<p class='note'>The same maps after the model's normalisation ((y − mean) / std of the training "
+            "targets), the units its training loss is computed in. <b>The verdict is not decided on this table</b> "
+            "but on the physical one above.")
+    if flagged:
+        names = ", ".join(METRIC_NAMES[k] for k in flagged)
+        text += (f" <span class='flag'>†</span> marks where the best method here differs from the physical table "
+                 f"({_e(names)}): SSIM's luminance term depends on the maps' mean, which the normalisation shifts "
+                 "(relative L2 likewise divides by the norm of the shifted truth), so the ranking on such a "
+                 "metric can change between the units; it does not change the verdict.")
+    return text + "</p>"
+
+
+def _missing_methods(doc: dict[str, Any], agg: dict[str, Any]) -> list[str]:
+    """Why each baseline missing from the table is missing."""
     missing = []
     if "mean" not in agg:
         why = (doc.get("absent_baselines") or {}).get("mean", "not computed")
@@ -95,9 +114,7 @@ def _headline(doc: dict[str, Any], target: str, units: str) -> str:
     if "ptycho" not in agg:
         missing.append("ptychography was not computed (evaluation.ptycho is off, or the target is not the "
                        "potential)")
-    return _table(["metric"] + [METHOD_NAMES[m] for m in methods], rows) + \
-        f"<p class='note'>{n} samples; mean over samples with a {int(doc['config']['ci_level'] * 100)}% " \
-        f"bootstrap interval over materials in brackets; best method in bold. {_e('; '.join(missing))}</p>"
+    return missing
 
 
 def _verdicts(doc: dict[str, Any], target: str) -> str:
@@ -151,33 +168,46 @@ def _compute_times(doc: dict[str, Any]) -> str:
             f"</span></p><ul>{lines}</ul>")
 
 
-def _key_values(d: dict[str, Any]) -> str:
-    rows = []
-    for k, v in d.items():
-        text = json.dumps(v) if isinstance(v, (dict, list)) else str(v)
-        if len(text) > 300:
-            text = text[:300] + " …"
-        rows.append([_e(k), _e(text)])
-    return _table(["field", "value"], rows, left=2)
-
-
 def _data_section(doc: dict[str, Any]) -> str:
     data = doc["data"]
     counts = data.get("counts", {})
     mats = data.get("materials", {})
     rows = [[_e(s), _num(counts.get(s, 0)), _e(", ".join(mats.get(s, [])) or "–")] for s in ("train", "dev", "test")]
-    parts = [
+    arrays = "; ".join(f"{name} {' × '.join(str(v) for v in a.get('shape', []))} {_dtype(a.get('dtype'))}"
+                       for name, a in (data.get("arrays") or {}).items())
+    card = doc.get("model_card")
+    return "\n".join([
         "<h2>What was trained on what</h2>",
         f"<p>Model: <code>{_e(doc['model_dir'])}</code>. Evaluated split: <b>{_e(data['evaluated_split'])}</b> "
         f"({_split_note(data['evaluated_split'])}).</p>",
         "<h3>Data manifest</h3>",
-        _table(["split", "samples", "materials"], rows),
+        _table(["split", "samples", "materials (ids explained under Materials)"], rows, left=3),
         f"<p class='note'>stores: {_e(', '.join(data.get('stores', [])))}; physics config hash "
-        f"{_e(data.get('config_hash'))}; arrays {_e(json.dumps(data.get('arrays', {})))}</p>",
+        f"{_e(data.get('config_hash'))}; arrays per sample: {_e(arrays or '–')}</p>",
         "<h3>Model card</h3>",
-        _key_values(doc.get("model_card") or {}) if doc.get("model_card") else "<p>No model card found.</p>",
-    ]
-    return "\n".join(parts)
+        _card_table(card) if card else "<p>No model card found.</p>",
+    ])
+
+
+def _dtype(code: Any) -> str:
+    """A numpy dtype code as its name ("<f2" -> "float16")."""
+    import numpy as np
+
+    try:
+        return np.dtype(code).name
+    except TypeError:
+        return str(code or "")
+
+
+def _card_table(card: dict[str, Any]) -> str:
+    """The model card's rows under a heading row per section (architecture, training data, ...)."""
+    body, section = [], None
+    for name, label, value in card_rows(card):
+        if name != section:
+            body.append(f"<tr><th class='l s' colspan='2'>{_e(name)}</th></tr>")
+            section = name
+        body.append(f"<tr><td class='l'>{_e(label)}</td><td class='l'>{_e(value)}</td></tr>")
+    return f"<table class='card'>{''.join(body)}</table>"
 
 
 def _split_note(split: str) -> str:
@@ -205,6 +235,9 @@ def _versus_section(doc: dict[str, Any]) -> str:
     worse = [f"{name} (network wins {100 * g['win_rate']:.0f}%)" for name, g in groups if g["win_rate"] < 0.5]
     parts.append(f"<p>{_majority_sentence('The network', better)} {_majority_sentence('iCoM', worse)}</p>")
     for key, title in (("z_class", "element content"), ("thickness_class", "thickness")):
+        if len(versus.get(key, {})) == 1:
+            parts.append(_one_group(title, *next(iter(versus[key].items())), "the overall figure above"))
+            continue
         rows = [[_e(name), _num(s["n"]), _num(s["network_wins"]),
                  "–" if s["win_rate"] is None else f"{100 * s['win_rate']:.0f}%", _num(s["mean_rel_l2_gap"])]
                 for name, s in versus.get(key, {}).items()]
@@ -222,70 +255,68 @@ def _majority_sentence(who: str, classes: list[str]) -> str:
 
 
 def _breakdown_section(doc: dict[str, Any], target: str) -> str:
+    """One table per grouping; a grouping with a single group is one sentence (a one-row table, or a
+    one-bin breakdown, says nothing the headline does not)."""
     parts = [f"<h2>Breakdowns ({_e(target)}, physical units)</h2>"]
     for key, title in BREAKDOWN_KEYS.items():
         table = doc["breakdowns"][target].get(key, {})
+        if len(table) == 1:
+            parts.append(_one_group(title, *next(iter(table.items())), "the headline table above"))
+            continue
         methods = [m for m in METHOD_NAMES if any(m in g for g in table.values())]
-        header = [title, "n"] + [f"{METHOD_NAMES[m]}<br>rel L2" for m in methods] + \
-                 [f"{METHOD_NAMES[m]}<br>SSIM" for m in methods]
-        rows = [[_e(name), _num(g["n"])] + [_num(g.get(m, {}).get("rel_l2")) for m in methods] +
-                [_num(g.get(m, {}).get("ssim")) for m in methods] for name, g in table.items()]
-        parts.append(f"<h3>By {title}</h3>" + _table(header, rows))
+        extra = ["formula", "prototype"] if key == "material_id" else []
+        # one cell per method, "rel L2 / SSIM": two columns per method would not fit a 1024 px window.
+        header = [title] + extra + ["n"] + [f"{METHOD_NAMES[m]}<br>rel L2 / SSIM" for m in methods]
+        rows = [[_e(name)] + _material_cells(doc, name, extra) + [_num(g["n"])]
+                + [f"{_num(g.get(m, {}).get('rel_l2'))} / {_num(g.get(m, {}).get('ssim'))}" for m in methods]
+                for name, g in table.items()]
+        parts.append(f"<h3>By {title}</h3>" + _table(header, rows, left=1 + len(extra)))
     return "\n".join(parts)
 
 
-def _figure(doc: dict[str, Any], name: str, caption: str) -> str:
-    path = doc["figures"].get(name)
-    if not path:
+def _one_group(title: str, name: str, group: dict[str, Any], where: str) -> str:
+    """A grouping with a single group, in words: a one-row table would repeat ``where``."""
+    return (f"<p><b>By {_e(title)}</b>: all {_num(group['n'])} samples share one value, {_e(name)}; "
+            f"{where} is its breakdown.</p>")
+
+
+def _material_cells(doc: dict[str, Any], material: str, extra: list[str]) -> list[str]:
+    """Formula and prototype of ``material`` when ``extra`` asks for them."""
+    if not extra:
+        return []
+    formula = next((r.get("formula", "") for r in doc["samples"] if r["material_id"] == material), "")
+    d = describe_material(material, formula)
+    return [_e(d["formula"]), _e(d["prototype"])]
+
+
+def _absent_figure(doc: dict[str, Any], name: str, metric: str, target: str) -> str:
+    """In words, the figure `figures.draw_all` left out because every sample has the same value."""
+    if name in doc["figures"]:
         return ""
-    return f"<figure><img src='{_e(path)}' alt='{_e(caption)}'><figcaption class='note'>{_e(caption)}</figcaption></figure>"
+    if metric == "thickness_A":
+        values = {_num(r["thickness_A"]) for r in doc["samples"]}
+        return f"<p class='note'>No thickness plot: every sample has thickness {_e(', '.join(values))} Å.</p>"
+    values = {m: {_num(r["metrics"][target][m]["physical"].get(metric)) for r in doc["samples"]
+                  if m in r["metrics"][target]} for m in METHOD_NAMES}
+    said = "; ".join(f"{METHOD_NAMES[m]} {', '.join(sorted(v))}" for m, v in values.items() if v)
+    return f"<p class='note'>No {_e(metric)} histogram: one value per method ({_e(said)}).</p>"
 
 
 def _figures_section(doc: dict[str, Any], target: str) -> str:
-    parts = [f"<h2>Figures ({_e(target)})</h2>",
+    parts = [f"<h2>Figures ({_e(target)})</h2><div class='figs'>",
              _figure(doc, f"hist_rel_l2_{target}", "Relative L2 error per sample, per method."),
-             _figure(doc, f"hist_ssim_{target}", "SSIM per sample, per method."),
-             _figure(doc, f"thickness_{target}", "Relative L2 against specimen thickness (marker: element class).")]
+             _figure(doc, f"hist_ssim_{target}", "SSIM per sample, per method."), "</div>",
+             _absent_figure(doc, f"hist_rel_l2_{target}", "rel_l2", target),
+             _absent_figure(doc, f"hist_ssim_{target}", "ssim", target),
+             _figure(doc, f"thickness_{target}", "Relative L2 against specimen thickness (marker: element class)."),
+             _absent_figure(doc, f"thickness_{target}", "thickness_A", target)]
     for name in sorted(n for n in doc["figures"] if n.startswith("sample_") and n.endswith(f"_{target}")):
-        parts.append(_figure(doc, name, "CBED patterns of the stack, truth, network, baselines and the "
-                                        "network's error for one held-out sample."))
+        parts.append(_figure(doc, name, PANEL_CAPTION))
     return "\n".join(parts)
 
 
-def _worst_section(doc: dict[str, Any], target: str) -> str:
-    by_id = {r["index"]: r for r in doc["samples"]}
-    first = [r["index"] for r in doc["samples"][: doc["config"]["n_panels"]]]
-    rows, figs = [], []
-    for rank, index in enumerate(doc["worst"].get(target, [])):
-        r = by_id[index]
-        m = r["metrics"][target]
-        rows.append([_e(r["sample_id"]), _e(r["formula"]), _e(r["zone_axis"]), _num(r["thickness_A"]),
-                     _num(m["network"]["physical"]["rel_l2"]),
-                     *[_num(m.get(k, {}).get("physical", {}).get("rel_l2")) for k in ("icom", "ptycho", "mean")]])
-        if index in first and f"sample_{first.index(index)}_{target}" in doc["figures"]:
-            figs.append(f"<p class='note'>Worst case {rank + 1} ({_e(r['sample_id'])}) is drawn above as "
-                        f"per-sample panel {first.index(index) + 1}.</p>")
-        else:
-            figs.append(_figure(doc, f"worst_{rank}_{target}", f"Worst case {rank + 1}: {r['sample_id']}"))
-    return (f"<h2>Worst cases ({_e(target)})</h2>" +
-            _table(["sample", "formula", "zone", "thickness (Å)", "network rel L2", "iCoM rel L2",
-                    "ptychography rel L2", "mean rel L2"], rows) + "\n".join(figs))
-
-
-def _samples_section(doc: dict[str, Any], target: str) -> str:
-    rows = []
-    for r in doc["samples"]:
-        m = r["metrics"][target]
-        rows.append([_e(r["sample_id"]), _e(r["formula"]), _e(r["zone_axis"]), _num(r["thickness_A"]),
-                     *[_num(m.get(k, {}).get("physical", {}).get("rel_l2")) for k in ("network", "icom", "ptycho", "mean")],
-                     _num(m["network"]["physical"]["ssim"]), _num(m["network"]["physical"]["mean_error_A"])])
-    return (f"<h2>Every sample ({_e(target)})</h2>" +
-            _table(["sample", "formula", "zone", "thickness (Å)", "network rel L2", "iCoM rel L2",
-                    "ptychography rel L2", "mean rel L2", "network SSIM", "network column error (Å)"], rows))
-
-
 def _conventions(doc: dict[str, Any]) -> str:
-    items = "".join(f"<li><b>{_e(k)}</b>: {_e(json.dumps(v) if isinstance(v, dict) else v)}</li>"
+    items = "".join(f"<li><b>{_e(k)}</b>: {_e(text(v))}</li>"
                     for k, v in doc["conventions"].items())
     return ("<h2>How the numbers are computed</h2><p>Baselines: the <b>mean training target</b> (pixel-wise mean of "
             "the training targets), <b>iCoM</b> (integrated centre of mass of the same 4D stack) and, when "
@@ -293,6 +324,14 @@ def _conventions(doc: dict[str, Any]) -> str:
             "interaction constant); iCoM and ptychography are scaled and offset to the truth by least squares per "
             "sample: they use the truth for those two scalars only, which favours the baselines.</p>"
             f"<ul>{items}</ul>")
+
+
+def _learning_caption(doc: dict[str, Any]) -> str:
+    """The learning-curve caption; it names a constant learning rate, which gets no panel of its own."""
+    csv = doc.get("train_metrics_csv")
+    lr = figures.constant_learning_rate(Path(csv)) if csv and Path(csv).is_file() else None
+    return LEARNING_CURVES_CAPTION + ("" if lr is None else f" The learning rate was constant at {lr:g} "
+                                      "throughout, so it has no panel.")
 
 
 def render(doc: dict[str, Any]) -> str:
@@ -305,17 +344,19 @@ def render(doc: dict[str, Any]) -> str:
     for t in doc["targets"]:
         parts.append(f"<h2>Headline: {_e(t)} (physical units)</h2>" + _headline(doc, t, "physical")
                      + _verdicts(doc, t))
-        parts.append(f"<h3>{_e(t)} after the training normalisation</h3>" + _headline(doc, t, "normalized"))
+        parts.append(f"<h3>{_e(t)} after the training normalisation (not used by the verdict)</h3>"
+                     + _headline(doc, t, "normalized"))
     parts.append(_compute_times(doc))
     parts.append(_versus_section(doc))
     parts.append(_data_section(doc))
+    parts.append(materials_section(doc))
     if "learning_curves" in doc["figures"]:
-        parts.append("<h2>Training</h2>" + _figure(doc, "learning_curves", LEARNING_CURVES_CAPTION))
+        parts.append("<h2>Training</h2>" + _figure(doc, "learning_curves", _learning_caption(doc)))
     for t in doc["targets"]:
-        parts += [_breakdown_section(doc, t), _figures_section(doc, t), _worst_section(doc, t)]
+        parts += [_breakdown_section(doc, t), _figures_section(doc, t), worst_section(doc, t)]
     parts.append(_conventions(doc))
     for t in doc["targets"]:
-        parts.append(_samples_section(doc, t))
+        parts.append(samples_section(doc, t))
     parts.append("</body></html>")
     return "\n".join(p for p in parts if p)
 
@@ -354,7 +395,7 @@ def render_scaling(summary: dict[str, Any], out_dir: Path) -> str:
         "training samples (the first n in store order), each evaluated on the same held-out split; mean over "
         "samples with its bootstrap interval. The baselines do not depend on the training-set size (the mean "
         "training target is taken over the whole training split).</p>",
-        f"<figure><img src='{_e(rel_figure)}' alt='learning curve'></figure>",
+        _figure({"figures": {"curve": str(rel_figure)}}, "curve", "Test error against training-set size."),
         _table(["training samples", "fraction", "steps"] + [METHOD_NAMES[m] for m in methods] + ["evaluation"],
                rows, left=1),
         "</body></html>"])

@@ -12,14 +12,14 @@ import numpy as np
 from namsa.icom import calibration_from_meta
 
 from . import metrics as M
-from .baselines import icom_baseline, ptycho_baseline
+from .baselines import icom_baseline, multislice_baseline, ptycho_baseline
 from .config import EvaluationConfig
 
-METHODS: tuple[str, ...] = ("network", "mean", "icom", "ptycho")
+METHODS: tuple[str, ...] = ("network", "mean", "icom", "ptycho", "multislice_ptycho")
 #: methods computed from the CBED stack, whose compute time per sample is recorded.
-TIMED_METHODS: tuple[str, ...] = ("network", "icom", "ptycho")
+TIMED_METHODS: tuple[str, ...] = ("network", "icom", "ptycho", "multislice_ptycho")
 #: classical baselines put into the truth's units by a per-sample least-squares fit (potential only).
-FITTED_BASELINES: tuple[str, ...] = ("icom", "ptycho")
+FITTED_BASELINES: tuple[str, ...] = ("icom", "ptycho", "multislice_ptycho")
 #: element classes of the breakdown by atomic number (heaviest element of the sample).
 Z_CLASSES: tuple[tuple[str, int], ...] = (("light (Z<=14)", 14), ("medium (15<=Z<=36)", 36), ("heavy (Z>=37)", 999))
 #: the two element classes the verdict is given for (as well as overall): light where iCoM's weak-phase
@@ -34,9 +34,11 @@ def score_all(cfg: EvaluationConfig, stores: Any, indices: list[int], rec: Any, 
     """Per-sample records for every index; full arrays kept for the first ``n_panels`` samples."""
     records: list[dict] = []
     kept: dict[int, dict] = {}
+    quota = MultisliceQuota(cfg)
     for batch in _batches(indices, cfg.batch_size):
         for index, sample, preds, net_s in _predict(stores, batch, rec, targets):
-            maps, seconds = _method_maps(cfg, sample, preds, targets, mean_maps)
+            multislice = "potential" in targets and quota.take(sample.meta)
+            maps, seconds = _method_maps(cfg, sample, preds, targets, mean_maps, multislice)
             records.append(_score_sample(cfg, index, sample, maps, rec.normalizer, {"network": net_s, **seconds}))
             if len(kept) < cfg.n_panels:
                 kept[index] = _keep(sample, maps, cfg.n_cbed_panels)
@@ -45,7 +47,8 @@ def score_all(cfg: EvaluationConfig, stores: Any, indices: list[int], rec: Any, 
 
 def recompute(cfg: EvaluationConfig, stores: Any, indices: list[int], rec: Any, targets: list[str],
               mean_maps: dict[str, np.ndarray] | None) -> dict[int, dict]:
-    """Arrays of a few samples again (the worst cases), rather than holding every map in memory."""
+    """Arrays of a few samples again (the worst cases), rather than holding every map in memory.
+    Multislice ptychography is not rerun for them (minutes per sample; its maps are not drawn)."""
     kept = {}
     for index, sample, preds, _ in _predict(stores, indices, rec, targets):
         kept[index] = _keep(sample, _method_maps(cfg, sample, preds, targets, mean_maps)[0], cfg.n_cbed_panels)
@@ -71,10 +74,28 @@ def _predict(stores: Any, indices: list[int], rec: Any,
         yield index, sample, {t: out[k, names.index(t)] for t in targets}, per_sample
 
 
+class MultisliceQuota:
+    """Which samples get multislice ptychography: the first ``max_samples`` eligible ones (thick
+    enough, `MultisliceSettings.eligible`) in the order they are scored; none when it is off."""
+
+    def __init__(self, cfg: EvaluationConfig) -> None:
+        self.settings = cfg.multislice_ptycho
+        self.taken = 0
+
+    def take(self, meta: dict) -> bool:
+        """True (and counted) when the sample with this meta gets the multislice baseline."""
+        due = (self.settings is not None and self.taken < self.settings.max_samples
+               and self.settings.eligible(meta))
+        self.taken += due
+        return due
+
+
 def _method_maps(cfg: EvaluationConfig, sample: Any, preds: dict[str, np.ndarray], targets: list[str],
-                 mean_maps: dict[str, np.ndarray] | None) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
-    """(maps, seconds): maps[target] = {"truth", "network", "mean"?, "icom"?, "ptycho"?, "<m>_fit"?}
-    in physical units; seconds[method] = compute time of the classical baselines for this sample."""
+                 mean_maps: dict[str, np.ndarray] | None,
+                 multislice: bool = False) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
+    """(maps, seconds): maps[target] = {"truth", "network", "mean"?, "icom"?, "ptycho"?,
+    "multislice_ptycho"? (when ``multislice``), "<m>_fit"?} in physical units; seconds[method] =
+    compute time of the classical baselines for this sample."""
     maps: dict[str, dict[str, Any]] = {}
     seconds: dict[str, float] = {}
     for t in targets:
@@ -88,10 +109,21 @@ def _method_maps(cfg: EvaluationConfig, sample: Any, preds: dict[str, np.ndarray
             seconds["icom"] = time.perf_counter() - t0
         if cfg.ptycho and t == "potential":
             entry["ptycho"], entry["ptycho_fit"] = ptycho_baseline(sample, truth, cfg.ptycho_iterations,
-                                                                   cfg.ptycho_batch_size)
+                                                                   cfg.ptycho_batch_size, cfg.ptycho_convergence)
             seconds["ptycho"] = entry["ptycho_fit"]["seconds"]
+        if multislice and t == "potential":
+            entry["multislice_ptycho"], fit = multislice_baseline(sample, truth, cfg.multislice_ptycho)
+            # Marked: this baseline's aggregates cover only the samples it ran on.
+            entry["multislice_ptycho_fit"] = {**fit, "subset": _subset_note(cfg)}
+            seconds["multislice_ptycho"] = fit["seconds"]
         maps[t] = entry
     return maps, seconds
+
+
+def _subset_note(cfg: EvaluationConfig) -> str:
+    settings = cfg.multislice_ptycho
+    return (f"scored on a subset: the first {settings.max_samples} samples at least "
+            f"{settings.min_thickness_A:g} A thick")
 
 
 def _score_sample(cfg: EvaluationConfig, index: int, sample: Any, maps: dict[str, dict[str, Any]],

@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from stage.microscope.checks import OutsideTrainingWarning  # noqa: F401  (the category predict warns with)
+
 from . import checkpoint as ckpt
 from .card import CARD_FILE, ModelDirError, inside, read_card_file, validate_card
 from .config import Architecture
@@ -41,6 +43,9 @@ class Reconstructor:
         self.batch_size = batch_size
         self.normalizer = Normalizer.from_dict(card["normalizer"])
         self.targets: list[str] = list(card["targets"])
+        #: what the last `predict` measured of its input against the card (stage.microscope.checks)
+        self.last_report: dict[str, Any] = {}
+        self._warned: set[str] = set()  # each kind of finding is warned once per reconstructor
 
     @property
     def in_channels(self) -> int:
@@ -61,6 +66,7 @@ class Reconstructor:
             raise ReconstructorInputError(
                 f"cbed must be (S, P, P) or (B, S, P, P) with S = {self.in_channels} patterns, got {tuple(x.shape)}; "
                 f"pass the full scan of one sample (or a batch of them)")
+        self.last_report = _input_report(x, self.card, self._warned)
         cals = calibration if isinstance(calibration, list) else [calibration] * x.shape[0]
         outs = [self._predict_batch(x[i: i + self.batch_size], cals[i: i + self.batch_size])
                 for i in range(0, x.shape[0], self.batch_size)]
@@ -83,6 +89,19 @@ class Reconstructor:
         y = self.model(self.network_input(x, calibration)).float()
         maps = [self.normalizer.target_inverse(y[:, c], name) for c, name in enumerate(self.targets)]
         return torch.stack(maps, dim=1).cpu().numpy().astype(np.float32, copy=False)
+
+
+def _input_report(x: torch.Tensor, card: dict[str, Any], warned: set[str]) -> dict[str, Any]:
+    """Cheap checks of the first stack of ``x`` against the card; each kind of finding not in
+    ``warned`` yet is warned as an `OutsideTrainingWarning` (dose, total intensity, disc radius
+    outside what the model learned), so scoring thousands of noisy stacks says it once."""
+    from stage.microscope.checks import input_report, warn_report
+
+    report = input_report(x[0].detach().float().cpu().numpy(), card)
+    new = [w for w in report["warnings"] if w["code"] not in warned]
+    warned.update(w["code"] for w in new)
+    warn_report({"warnings": new}, stacklevel=4)  # _input_report <- predict <- torch.no_grad <- the caller
+    return report
 
 
 class ReconstructorInputError(ckpt.CheckpointError, ModelDirError):

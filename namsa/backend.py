@@ -149,14 +149,37 @@ def _cuda_backend(index: int) -> Backend:
     if index >= count:
         raise DeviceError(f"device='cuda:{index}' does not exist ({count} CUDA devices); pick 0..{count - 1}")
     cupy.cuda.Device(index).use()
+    backend = Backend(name=f"cuda:{index}", xp=cupy, workspace=_cupy_workspace, device_index=index)
+    _check_one_fft(backend)
+    return backend
 
-    def workspace(shape: tuple[int, int, int]) -> FFTWorkspace:
-        return FFTWorkspace(
-            buffer=cupy.zeros(shape, dtype=cupy.complex64),
-            forward=lambda a: cupy.fft.fft2(a, axes=(-2, -1), overwrite_x=True, norm="backward"),
-            backward=lambda a: cupy.fft.ifft2(a, axes=(-2, -1), overwrite_x=True, norm="forward"))
 
-    return Backend(name=f"cuda:{index}", xp=cupy, workspace=workspace, device_index=index)
+def _cupy_workspace(shape: tuple[int, int, int]) -> FFTWorkspace:
+    # cupyx.scipy.fft, not cupy.fft: only the scipy-style API takes overwrite_x (cupy.fft.fft2 raises
+    # TypeError on it), and overwriting spares a (batch, ny, nx) complex64 copy per transform.
+    import cupy
+    import cupyx.scipy.fft as cufft
+
+    return FFTWorkspace(
+        buffer=cupy.zeros(shape, dtype=cupy.complex64),
+        forward=lambda a: cufft.fft2(a, axes=(-2, -1), overwrite_x=True, norm="backward"),
+        backward=lambda a: cufft.ifft2(a, axes=(-2, -1), overwrite_x=True, norm="forward"))
+
+
+def _check_one_fft(backend: Backend) -> None:
+    """Run one small FFT round trip up front, so a cupy that cannot use this GPU (a wheel for another
+    CUDA major version, missing cuFFT libraries) fails once, here, in one line, and not once per sample."""
+    try:
+        ws = backend.workspace((1, 8, 8))
+        ws.buffer[...] = 1.0
+        ok = abs(complex(backend.asnumpy(ws.backward(ws.forward(ws.buffer)))[0, 0, 0]) - 64.0) < 1e-3
+    except Exception as exc:  # any cupy / CUDA / cuFFT failure means the device is unusable
+        raise DeviceError(f"cupy cannot run an FFT on {backend.name} ({type(exc).__name__}: "
+                          f"{' '.join(str(exc).split())[:160]}); install the cupy wheel of this machine's CUDA "
+                          "(pip install -e '.[gpu]' for CUDA 12, '.[gpu-cuda13]' for CUDA 13) or use device='cpu'") from None
+    if not ok:
+        raise DeviceError(f"cupy's FFT on {backend.name} gives wrong numbers (a round trip of ones is not 64); "
+                          "reinstall cupy for this machine's CUDA or use device='cpu'")
 
 
 def get_backend(device: str = "cpu", fft: str = "auto") -> Backend:

@@ -37,6 +37,9 @@ class Variations(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     frozen_phonon: bool = False
+    #: with ``frozen_phonon``: the fraction of samples drawn with thermal displacements (each sample
+    #: decides from its own seed); None = every sample
+    frozen_phonon_fraction: float | None = Field(None, ge=0.0, le=1.0)
     #: RMS thermal displacement (Angstrom, per Cartesian axis): one value for every element, a
     #: {symbol: value} map, or None for the per-element Debye-Waller defaults of namsa.thermal
     thermal_sigma_A: float | dict[str, float] | None = None
@@ -60,6 +63,13 @@ class Variations(BaseModel):
             raise ValueError(f"thickness_range_A must be positive (Angstrom), got {list(v)}")
         return v
 
+    @model_validator(mode="after")
+    def _fraction_needs_phonons(self) -> "Variations":
+        if self.frozen_phonon_fraction is not None and not self.frozen_phonon:
+            raise ValueError(f"frozen_phonon_fraction={self.frozen_phonon_fraction} is the share of samples with "
+                             "frozen phonons: set variations.frozen_phonon: true, or leave the fraction out")
+        return self
+
     @property
     def any(self) -> bool:
         return (self.frozen_phonon or self.tilt_mrad > 0 or self.defocus_range_A[0] != self.defocus_range_A[1]
@@ -68,7 +78,7 @@ class Variations(BaseModel):
 
 
 #: Variations fields added after stores were first written (left out of physics_hash while None)
-_LATER_VARIATIONS: tuple[str, ...] = ("thickness_range_A", "dose_e_per_A2")
+_LATER_VARIATIONS: tuple[str, ...] = ("thickness_range_A", "dose_e_per_A2", "frozen_phonon_fraction")
 
 
 class SimulationConfig(BaseModel):

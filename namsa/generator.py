@@ -7,6 +7,10 @@ of its distinct elements by another element, scale the lattice so that the close
 their distance relative to the sum of the atoms' radii, and jitter that lattice constant by a few
 percent.
 
+Templates may also be the checked AFLOW prototypes of `namsa.prototypes` (``sources: [library,
+aflow]``; ids ``"AB_cF8_225_a_b:Sr,S:1.2699"``), and ``substitution: oxidation`` replaces the
+any-element draw by `namsa.substitution`'s charge-preserving rule with the bonds re-checked.
+
 Every generated material has an id that *is* its recipe, e.g. ``"NaCl-rocksalt:K,Br:1.0731"``:
 template library id, the replacement of each distinct template element in order of first
 appearance, and the lattice scale factor. `build` turns an id back into the structure, so a
@@ -27,7 +31,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pymatgen.core import Element, Structure
 
-from . import library
+from . import library, prototypes
 from .errors import UserError
 
 #: Default substitution pool: Li (Z=3) to Bi (Z=83), without noble gases and the radioactive
@@ -56,7 +60,11 @@ class GeneratorConfig(BaseModel):
     """How many materials to derive, from which templates, with which elements (``simulation.generator``).
 
     count:          number of generated materials (each then gets the plan's zone axes and variants).
-    templates:      library ids used as templates, or ``all`` (every library structure).
+    sources:        where templates come from: ``library`` (namsa.library) and/or ``aflow`` (the
+                    checked AFLOW prototypes of namsa.prototypes).
+    templates:      template ids (library ids or AFLOW labels), or ``all`` (every template of ``sources``).
+    substitution:   ``any`` (any pool element on any site) or ``oxidation`` (namsa.substitution:
+                    each replacement takes its predecessor's oxidation state; bonds re-checked).
     elements:       substitution pool (element symbols); None = `DEFAULT_ELEMENTS`.
     lattice_jitter: the radius-scaled lattice constant is multiplied by 1 + U(-j, j) (fraction).
     seed:           the draw of the recipes; the same seed gives the same list of ids.
@@ -65,7 +73,9 @@ class GeneratorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     count: int = Field(0, ge=0)
+    sources: list[Literal["library", "aflow"]] = Field(default_factory=lambda: ["library"], min_length=1)
     templates: list[str] | Literal["all"] = "all"
+    substitution: Literal["any", "oxidation"] = "any"
     elements: list[str] | None = None
     lattice_jitter: float = Field(0.04, ge=0.0, le=0.3)
     seed: int = Field(0, ge=0, le=MAX_SEED)
@@ -85,11 +95,14 @@ class GeneratorConfig(BaseModel):
     @classmethod
     def _known_templates(cls, value: list[str] | str) -> list[str] | str:
         if value != "all":
-            known = set(library.list_ids())
-            bad = [t for t in value if t not in known]
+            bad = [t for t in value if t not in library.list_ids()]
+            if bad and any(not prototypes.is_template_id(t) for t in bad):
+                bad = [t for t in bad if not prototypes.is_template_id(t)]
+            elif bad:   # AFLOW labels: only the ones that passed namsa.prototypes' checks
+                bad = [t for t in bad if t not in prototypes.accepted_ids()]
             if bad or not value:
-                raise ValueError(f"templates {bad or value} are not library ids; use ids from "
-                                 "namsa.library.list_ids() or 'all'")
+                raise ValueError(f"templates {bad or value} are not library ids or accepted AFLOW prototype labels; "
+                                 "use ids from namsa.library.list_ids(), namsa.prototypes.accepted_ids() or 'all'")
         return value
 
     @field_validator("elements")
@@ -119,9 +132,9 @@ def is_generated_id(material_id: str) -> bool:
 def generated_ids(cfg: GeneratorConfig) -> list[str]:
     """The ``cfg.count`` generated material ids, a pure function of ``cfg`` (no duplicates, none
     with the same prototype and formula as a library structure)."""
-    templates = library.list_ids() if cfg.templates == "all" else list(cfg.templates)
+    templates = _source_templates(cfg.sources) if cfg.templates == "all" else list(cfg.templates)
     pool = list(cfg.elements or DEFAULT_ELEMENTS)
-    taken = {_chemistry(t, _template_elements(t)) for t in library.list_ids()}
+    taken = {_chemistry(t, _template_elements(t)) for t in _source_templates(["library", *cfg.sources])}
     rng = np.random.default_rng(cfg.seed)
     ids: list[str] = []
     # Every template with more distinct elements than the pool holds is skipped, so bound the draws.
@@ -132,9 +145,15 @@ def generated_ids(cfg: GeneratorConfig) -> list[str]:
         old = _template_elements(template)
         if len(old) > len(pool):
             continue
-        new = [str(s) for s in rng.choice(pool, size=len(old), replace=False)]
-        jitter = 1.0 + rng.uniform(-cfg.lattice_jitter, cfg.lattice_jitter)
-        scale = float(np.clip(_radius_ratio(template, old, new) * jitter, *SCALE_LIMITS))
+        if cfg.substitution == "oxidation":
+            recipe = _plausible_recipe(template, pool, rng, cfg.lattice_jitter)
+            if recipe is None:
+                continue
+            new, scale = recipe
+        else:
+            new = [str(s) for s in rng.choice(pool, size=len(old), replace=False)]
+            jitter = 1.0 + rng.uniform(-cfg.lattice_jitter, cfg.lattice_jitter)
+            scale = float(np.clip(_radius_ratio(template, old, new) * jitter, *SCALE_LIMITS))
         material_id = SEPARATOR.join((template, ",".join(new), f"{scale:.4f}"))
         if _chemistry(template, new) in taken:
             continue
@@ -144,6 +163,36 @@ def generated_ids(cfg: GeneratorConfig) -> list[str]:
         raise GeneratorError(f"could draw only {len(ids)} of generator.count={cfg.count} distinct materials from "
                              f"{len(templates)} templates and {len(pool)} elements; add templates or elements")
     return ids
+
+
+def _source_templates(sources: list[str]) -> list[str]:
+    """Every template of the given sources, library first (in a stable order)."""
+    return ((library.list_ids() if "library" in sources else []) +
+            (prototypes.accepted_ids() if "aflow" in sources else []))
+
+
+def _template_structure(template: str) -> Structure:
+    """A fresh copy of a template: a library structure or an accepted AFLOW prototype."""
+    return library.get(template) if template in library.list_ids() else prototypes.template(template)
+
+
+def _plausible_recipe(template: str, pool: list[str], rng: np.random.Generator,
+                      jitter: float) -> tuple[list[str], float] | None:
+    """(new elements, lattice scale) by namsa.substitution's rule, or None when no element can take
+    some charge or the rescaled structure fails the bond checks of namsa.prototypes."""
+    from .substitution import draw_elements, lattice_scale, template_charges
+
+    structure, old = _template_structure(template), _template_elements(template)
+    charges = template_charges(structure)
+    new = draw_elements(charges, old, pool, rng)
+    if new is None:
+        return None
+    rename = dict(zip(old, new))
+    factor = 1.0 + rng.uniform(-jitter, jitter)
+    scale = float(np.clip(lattice_scale(structure, charges, rename) * factor, *SCALE_LIMITS))
+    structure.replace_species(rename)
+    structure.scale_lattice(structure.volume * scale ** 3)
+    return None if prototypes.bond_problem(structure) else (new, scale)
 
 
 def build(material_id: str) -> Structure:
@@ -157,7 +206,7 @@ def build(material_id: str) -> Structure:
 @lru_cache(maxsize=256)
 def _build(material_id: str) -> Structure:
     template, new, scale = _parse(material_id)
-    structure = library.get(template)
+    structure = _template_structure(template)
     structure.replace_species(dict(zip(_template_elements(template), new)))
     structure.scale_lattice(structure.volume * scale ** 3)
     structure.properties["material_id"] = material_id
@@ -170,8 +219,8 @@ def _parse(material_id: str) -> tuple[str, list[str], float]:
     if len(parts) != 3:
         raise GeneratorError(f"{material_id!r} is not a generated material id; {hint}")
     template, elements, scale_text = parts
-    if template not in library.list_ids():
-        raise GeneratorError(f"{material_id!r}: template {template!r} is not a library id; {hint}")
+    if template not in library.list_ids() and not prototypes.is_template_id(template):
+        raise GeneratorError(f"{material_id!r}: template {template!r} is not a library id or AFLOW label; {hint}")
     new = elements.split(",")
     old = _template_elements(template)
     if len(new) != len(old) or len(set(new)) != len(new) or not all(Element.is_valid_symbol(s) for s in new):
@@ -188,15 +237,20 @@ def _parse(material_id: str) -> tuple[str, list[str], float]:
 
 @lru_cache(maxsize=None)
 def _template_elements(template: str) -> list[str]:
-    """Distinct elements of a library structure, in order of first appearance."""
-    return list(dict.fromkeys(site.specie.symbol for site in library.get(template)))
+    """Distinct elements of a template, in order of first appearance."""
+    return list(dict.fromkeys(site.specie.symbol for site in _template_structure(template)))
 
 
 def _chemistry(template: str, elements: list[str]) -> tuple[str, str]:
     """(prototype, reduced formula): two materials with the same pair are the same material."""
-    structure = library.get(template)
+    from .structure_type import LIBRARY_AFLOW
+
+    structure = _template_structure(template)
     structure.replace_species(dict(zip(_template_elements(template), elements)))
-    return library.info(template)["prototype"], structure.composition.reduced_formula
+    # library tags as AFLOW labels, so NaCl on the AFLOW rocksalt is the library's NaCl-rocksalt
+    kind = (LIBRARY_AFLOW.get(library.info(template)["prototype"], library.info(template)["prototype"])
+            if template in library.list_ids() else prototypes.aflow_label(template))
+    return kind, structure.composition.reduced_formula
 
 
 def _radius(symbol: str) -> float | None:
@@ -209,7 +263,7 @@ def _radius_ratio(template: str, old: list[str], new: list[str]) -> float:
     radii, as they were: the largest (r_a' + r_b') / (r_a + r_b) over the element pairs that
     touch (nearest distance within 20% of the structure's shortest one; Slater radii)."""
     rename = dict(zip(old, new))
-    structure = library.get(template)
+    structure = _template_structure(template)
     distances = structure.distance_matrix + np.diag(np.full(len(structure), np.inf))
     shortest = float(distances.min())
     symbols = [site.specie.symbol for site in structure]

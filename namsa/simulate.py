@@ -25,8 +25,9 @@ from .optics import scan_positions
 from .potential import Grid
 from .sample import Sample, sample_id
 from .simulation import prepare_simulation
-from .targets import projected_density_map, projected_potential_map
-from .variations import phonon_configurations, sample_seed, specimen_thickness_A, tilt_and_aberrations
+from .targets import projected_density_map, projected_potential_map, target_fwhm_A
+from .variations import (phonon_configurations, sample_seed, specimen_thickness_A, tilt_and_aberrations,
+                         uses_frozen_phonon)
 
 
 class ScanError(UserError):
@@ -156,14 +157,15 @@ def _configuration_mean(configurations: list, cfg: SimulationConfig, positions: 
             return reducer(intensity)
 
         # float64 sums: float32 -> float64 -> / 1 -> float32 is exact, so one configuration is unchanged
+        fwhm = target_fwhm_A(sim.grid, fov, cfg.target_px, cfg.energy_kv, cfg.semiangle_mrad)
         parts = (np.concatenate(sim.run(positions, reduce_and_count), axis=0).astype(np.float32),
-                 projected_potential_map(sim.potential, fov, cfg.target_px, cfg.band_limit),
-                 projected_density_map(sim.potential, fov, cfg.target_px, cfg.band_limit))
+                 projected_potential_map(sim.potential, fov, cfg.target_px, fwhm),
+                 projected_density_map(sim.potential, fov, cfg.target_px, fwhm))
         sums = [p.astype(np.float64) + (sums[i] if sums else 0.0) for i, p in enumerate(parts)]
         loss = max(loss, float(sim.transmission_loss))
     cbed, potential, density = ((a / len(configurations)).astype(np.float32) for a in sums)
     stats = {"intensity_kept_min": float(np.concatenate(kept).min()), "transmission_bandlimit_loss": loss,
-             "pattern_dk_inv_A": float(dk_out)}
+             "pattern_dk_inv_A": float(dk_out), "target_fwhm_A": fwhm}
     return cbed, potential, density, sim, stats
 
 
@@ -228,11 +230,13 @@ def simulate_sample(structure_or_id: Any, zone_axis: Sequence[int], cfg: Simulat
         "n_slices": int(sim.info["n_slices"]),
         "slice_thickness_A": float(sim.info["slice_thickness_A"]),
         "tilt_mrad": [float(t) for t in tilt],
-        "frozen_phonon": bool(var.frozen_phonon),
+        "frozen_phonon": uses_frozen_phonon(cfg, seed),
         "dose_e_per_A2": var.dose_e_per_A2,
         "pattern_dk_inv_A": stats["pattern_dk_inv_A"],
         "pattern_mrad_per_px": stats["pattern_dk_inv_A"] * lam * 1e3,
         "target_sampling_A": [float(fov[2]) / cfg.target_px, float(fov[3]) / cfg.target_px],
+        # the targets' resolution: FWHM of the Gaussian they are convolved with (namsa.targets)
+        "target_fwhm_A": stats["target_fwhm_A"],
         "phonon_configs": len(configurations),
         "intensity_kept_min": stats["intensity_kept_min"],
         "transmission_bandlimit_loss": stats["transmission_bandlimit_loss"],

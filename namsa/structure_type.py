@@ -7,8 +7,8 @@ entered the plan:
 - library ids: the library's own ``prototype`` tag (``"rocksalt"``), written as its AFLOW label
   through `LIBRARY_AFLOW` (the tag itself when a new tag has no entry there yet);
 - generated ids (``"NaCl-rocksalt:K,Br:1.0731"``): the label of their template, the part before
-  the first ``":"`` (an element substitution keeps the structure type; a template that is not a
-  library id is its own label);
+  the first ``":"`` (an element substitution keeps the structure type; an AFLOW template
+  (`namsa.prototypes`) is its AFLOW label, without the ``~n`` that tells apart pymatgen's repeats);
 - anything else (CIF stems) with its structure at hand: pymatgen's AFLOW prototype matcher
   (``pymatgen.analysis.prototypes.AflowPrototypeMatcher``, 0.1-1.1 s per structure measured on the
   library, hence cached per material id), else the material id itself (its own type).
@@ -23,7 +23,7 @@ import warnings
 from functools import lru_cache
 from typing import Any
 
-from . import generator, library
+from . import generator, library, prototypes
 
 #: library prototype tag -> AFLOW prototype label (AflowPrototypeMatcher on the library structures)
 LIBRARY_AFLOW: dict[str, str] = {
@@ -42,7 +42,7 @@ def prototype_label(material_id: str, structure: Any = None) -> str:
     material_id = str(material_id)
     if generator.is_generated_id(material_id):
         template = material_id.split(generator.SEPARATOR, 1)[0]
-        return _library_label(template) if template in _library_ids() else template
+        return _library_label(template) if template in _library_ids() else prototypes.aflow_label(template)
     if material_id in _library_ids():
         return _library_label(material_id)
     if structure is None:

@@ -7,18 +7,64 @@
   the Kirkland electron factors by the Mott-Bethe relation (:func:`namsa.kirkland.xray_form_factor`).
   Its k = 0 term is sum(Z) / area, so the density integrates to the number of electrons per cell.
 
-Both maps are evaluated exactly (trigonometric interpolation, no resampling error) at the points
-(y0 + i h / T, x0 + j w / T), the same endpoint-exclusive convention as the scan grid, after a
-low-pass at the smaller of the simulation band limit and the target grid's own Nyquist
-frequency, so a coarse target grid does not alias.
+Both maps are the true maps convolved with a normalised 2-D Gaussian of full width at half maximum
+:func:`target_fwhm_A` (multiplied in Fourier space by exp(-2 pi^2 sigma^2 k^2)), then evaluated
+exactly (trigonometric interpolation, no resampling error) at the points (y0 + i h / T,
+x0 + j w / T), the same endpoint-exclusive convention as the scan grid. A Gaussian, unlike a hard
+Fourier cutoff, keeps a non-negative map non-negative (no ringing) and leaves the k = 0 term, the
+integral, exactly as it was. Its width is the coarsest of three resolutions (docs/physics.md):
+the probe's (0.61 lambda / alpha), two target pixels (so the T x T samples represent the map),
+and what the simulation grid can carry (the Gaussian is below 1e-9 at the grid's Nyquist
+frequency, so truncating there leaves no visible ring).
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from . import kirkland
-from .optics import band_limit_frequency, spatial_frequencies
+from .constants import wavelength_A
+from .optics import spatial_frequencies
 from .potential import Grid, SlicedPotential
+
+#: data version of the targets: 2 = Gaussian low-pass of stated FWHM (1 = hard Fourier cutoff);
+#: part of stage.manifest.code_version, so stores written with other targets are told apart
+TARGETS_VERSION = 2
+
+#: FWHM / sigma of a Gaussian
+FWHM_PER_SIGMA = 2.0 * math.sqrt(2.0 * math.log(2.0))
+#: the Gaussian's largest value at the simulation grid's Nyquist frequency
+GRID_EDGE_ATTENUATION = 1e-9
+
+
+def probe_resolution_A(energy_kv: float, semiangle_mrad: float) -> float:
+    """Rayleigh resolution 0.61 lambda / alpha (Angstrom) of a probe of ``semiangle_mrad``."""
+    return 0.61 * wavelength_A(energy_kv) / (semiangle_mrad * 1e-3)
+
+
+def grid_resolution_A(grid: Grid) -> float:
+    """Smallest FWHM (Angstrom) whose Gaussian is at most GRID_EDGE_ATTENUATION at the grid's
+    (coarser) Nyquist frequency 1 / (2 max(sampling)): exp(-2 pi^2 sigma^2 k^2) = attenuation."""
+    k_nyquist = 1.0 / (2.0 * max(grid.sampling))
+    sigma = math.sqrt(math.log(1.0 / GRID_EDGE_ATTENUATION) / (2.0 * math.pi ** 2)) / k_nyquist
+    return FWHM_PER_SIGMA * sigma
+
+
+def target_fwhm_A(grid: Grid, fov_A: tuple[float, float, float, float], target_px: int,
+                  energy_kv: float, semiangle_mrad: float) -> float:
+    """FWHM (Angstrom) of the targets' Gaussian resolution: the coarsest of the probe's
+    resolution, two target pixels and the simulation grid's resolution."""
+    target_pixel = max(fov_A[2], fov_A[3]) / target_px
+    return max(probe_resolution_A(energy_kv, semiangle_mrad), 2.0 * target_pixel, grid_resolution_A(grid))
+
+
+def gaussian_filter_k(grid: Grid, fwhm_A: float) -> np.ndarray:
+    """exp(-2 pi^2 sigma^2 |k|^2) on the grid (FFT order): the Fourier transform of a Gaussian of
+    unit integral and FWHM ``fwhm_A``; exactly 1 at k = 0, so integrals are unchanged."""
+    ky, kx = spatial_frequencies(grid.gpts, grid.sampling)
+    sigma = fwhm_A / FWHM_PER_SIGMA
+    return np.exp(-2.0 * math.pi ** 2 * sigma ** 2 * (ky[:, None] ** 2 + kx[None, :] ** 2))
 
 
 def density_coefficients(potential: SlicedPotential) -> np.ndarray:
@@ -32,32 +78,28 @@ def density_coefficients(potential: SlicedPotential) -> np.ndarray:
     return total / grid.area
 
 
-def target_cutoff(grid: Grid, fov_A: tuple[float, float, float, float], target_px: int, band_limit: float) -> float:
-    """Low-pass cutoff |k| (1/Angstrom) for a T x T target over ``fov_A``."""
-    target_pixel = max(fov_A[2], fov_A[3]) / target_px
-    return min(band_limit_frequency(grid.sampling, band_limit), 1.0 / (2.0 * target_pixel))
-
-
 def evaluate_fourier_series(coeffs: np.ndarray, grid: Grid, fov_A: tuple[float, float, float, float],
-                            target_px: int, cutoff: float) -> np.ndarray:
-    """(T, T) float32 values of the series at the fov points, frequencies |k| >= cutoff removed."""
+                            target_px: int) -> np.ndarray:
+    """(T, T) float32 values of the Fourier series ``coeffs`` (FFT order) at the fov points."""
     ky, kx = spatial_frequencies(grid.gpts, grid.sampling)
-    kept = coeffs * ((ky[:, None] ** 2 + kx[None, :] ** 2) < cutoff ** 2)
     y0, x0, h, w = fov_A
     ys = y0 + np.arange(target_px) * (h / target_px)
     xs = x0 + np.arange(target_px) * (w / target_px)
     ey = np.exp(2j * np.pi * ys[:, None] * ky[None, :])
     ex = np.exp(2j * np.pi * kx[:, None] * xs[None, :])
-    return (ey @ kept @ ex).real.astype(np.float32)
+    return (ey @ coeffs @ ex).real.astype(np.float32)
 
 
-def projected_potential_map(potential: SlicedPotential, fov_A, target_px: int, band_limit: float) -> np.ndarray:
-    """Projected potential (V * Angstrom) over the fov, (T, T) float32."""
-    cutoff = target_cutoff(potential.grid, fov_A, target_px, band_limit)
-    return evaluate_fourier_series(potential.projected_k(), potential.grid, fov_A, target_px, cutoff)
+def smoothed_map(coeffs: np.ndarray, grid: Grid, fov_A, target_px: int, fwhm_A: float) -> np.ndarray:
+    """The series ``coeffs`` convolved with the Gaussian of ``fwhm_A``, (T, T) float32 over the fov."""
+    return evaluate_fourier_series(coeffs * gaussian_filter_k(grid, fwhm_A), grid, fov_A, target_px)
 
 
-def projected_density_map(potential: SlicedPotential, fov_A, target_px: int, band_limit: float) -> np.ndarray:
-    """Projected electron density (electrons / Angstrom^2) over the fov, (T, T) float32."""
-    cutoff = target_cutoff(potential.grid, fov_A, target_px, band_limit)
-    return evaluate_fourier_series(density_coefficients(potential), potential.grid, fov_A, target_px, cutoff)
+def projected_potential_map(potential: SlicedPotential, fov_A, target_px: int, fwhm_A: float) -> np.ndarray:
+    """Projected potential (V * Angstrom) at resolution ``fwhm_A`` over the fov, (T, T) float32."""
+    return smoothed_map(potential.projected_k(), potential.grid, fov_A, target_px, fwhm_A)
+
+
+def projected_density_map(potential: SlicedPotential, fov_A, target_px: int, fwhm_A: float) -> np.ndarray:
+    """Projected electron density (electrons / Angstrom^2) at resolution ``fwhm_A`` over the fov."""
+    return smoothed_map(density_coefficients(potential), potential.grid, fov_A, target_px, fwhm_A)

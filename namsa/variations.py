@@ -25,6 +25,18 @@ def specimen_thickness_A(cfg: SimulationConfig, seed: int) -> float:
     return float(np.random.default_rng([seed, 1]).uniform(*lo_hi))
 
 
+def uses_frozen_phonon(cfg: SimulationConfig, seed: int) -> bool:
+    """Whether the sample with ``seed`` gets thermal displacements: every sample with
+    ``variations.frozen_phonon``, or the ``frozen_phonon_fraction`` of them drawn on a stream of
+    its own (``[seed, 2]``), so the thickness, tilt and defocus draws stay as they were."""
+    var = cfg.variations
+    if not var.frozen_phonon:
+        return False
+    if var.frozen_phonon_fraction is None:
+        return True
+    return bool(np.random.default_rng([seed, 2]).uniform() < var.frozen_phonon_fraction)
+
+
 def phonon_configurations(supercell: Any, cfg: SimulationConfig, rng: np.random.Generator, seed: int) -> list:
     """The atomic configurations one sample averages over: ``[supercell]`` without frozen phonons,
     else ``cfg.phonon_configs`` thermal displacements of it (Angstrom RMS per axis from
@@ -32,7 +44,7 @@ def phonon_configurations(supercell: Any, cfg: SimulationConfig, rng: np.random.
     as when each sample was one snapshot (so phonon_configs = 1 keeps those samples and ids); the
     others from generators seeded (seed, k), which leaves ``rng``'s later draws (tilt, defocus)
     independent of how many configurations are averaged."""
-    if not cfg.variations.frozen_phonon:
+    if not uses_frozen_phonon(cfg, seed):
         return [supercell]
     from .kirkland import symbol
     from .thermal import thermal_displace

@@ -67,6 +67,20 @@ class DoseAugmentationConfig(BaseModel):
         return value
 
 
+class SymmetryAugmentationConfig(BaseModel):
+    """The square group's 8 rotations/mirrors applied together to scan, patterns and targets of
+    training samples, drawn in the loader (`stage.symmetry`).
+
+    enabled: off by default: samples are delivered exactly as stored.
+    seed:    with the epoch and the sample id, fixes which operation each sample gets.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    seed: int = Field(0, ge=0)
+
+
 class DataConfig(BaseModel):
     """Store format, splits, input normalisation and loader knobs.
 
@@ -104,6 +118,8 @@ class DataConfig(BaseModel):
                        manifest is also rewritten on close and rebuilt from LMDB on open.
     dose_augmentation: Poisson shot noise drawn in the loader at a random dose for training
                        samples (`DoseAugmentationConfig`; off by default).
+    symmetry_augmentation: rotations/mirrors of scan, patterns and targets together for training
+                       samples (`SymmetryAugmentationConfig`; off by default).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -125,6 +141,7 @@ class DataConfig(BaseModel):
     max_map_size_gb: float = Field(4096.0, gt=0)
     manifest_every_s: float = Field(30.0, gt=0)
     dose_augmentation: DoseAugmentationConfig = DoseAugmentationConfig()
+    symmetry_augmentation: SymmetryAugmentationConfig = SymmetryAugmentationConfig()
 
     @field_validator("split_fractions")
     @classmethod

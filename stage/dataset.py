@@ -16,12 +16,13 @@ from torch.utils.data import Dataset, default_collate, get_worker_info
 
 from namsa.errors import UserError
 
-from .config import DoseAugmentationConfig
+from .config import DoseAugmentationConfig, SymmetryAugmentationConfig
 from .dose import DoseAugmentation
 from .errors import CorruptRecordError, EmptyStoreError
 from .normalize import Normalizer
 from .splits import SPLITS
 from .storeset import open_stores
+from .symmetry import SymmetryAugmentation, allowed_ops
 
 
 class SampleDataset(Dataset):
@@ -39,13 +40,17 @@ class SampleDataset(Dataset):
     Poisson shot noise at a random dose, drawn from (seed, epoch, sample id) before any
     transform (`stage.dose`); other splits are delivered as stored. The epoch is what
     `set_epoch` last set (the `ShardedBatchSampler` sets it): it lives in shared memory, so
-    persistent DataLoader workers and reader threads all see it.
+    persistent DataLoader workers and reader threads all see it. ``symmetry_augmentation`` (a
+    `SymmetryAugmentationConfig`, enabled): training-split samples get one of the square group's
+    rotations/mirrors, drawn the same way, applied to scan, patterns and targets together after
+    the noise (`stage.symmetry`); data whose grids do not allow it is refused here.
     """
 
     def __init__(self, paths: Any, split: str | None, normalizer: Normalizer | None,
                  targets: Sequence[str] = ("potential",), max_samples: int | None = None, *,
                  raw_cbed: bool = False, skip_corrupt: bool = False, verify: bool = True,
-                 readahead: bool | None = None, dose_augmentation: DoseAugmentationConfig | None = None):
+                 readahead: bool | None = None, dose_augmentation: DoseAugmentationConfig | None = None,
+                 symmetry_augmentation: SymmetryAugmentationConfig | None = None):
         if split is not None and split not in SPLITS:
             raise UserError(f"unknown split {split!r}; use one of {SPLITS} (or None for all samples)")
         bad = [t for t in targets if t not in ("potential", "density")]
@@ -66,6 +71,12 @@ class SampleDataset(Dataset):
         self.storage_scale = self.stores.storage_scale
         augment = dose_augmentation is not None and dose_augmentation.enabled and split == "train"
         self.dose = DoseAugmentation(dose_augmentation) if augment else None
+        turn = symmetry_augmentation is not None and symmetry_augmentation.enabled and split == "train"
+        self.symmetry = SymmetryAugmentation(symmetry_augmentation) if turn else None
+        if turn:  # refuse data whose grids rotations cannot map onto themselves before training starts
+            reader, j = self.stores.locate(self.global_indices[0])
+            allowed_ops(reader.meta(j), self.cbed_shape, self.target_shape[1:])
+        augment = augment or turn
         self._epoch = torch.zeros((), dtype=torch.int64)
         if augment:  # shared memory: workers forked (or spawned) before a set_epoch read the new value
             self._epoch.share_memory_()
@@ -112,6 +123,8 @@ class SampleDataset(Dataset):
                                           physical=physical)
         if self.dose is not None:
             self.dose.apply(arrays["cbed"], meta, self.epoch, 1.0 if physical else self.storage_scale)
+        if self.symmetry is not None:
+            self.symmetry.apply(arrays["cbed"], [arrays[t] for t in self.targets], meta, self.epoch)
         return arrays
 
     def __getitem__(self, index: int) -> dict[str, Any]:

@@ -11,6 +11,8 @@ from typing import Any
 
 import lmdb
 
+from namsa.targets import TARGETS_VERSION
+
 from . import codec
 from .errors import CorruptRecordError, SchemaError, StoreError
 from .layout import MANIFEST_NAME
@@ -25,8 +27,10 @@ _INFO_KEY = b"store"
 
 @functools.lru_cache(maxsize=1)
 def code_version() -> str:
-    """Installed package version plus the git commit of the source tree when there is one (the
-    one code version of manifests, checkpoints and model cards; cached: one git call a process)."""
+    """Installed package version, the data version of the targets (`namsa.targets.TARGETS_VERSION`,
+    so stores written with other targets are told apart) and the git commit of the source tree
+    when there is one, e.g. ``0.1.0+targets2.abc1234`` (the one code version of manifests,
+    checkpoints and model cards; cached: one git call a process)."""
     try:
         version = metadata.version("namsa")
     except metadata.PackageNotFoundError:
@@ -36,7 +40,8 @@ def code_version() -> str:
                                 capture_output=True, text=True, timeout=5).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         commit = ""
-    return f"{version}+{commit}" if commit else version
+    local = f"targets{TARGETS_VERSION}" + (f".{commit}" if commit else "")
+    return f"{version}+{local}"
 
 
 def _json_seal(obj: Any) -> bytes:

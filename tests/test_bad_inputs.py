@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import stage
+from microscope_helpers import disc_scan, spot_scan, write_hspy
 from stage_helpers import CONFIG_HASH, flip_byte_inside, make_samples
 from workflow.cli import main
 
@@ -100,6 +101,10 @@ CASES: list[Case] = [
     Case("set-physics-input-twice", sim("model.physics_inputs=[icom,icom]"), "names a channel twice"),
     Case("set-loss-weighting-unknown", sim("training.loss_weighting=per_sample"),
          "training.loss_weighting: Input should be 'absolute' or 'relative'"),
+    Case("set-multislice-no-samples", sim("evaluation.multislice_ptycho={{max_samples: 0}}"),
+         "evaluation.multislice_ptycho.max_samples: Input should be greater than or equal to 1"),
+    Case("set-ptycho-tolerance-zero", sim("evaluation.ptycho_convergence.rel_tol=0"),
+         "evaluation.ptycho_convergence.rel_tol: Input should be greater than 0"),
     # -- config files ---------------------------------------------------------------------------
     Case("config-missing", ("simulate", "{tmp}/nope.yaml", "--out", "{tmp}/o"), "config file not found"),
     Case("config-is-a-directory", ("simulate", "{tmp}", "--out", "{tmp}/o"), "config file not found"),
@@ -190,6 +195,11 @@ CASES: list[Case] = [
     Case("train-data-wrong-shape", ("train", MICRO, "--data", "{data}", "--out", "{tmp}/t", "--no-progress",
                                     "--set", "simulation.scan_shape=[8,8]", "--set", "model.in_channels=64"),
          "64"),
+    Case("train-symmetry-on-unturnable-data", ("train", MICRO, "--data", "{data}", "--out", "{tmp}/t", "--no-progress",
+                                               "--set", "data.symmetry_augmentation.enabled=true"),
+         "has scan 4x4, patterns [32, 32], targets [32, 32]: set data.symmetry_augmentation.enabled false"),
+    Case("symmetry-seed-negative", sim("data.symmetry_augmentation.seed=-1"),
+         "data.symmetry_augmentation.seed"),
     Case("train-out-is-a-file", ("train", MICRO, "--data", "{data}", "--out", "{file}", "--no-progress"),
          "--out {file} is a file"),
     Case("evaluate-out-is-a-file", ("evaluate", MICRO, "--data", "{data}", "--model", "{empty_dir}",
@@ -214,6 +224,12 @@ CASES: list[Case] = [
     Case("reconstruct-with-set", ("reconstruct", "{tmp}/scan.hspy", "--model", "pretrained:study-scan",
                                   "--out", "{tmp}/maps", "--set", "simulation.energy_kv=300"),
          "--set: reconstruct reads no pipeline config, so there is nothing to override"),
+    # -- issue 21: the patterns themselves, checked before inference -------------------------
+    Case("reconstruct-spot-patterns", ("reconstruct", "{spots_scan}", "--model", "pretrained:study-scan",
+                                       "--out", "{tmp}/maps"), "the patterns do not look like CBED"),
+    Case("reconstruct-disc-radius-mismatch", ("reconstruct", "{wide_disc_scan}", "--model", "pretrained:study-scan",
+                                              "--out", "{tmp}/maps"),
+         "the bright-field disc has a radius of 8.93 px but the semi-angle 20 mrad (file metadata)"),
     # (end of microscope files)
     # -- issue 18: model directories, cards, safetensors and checkpoints --------------------
     Case("evaluate-model-is-a-file", ("evaluate", MICRO, "--data", "{data}", "--model", "{file}", "--out", "{tmp}/e"),
@@ -237,6 +253,12 @@ CASES: list[Case] = [
          "simulation.generator.seed: Input should be greater than or equal to 0"),
     Case("generator-seed-huge", sim("simulation.generator.seed=100000000000000000000"),
          "simulation.generator.seed: Input should be less than or equal to"),
+    Case("generator-template-refused", sim("simulation.generator.templates=[A2B_tI12_141_e_a]"),
+         "not library ids or accepted AFLOW prototype labels"),
+    Case("generator-substitution-unknown", sim("simulation.generator.substitution=probability"),
+         "simulation.generator.substitution: Input should be 'any' or 'oxidation'"),
+    Case("phonon-fraction-without-phonons", sim("simulation.variations.frozen_phonon_fraction=0.5"),
+         "set variations.frozen_phonon: true, or leave the fraction out"),
     Case("simulation-seed-negative", sim("simulation.seed=-1"), "simulation.seed: Input should be greater than"),
     Case("plan-too-many-samples", sim("simulation.variations.tilt_mrad=1", "simulation.variants=1000000"),
          "one run plans at most 1000000"),
@@ -293,6 +315,8 @@ def places(tmp_path_factory) -> dict[str, str]:
     places = {"tmp": str(root), "data": str(data), "truncated": str(truncated),
               "truncated_parent": str(truncated.parent), "corrupt": str(corrupt), "file": str(root / "file.txt"),
               "empty_dir": str(root / "empty"), "junk_dir": str(root / "junk"), "bad_cifs": str(root / "bad_cifs")}
+    places["spots_scan"] = str(write_hspy(root / "spots.hspy", spot_scan()))
+    places["wide_disc_scan"] = str(write_hspy(root / "wide-disc.hspy", disc_scan(radius=9.0)))
     for name, content in CONFIG_FILES.items():
         (root / f"{name}.yaml").write_bytes(content)
         places[f"cfg_{name}"] = str(root / f"{name}.yaml")

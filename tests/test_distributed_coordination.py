@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch.distributed as dist
 
 from models.distributed import DistributedConfig, init_from_env
 from models.distributed.spawn import run_local
@@ -19,10 +20,17 @@ def _shuffled_and_min(rank: int) -> dict:
 
     base = dict(timeout_s=60, grouping="chunks", group_count=6, cycle_time_ms=2.0)
     ctx = init_from_env(DistributedConfig(**base))
-    out = {}
-    for engine in ("bitvector", "master_worker"):
-        out[engine] = train_one(DistributedConfig(engine=engine, **base), ctx, rank, ctx.world_size,
-                                shuffled_backward=True)
+    out, built = {}, []
+
+    def keep(cfg, model, x):
+        built.append(BitvectorEngine(cfg, model, x))
+        return built[-1]
+
+    out["bitvector"] = train_one(DistributedConfig(engine="bitvector", **base), ctx, rank, ctx.world_size,
+                                 shuffled_backward=True, engine_factory=keep)
+    out["coordination_group"] = (dist.get_backend(built[0].coord_pg), built[0].coord_pg is not built[0].pg)
+    out["master_worker"] = train_one(DistributedConfig(engine="master_worker", **base), ctx, rank, ctx.world_size,
+                                     shuffled_backward=True)
     out["min"] = train_one(DistributedConfig(engine="bitvector", **base), ctx, rank, ctx.world_size,
                            shuffled_backward=True,
                            engine_factory=lambda c, m, x: BitvectorEngine(c, m, x, force_min=True))
@@ -44,6 +52,11 @@ def test_random_readiness_orders_complete_and_match(shuffled, engine):
         np.testing.assert_allclose(shuffled[rank][engine]["params"], ref, rtol=1e-4, atol=1e-5)
     # Readiness really differed: groups trickled in over several coordination cycles.
     assert max(s["coordination_cycles"] for s in shuffled[0][engine]["stats"]) > 1
+
+
+def test_coordination_runs_over_its_own_gloo_group(shuffled):
+    """Readiness flags never touch the gradient group (NCCL on GPUs): CPU tensors over gloo."""
+    assert all(shuffled[rank]["coordination_group"] == ("gloo", True) for rank in range(4))
 
 
 def test_min_fallback_says_so(shuffled):

@@ -44,6 +44,17 @@ def test_sbatch_batch_step_outside_srun_is_one_task():
     assert detect_launch(env).world_size == 1
 
 
+def test_ranks_without_a_local_rank_do_not_all_take_the_first_gpu():
+    from models.distributed.launch import first_device_guess
+
+    # PMI without MPI_LOCALRANKID gives no local rank: 4 ranks on a 4-GPU node take cuda:0..3
+    ranks = [detect_launch({"PMI_RANK": str(r), "PMI_SIZE": "4"}) for r in range(4)]
+    assert all(launch.local_rank is None for launch in ranks)
+    assert [first_device_guess(launch, device_count=4) for launch in ranks] == [0, 1, 2, 3]
+    # the launcher's local rank wins when it has one
+    assert first_device_guess(detect_launch(LAUNCH_ENVS["torchrun"][0]), device_count=4) == 1
+
+
 def test_no_launcher_is_world_size_one():
     assert detect_launch({}).world_size == 1
 

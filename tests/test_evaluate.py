@@ -59,7 +59,7 @@ def test_report_names_baselines_and_links_figures(evaluated):
                  "By material", "By zone axis", "element content", "Model card", "Data manifest"):
         assert text in html, text
     for rel in doc["figures"].values():
-        assert f"src='{rel}'" in html
+        assert f"srcset='{rel} 2x'" in html
         assert (result.out_dir / rel).is_file()
     # held-out materials are named in the manifest section
     for material in doc["data"]["materials"]["test"]:
@@ -160,7 +160,7 @@ def test_scaling_study_plots_error_against_training_size(tiny_data_dir, tmp_path
         assert (Path(row["eval_dir"]) / "report.html").is_file()
     # the learning-curve report: the figure, one table row per size, each linking to its own report
     html = Path(summary["report"]).read_text()
-    assert f"src='{Path(summary['figure']).name}'" in html
+    assert f"srcset='{Path(summary['figure']).name} 2x'" in html
     for row in saved["rows"]:
         assert f"<td class='l'>{row['n_train']:,}</td>" in html
         assert f"href='{Path(row['eval_dir']).relative_to(tmp_path) / 'report.html'}'" in html
@@ -317,3 +317,210 @@ def test_evaluate_with_ptycho_but_no_py4dstem_fails_before_writing(tiny_trained_
         evaluate(EvaluationConfig(ptycho=True), stage.DataConfig(), [tiny_data_dir], tiny_trained_model.model_dir,
                  tmp_path / "eval")
     assert not (tmp_path / "eval" / "metrics.json").exists()
+
+
+# --------------------------------------------------------------------------- the report as a scientist reads it
+
+def _drawn_texts(fig) -> list:
+    """Every visible, non-empty text of ``fig`` after a draw (tick labels are made at draw time)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    FigureCanvasAgg(fig).draw()
+    return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+
+
+@pytest.fixture(scope="module")
+def panel(evaluated, tiny_trained_model, tiny_data_dir):  # noqa: F811
+    """The per-sample panel figure of the first evaluated sample, from the real sample and the
+    real predictions (`scoring.recompute`, as `evaluate` draws its worst cases)."""
+    import models
+    import stage
+    from evaluation.baselines import mean_training_targets
+    from evaluation.figures import sample_panel_figure
+    from evaluation.scoring import recompute
+
+    _, doc = evaluated
+    cfg = EvaluationConfig.model_validate(doc["config"])
+    record = doc["samples"][0]
+    with stage.open_stores([tiny_data_dir]) as stores:
+        kept = recompute(cfg, stores, [record["index"]], models.load_reconstructor(tiny_trained_model.model_dir),
+                         ["potential"], mean_training_targets(stores, ["potential"]))
+    return sample_panel_figure(kept[record["index"]], "potential", record), kept[record["index"]]
+
+
+def test_sample_panel_is_legible_at_its_shown_size(panel):
+    """Fonts >= 9 pt and no wider than the report's column, so the browser never scales it down."""
+    from evaluation.figures import MAX_WIDTH_IN, MIN_FONT_PT
+
+    fig, _ = panel
+    assert fig.get_figwidth() <= MAX_WIDTH_IN + 1e-9
+    small = [(t.get_text(), t.get_fontsize()) for t in _drawn_texts(fig) if t.get_fontsize() < MIN_FONT_PT]
+    assert not small, small
+
+
+def test_sample_panel_has_units_on_colour_bars_and_scale_bars(panel):
+    from mpl_toolkits.axes_grid1.anchored_artists import AnchoredSizeBar
+
+    fig, kept = panel
+    labels = [ax.get_ylabel() for ax in fig.findobj(lambda a: hasattr(a, "_colorbar"))]
+    assert "projected potential (V·Å)" in labels and "error (V·Å)" in labels, labels
+    assert any("incident probe = 1" in label for label in labels), labels
+    bars = [a for a in fig.findobj(AnchoredSizeBar)]
+    texts = {t.get_text() for bar in bars for t in bar.findobj(lambda o: hasattr(o, "get_text"))}
+    assert any(t.endswith(" Å") for t in texts) and any(t.endswith(" mrad") for t in texts), texts
+    # the maps' extent is the scanned field of view in Angstrom
+    y0, x0, h, w = kept["meta"]["fov_A"]
+    extents = [im.get_extent() for im in fig.findobj(lambda o: hasattr(o, "get_extent") and hasattr(o, "get_array"))]
+    assert pytest.approx([x0, x0 + w, y0 + h, y0]) in [list(e) for e in extents]
+
+
+def test_every_evaluation_figure_is_legible(evaluated, tiny_trained_model):
+    """The other figures: fonts >= 9 pt, width inside the column."""
+    from evaluation import figures as F
+
+    _, doc = evaluated
+    fig = F.learning_curves_figure(tiny_trained_model.metrics_csv)
+    assert fig.get_figwidth() <= F.MAX_WIDTH_IN
+    assert min(t.get_fontsize() for t in _drawn_texts(fig)) >= F.MIN_FONT_PT
+    assert F.bar_length(16.0) == 5 and F.bar_length(30.0) == 10 and F.bar_length(0.0) == 0
+
+
+def test_constant_learning_rate_gets_words_not_a_panel(tiny_trained_model, tmp_path):
+    import csv
+
+    from evaluation.figures import constant_learning_rate, learning_curves_figure, read_metrics_csv
+
+    x_name, cols = read_metrics_csv(tiny_trained_model.metrics_csv)
+    lr = next(c for c in cols if c.lower() in ("lr", "learning_rate") or c.lower().startswith("lr"))
+    rows = list(csv.DictReader(open(tiny_trained_model.metrics_csv, newline="")))
+    for flat, values in ((True, ["0.002"] * len(rows)), (False, [str(0.001 * (i + 1)) for i in range(len(rows))])):
+        path = tmp_path / f"metrics-{flat}.csv"
+        with open(path, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows([{**r, lr: v} for r, v in zip(rows, values)])
+        fig = learning_curves_figure(path)
+        assert len(fig.axes) == (1 if flat else 2)
+        assert ("constant learning rate 0.002" in fig.axes[0].get_title()) == flat
+        assert constant_learning_rate(path) == (0.002 if flat else None)
+
+
+def test_report_has_no_raw_json_and_a_readable_model_card(evaluated):
+    import re
+
+    from evaluation.card_view import card_rows
+
+    result, doc = evaluated
+    html = result.report_html.read_text()
+    assert not re.search(r"\{\s*(&quot;|\"|')", html), "a JSON object is dumped into the report"
+    assert not re.search(r"\[\s*(&quot;|\"|')", html), "a JSON list is dumped into the report"
+    assert not re.search(r"&lt;[fiu]\d\b", html), "a numpy dtype code (<f4) where its name (float32) belongs"
+    sections = {section for section, _, _ in card_rows(doc["model_card"])}
+    assert {"architecture", "training data", "optimiser", "training result"} <= sections
+    for _, label, value in card_rows(doc["model_card"]):
+        assert not value.startswith(("{", "[")), (label, value)
+        assert f"<td class='l'>{html_escape(label)}</td>" in html
+    assert f"{doc['model_card']['parameters']:,}" in html
+
+
+def test_report_explains_every_material_and_sample_id(evaluated):
+    from evaluation.material_ids import ID_FORMS, describe_material
+
+    result, doc = evaluated
+    html = result.report_html.read_text()
+    for _, form, _ in ID_FORMS:
+        assert html_escape(form) in html
+    for r in doc["samples"]:
+        d = describe_material(r["material_id"], r["formula"])
+        assert d["prototype"] != "–", r["material_id"]
+        row = (f"<td class='l'><code>{html_escape(r['sample_id'])}</code></td><td class='l'>{html_escape(d['formula'])}"
+               f"</td><td class='l'>{html_escape(d['prototype'])}</td>")
+        assert row in html, row
+
+
+def test_generated_material_ids_are_explained_from_their_recipe():
+    from namsa import library
+    from namsa.generator import GeneratorConfig, build, generated_ids
+
+    from evaluation.material_ids import describe_material, describe_sample
+
+    for material in generated_ids(GeneratorConfig(count=4, seed=3)):
+        template, new, scale = material.split(":")
+        structure = build(material)
+        d = describe_material(material, structure.composition.reduced_formula)
+        assert d["prototype"] == library.info(template)["prototype"]
+        assert d["made"].startswith(f"library {template} with ") and d["made"].endswith(f"lattice × {scale}")
+        assert [swap.split("→")[1] for swap in d["made"].split(" with ")[1].split(", lattice")[0].split(", ")] \
+            == new.split(",")
+        assert set(new.split(",")) == {e.symbol for e in structure.composition.elements}
+    assert describe_sample("NaCl-rocksalt:K,Br:1.0731__1_-1_0__v2__0123456789ab") == {
+        "material": "NaCl-rocksalt:K,Br:1.0731", "zone_axis": "[1 -1 0]", "variant": "2", "hash": "0123456789ab"}
+
+
+def test_every_figure_the_report_shows_exists(evaluated):
+    import re
+
+    result, doc = evaluated
+    html = result.report_html.read_text()
+    shown = re.findall(r"<img srcset='([^' ]+) 2x'", html)
+    assert shown and " src=" not in html   # a src beside srcset would be shown at twice the size
+    for rel in shown:
+        assert (result.out_dir / rel).is_file(), rel
+
+
+def test_normalised_table_never_contradicts_the_verdict(evaluated):
+    """The verdict is decided on physical units; where the normalised table ranks a metric
+    differently (as iCoM winning normalised SSIM while the network wins physical SSIM), it says so."""
+    import copy
+
+    from evaluation.report import render
+
+    _, doc = evaluated
+    doc = copy.deepcopy(doc)
+    agg = doc["aggregates"]["potential"]
+    best_physical = max(agg, key=lambda m: agg[m]["physical"]["ssim"]["value"])
+    other = next(m for m in agg if m != best_physical)
+    agg[other]["normalized"]["ssim"].update(value=2.0, low=2.0, high=2.0)   # a ranking that differs
+    html = render(doc)
+    normalised = html.split("after the training normalisation (not used by the verdict)")[1].split("<h2>")[0]
+    assert "SSIM ↑ <span class='flag'>†</span>" in normalised
+    assert "The verdict is not decided on this table" in normalised and "(SSIM ↑)" in normalised
+    for metric in ("relative L2 ↓", "Pearson r ↑"):
+        flagged = f"{metric} <span class='flag'>†</span>" in normalised
+        key = {"relative L2 ↓": "rel_l2", "Pearson r ↑": "pearson_r"}[metric]
+        pick = (min if key == "rel_l2" else max)
+        differs = pick(agg, key=lambda m: agg[m]["physical"][key]["value"]) != \
+            pick(agg, key=lambda m: agg[m]["normalized"][key]["value"])
+        assert flagged == differs, metric
+    assert "The verdicts below are decided on this table" in html.split("<h3>")[0]
+
+
+def test_one_value_panels_and_breakdowns_become_words(evaluated, tmp_path):
+    import copy
+
+    from evaluation.figures import error_histograms, error_vs_thickness
+    from evaluation.report import BREAKDOWN_KEYS, render
+
+    _, doc = evaluated
+    doc = copy.deepcopy(doc)
+    for r in doc["samples"]:
+        r["thickness_A"] = 40.0
+        for m in r["metrics"]["potential"].values():
+            m["physical"]["ssim"] = 0.5
+    assert error_histograms(tmp_path / "h.png", doc["samples"], "potential", "ssim") is None
+    assert error_vs_thickness(tmp_path / "t.png", doc["samples"], "potential") is None
+    assert not list(tmp_path.iterdir())
+    doc["figures"] = {k: v for k, v in doc["figures"].items() if not k.startswith(("hist_ssim", "thickness"))}
+    html = render(doc)
+    assert "No ssim histogram: one value per method" in html and "every sample has thickness 40 Å" in html
+    versus = html.split("<h2>Where the network beats iCoM")[1].split("<h2>")[0]
+    for key, title in (("z_class", "element content"), ("thickness_class", "thickness")):
+        one = len(doc["network_vs_icom"]["potential"][key]) == 1
+        assert (f"<h3>By {title}</h3>" in versus) != one and (f"<b>By {title}</b>: all" in versus) == one, key
+    html = html.split("<h2>Breakdowns")[1].split("<h2>")[0]
+    for key, title in BREAKDOWN_KEYS.items():
+        groups = doc["breakdowns"]["potential"][key]
+        assert (f"<h3>By {title}</h3>" in html) == (len(groups) > 1), key
+        if len(groups) == 1:
+            assert f"<b>By {html_escape(title)}</b>: all" in html

@@ -126,6 +126,14 @@ def _probe_blur(img: np.ndarray, fov_A, semiangle_mrad: float, energy_kv: float)
     return np.fft.ifft2(np.fft.fft2(img) * mtf).real
 
 
+def _target_blur(img: np.ndarray, fov_A, fwhm_A: float) -> np.ndarray:
+    """``img`` convolved with the targets' Gaussian of FWHM ``fwhm_A`` (periodic, as the targets)."""
+    sigma = fwhm_A / (2 * np.sqrt(2 * np.log(2)))
+    qy = np.fft.fftfreq(img.shape[0], d=fov_A[2] / img.shape[0])[:, None]
+    qx = np.fft.fftfreq(img.shape[1], d=fov_A[3] / img.shape[1])[None, :]
+    return np.fft.ifft2(np.fft.fft2(img) * np.exp(-2 * np.pi ** 2 * sigma ** 2 * (qy ** 2 + qx ** 2))).real
+
+
 def _namsa_icom(material: str, thickness_A: float):
     from namsa.config import SimulationConfig
     from namsa.simulate import simulate_sample
@@ -133,7 +141,8 @@ def _namsa_icom(material: str, thickness_A: float):
     cfg = SimulationConfig(cell_lateral_A=5.0, thickness_A=thickness_A, scan_shape=(24, 24), pattern_px=32,
                            target_px=32, sampling_A=0.1, semiangle_mrad=25.0, energy_kv=200.0, workers=2)
     sample = simulate_sample(material, (0, 0, 1), cfg)
-    out = icom.icom_from_sample(sample)
+    # at the targets' resolution: the targets are Gaussian-smoothed (namsa.targets), so is iCoM here
+    out = _target_blur(icom.icom_from_sample(sample), sample.meta["fov_A"], sample.meta["target_fwhm_A"])
     blurred = _probe_blur(sample.potential.astype(np.float64), sample.meta["fov_A"], 25.0, 200.0)
     return sample, out, blurred
 

@@ -3,10 +3,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import nbformat
 import pytest
 import yaml
-from nbclient import NotebookClient
+
+# importorskip, not import: the GPU image runs `pytest -m gpu` without the notebook packages, and a
+# module-level ImportError there interrupts the collection of every test (scripts/gpu_checks.sh).
+nbformat = pytest.importorskip("nbformat", reason="the notebook test needs nbformat (pip install -e '.[dev]')",
+                               exc_type=ImportError)
+NotebookClient = pytest.importorskip("nbclient", reason="the notebook test needs nbclient (pip install -e '.[dev]')",
+                                     exc_type=ImportError).NotebookClient
 
 from _models_fixture import tiny_trained_model  # noqa: F401  (session fixture)
 

@@ -14,7 +14,7 @@ from namsa.library import get
 from namsa.potential import (assign_slices, build_potential, make_grid, slice_edges_A,
                              transmission_functions)
 from namsa.supercell import orient_supercell
-from namsa.targets import density_coefficients, evaluate_fourier_series, projected_density_map
+from namsa.targets import density_coefficients, evaluate_fourier_series, projected_density_map, target_fwhm_A
 
 
 def _single_atom(z: int, box: float = 12.0, sampling: float = 0.04, xy=(6.0, 6.0)):
@@ -99,9 +99,9 @@ def test_density_integrates_to_the_electron_count():
     electrons = cell.numbers.sum()
     assert density_coefficients(pot)[0, 0].real * grid.area == pytest.approx(electrons, rel=1e-9)
     fov = (0.0, 0.0, grid.extent[0], grid.extent[1])
-    dens = projected_density_map(pot, fov, 24, 2 / 3)
+    dens = projected_density_map(pot, fov, 24, target_fwhm_A(grid, fov, 24, 200.0, 20.0))   # 2 pixels, 0.98 A
     assert dens.mean() * grid.area == pytest.approx(electrons, rel=1e-5)
-    assert dens.max() > 5 * dens.mean()   # peaked on the atom columns
+    assert dens.max() > 4 * dens.mean()   # peaked on the atom columns, at 0.98 A resolution
 
 
 def test_fourier_series_evaluation_is_exact_at_grid_points():
@@ -109,7 +109,7 @@ def test_fourier_series_evaluation_is_exact_at_grid_points():
     grid = make_grid(cell.cell_A, gpts=48)
     pot = build_potential(cell.positions_A, cell.numbers, cell.cell_A, grid, 2.0)
     fov = (0.0, 0.0, grid.extent[0], grid.extent[1])
-    on_grid = evaluate_fourier_series(pot.projected_k(), grid, fov, 48, cutoff=np.inf)
+    on_grid = evaluate_fourier_series(pot.projected_k(), grid, fov, 48)
     np.testing.assert_allclose(on_grid, pot.projected_real(), rtol=1e-4, atol=1e-3)
 
 

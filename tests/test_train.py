@@ -218,6 +218,16 @@ def test_fp16_forced_overflow_skips_the_step_and_halves_the_scale(tiny_data_dir,
     assert all(torch.equal(p.detach(), trained[k]) for k, p in initial.items())
 
 
+def test_fp16_with_gradient_lag_is_refused_before_anything_is_written(tiny_data_dir, tmp_path):
+    from models.distributed import DistributedConfig
+    from models.training.errors import TrainingError
+
+    with pytest.raises(TrainingError, match="fp16 cannot be combined with distributed.gradient_lag"):
+        models.train(ModelConfig(preset="tiny"), tiny_train_cfg(precision="fp16"), DistributedConfig(gradient_lag=True),
+                     DATA_CFG, [tiny_data_dir], tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
 def test_fp16_overflow_at_the_scale_floor_counts_as_divergence(tiny_data_dir, tmp_path):
     with pytest.raises(NonFiniteLossError, match="precision fp16"):
         _train(tmp_path / "run", tiny_data_dir, precision="fp16", loss_scale_init=2.0 ** 60,

@@ -190,6 +190,8 @@ def cmd_reconstruct(args: argparse.Namespace) -> int:
           f"(reconstruction.json lists the calibrations used and where each came from)")
     for note in summary["notes"]:
         print(f"  resampled: {note}")
+    for warning in summary.get("warnings", []):  # checks of the data and the maps (reconstruction.json)
+        print(f"namsa: warning: {warning}", file=sys.stderr)
     return 0
 
 

@@ -62,12 +62,24 @@ def _provenance(config: dict[str, Any], metrics: dict[str, Any]) -> dict[str, An
 
 
 def _portable(card: dict[str, Any]) -> dict[str, Any]:
-    """The card without this machine's paths (where the run lived means nothing to a user)."""
+    """The card without this machine's paths (where the run lived means nothing to a user): the run's
+    own path entries are dropped, and any other absolute path (e.g. the stores it was scored on) is
+    cut to its last component (``store-000``), which still names the part of the data it was."""
     card = dict(card)
     card.pop("metrics_csv", None)
     if isinstance(card.get("data"), dict):
         card["data"] = {k: v for k, v in card["data"].items() if k not in ("dirs", "node_local_dir")}
-    return card
+    return _without_absolute_paths(card)
+
+
+def _without_absolute_paths(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_absolute_paths(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_absolute_paths(v) for v in value]
+    if isinstance(value, str) and Path(value).is_absolute():
+        return Path(value).name
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,6 +2,7 @@
 written into a sibling of --out that replaces it as a whole."""
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -44,12 +45,14 @@ def _reconstruct_into(tmp: Path, out: Path, path: str | Path, model: str | Path,
     from . import reconstruct_maps
 
     scan = ex.read_scan(path)
-    cal = ex.resolve_calibrations(scan.found, calibrations)
+    cal, checks, from_data = ex.check_before_inference(scan, calibrations)  # refuses non-CBED, a wrong disc
     rec = load_reconstructor(model)
     reconstruct_maps.check_map_names(rec.targets)  # the card's targets become file names
     expect = ex.model_expectation(rec.card)
     prepared = ex.fit_to_model(scan, cal, expect)
-    stitched = ex.stitch(rec.predict(prepared.cbed), prepared.tiles)
+    with warnings.catch_warnings():  # predict's OutsideTrainingWarning: recorded in the JSON (checks.predict)
+        warnings.simplefilter("ignore", ex.OutsideTrainingWarning)
+        stitched = ex.stitch(rec.predict(prepared.cbed), prepared.tiles)
     (ty, tx), (sy, sx) = prepared.tiles, prepared.scan_shape
     t_y, t_x = stitched.shape[1] // ty, stitched.shape[2] // tx
     pixel = (sy * prepared.step_A[0] / t_y, sx * prepared.step_A[1] / t_x)
@@ -58,9 +61,12 @@ def _reconstruct_into(tmp: Path, out: Path, path: str | Path, model: str | Path,
         ex.scan_block(prepared), (ty * sy, tx * sx), k_sampling_invA=prepared.dk_inv_A, energy_kv=cal.energy_kv,
         scan_step_A=prepared.step_A, output_shape=stitched.shape[1:], periodic=False).astype("float32")
     info = _reconstruct_info(path, model, cal, expect, prepared)
+    after = ex.check_after_inference(maps, rec.card, checks)
+    info.update(checks={"before": checks, "predict": rec.last_report, "after": after},
+                calibration_from_data=from_data.report())
     written = _write_and_swap(tmp, out, maps, pixel, info)
     return {"out": str(out), "files": written, "pixel_size_A": pixel, "shape": list(stitched.shape[1:]),
-            "notes": prepared.notes}
+            "notes": prepared.notes, "warnings": [w["message"] for w in checks["warnings"] + after["warnings"]]}
 
 
 def _write_and_swap(tmp: Path, out: Path, maps: Mapping[str, Any], pixel: tuple[float, float],

@@ -15,13 +15,18 @@
   the interaction constant is a projected potential; it is put into the truth's units by the same
   per-sample least-squares fit as iCoM (**uses the truth for two scalars**), for the same reason:
   the reconstruction's scale drifts with the iteration count and its mean is undetermined.
-  Potential only; optional (``evaluation.ptycho``).
+  It iterates until py4DSTEM's own data error stops falling (`evaluation.baselines.convergence`),
+  never judged on the truth. Potential only; optional (``evaluation.ptycho``).
+* **multislice_ptycho**: multislice ptychography through py4DSTEM
+  (`evaluation.baselines.multislice_ptycho`), slices from the sample's thickness, the slices' phases
+  summed and over sigma; fitted the same way. Expensive, so run on a subset of thick samples
+  (``evaluation.multislice_ptycho``) and scored only on those.
 """
 from __future__ import annotations
 
-from .fitted import fit_to_truth, icom_baseline, ptycho_baseline
+from .fitted import fit_to_truth, icom_baseline, multislice_baseline, ptycho_baseline
 from .icom import ICoMInputError, icom_from_sample, icom_reconstruct
 from .mean import mean_training_targets
 
-__all__ = ["mean_training_targets", "fit_to_truth", "icom_baseline", "ptycho_baseline", "icom_reconstruct",
-           "icom_from_sample", "ICoMInputError"]
+__all__ = ["mean_training_targets", "fit_to_truth", "icom_baseline", "ptycho_baseline", "multislice_baseline",
+           "icom_reconstruct", "icom_from_sample", "ICoMInputError"]

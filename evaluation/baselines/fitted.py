@@ -1,4 +1,4 @@
-"""The iCoM and ptychography baselines put into the truth's units: a per-sample least-squares
+"""The iCoM, single-slice and multislice ptychography baselines put into the truth's units: a per-sample least-squares
 fit of ``scale * map + offset`` to the truth with ``scale >= 0`` (uses the truth for these two
 scalars only; a sign flip is not allowed, and the unconstrained, signed scale is recorded beside
 the fit so that a reader sees where the baseline's map was anti-correlated with the truth)."""
@@ -9,7 +9,9 @@ from typing import Any
 import numpy as np
 
 from ..metrics import fit_affine_nonnegative
+from .convergence import ConvergenceRule
 from .icom import icom_from_sample
+from .multislice_ptycho import MultisliceSettings
 
 
 def fit_to_truth(raw: np.ndarray, truth: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:
@@ -29,15 +31,38 @@ def icom_baseline(sample: Any, truth: np.ndarray) -> tuple[np.ndarray, dict[str,
     return fit_to_truth(icom_from_sample(sample, output_shape=truth.shape), truth)
 
 
-def ptycho_baseline(sample: Any, truth: np.ndarray, iterations: int,
-                    batch_size: int) -> tuple[np.ndarray, dict[str, float]]:
-    """Ptychography of ``sample`` on the truth's grid, fitted to ``truth`` (`fit_to_truth`).
+def ptycho_baseline(sample: Any, truth: np.ndarray, iterations: int | None, batch_size: int,
+                    convergence: ConvergenceRule | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+    """Single-slice ptychography of ``sample`` on the truth's grid, fitted to ``truth`` (`fit_to_truth`).
 
-    Returns the fitted map (units of the truth) and ``{"scale", "offset", "signed_scale",
-    "seconds", "error"}``: the fit, py4DSTEM's compute time for this sample (s) and its final data error.
+    iterations: a fixed count, or None to iterate until ``convergence`` (on the data error only).
+    Returns the fitted map (units of the truth) and ``{"scale", "offset", "signed_scale", "seconds",
+    "error", "iterations", "converged"}``: the fit, py4DSTEM's compute time for this sample (s), its
+    final data error, the iterations run and whether the stop rule (not the cap) ended them.
     """
     from .ptycho import ptycho_from_sample
 
-    result = ptycho_from_sample(sample, output_shape=truth.shape, iterations=iterations, batch_size=batch_size)
+    result = ptycho_from_sample(sample, output_shape=truth.shape, iterations=iterations, batch_size=batch_size,
+                                convergence=convergence)
     fitted, fit = fit_to_truth(result.potential, truth)
-    return fitted, {**fit, "seconds": result.seconds, "error": result.error}
+    return fitted, {**fit, **_solver_facts(result)}
+
+
+def multislice_baseline(sample: Any, truth: np.ndarray,
+                        settings: MultisliceSettings) -> tuple[np.ndarray, dict[str, Any]]:
+    """Multislice ptychography of ``sample`` on the truth's grid, fitted to ``truth`` (`fit_to_truth`).
+
+    Returns the fitted map and the `ptycho_baseline` facts plus ``n_slices`` and ``slice_thickness_A``.
+    """
+    from .multislice_ptycho import multislice_from_sample
+
+    result = multislice_from_sample(sample, settings, output_shape=truth.shape)
+    fitted, fit = fit_to_truth(result.potential, truth)
+    return fitted, {**fit, **_solver_facts(result), "n_slices": result.n_slices,
+                    "slice_thickness_A": result.slice_thickness_A}
+
+
+def _solver_facts(result: Any) -> dict[str, Any]:
+    """What the evaluation records of an iterative reconstruction besides the fit."""
+    return {"seconds": result.seconds, "error": result.error, "iterations": result.iterations,
+            "converged": result.converged}

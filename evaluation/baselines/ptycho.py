@@ -5,7 +5,11 @@ py4DSTEM's ``SingleslicePtychography`` (gradient-descent ePIE-family solver, CPU
 the specimen's phase and the probe from the same CBED stack the network sees; we hand it the
 sample's calibrations and read back the phase. For a thin specimen with transmission
 ``exp(i sigma V_p)`` the phase is ``sigma * V_p`` (sigma: `namsa.constants.interaction_constant`),
-so dividing by sigma gives the projected potential in V * Angstrom.
+so dividing by sigma gives the projected potential in V * Angstrom. By default the solver iterates
+until its own data error stops falling (`evaluation.baselines.convergence`); a fixed iteration
+count (the old 4-iteration baseline) is still available for comparison. The helpers below
+(stack check, calibrations, phase -> potential on the target grid) are shared with
+`evaluation.baselines.multislice_ptycho`.
 
 py4DSTEM is an optional dependency (``pip install 'namsa[baselines]'``, included in ``[dev]``)
 imported only when a reconstruction is asked for. We install the ``py4dstem-lite`` distribution
@@ -20,13 +24,15 @@ it search for a rotation.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
 
 from namsa.constants import interaction_constant, wavelength_A
 from namsa.errors import UserError
+
+from .convergence import ConvergenceLog, ConvergenceRule, iterate
 
 #: what to install when py4DSTEM is missing (the one-line error names it).
 INSTALL_HINT = "pip install 'namsa[baselines]' (py4dstem-lite)"
@@ -44,11 +50,17 @@ class PtychoResult:
                undetermined (ptychography fixes the phase only up to a constant).
     seconds:   wall time of py4DSTEM's preprocess + reconstruct (s), without the one-off import.
     error:     py4DSTEM's final normalised data error (dimensionless; lower = data better explained).
+    iterations: passes over every probe position actually run.
+    errors:    the data error after each iteration.
+    converged: True when the run stopped on the convergence rule, False on a fixed count or the cap.
     """
 
     potential: np.ndarray
     seconds: float
     error: float
+    iterations: int = 0
+    errors: list[float] = field(default_factory=list)
+    converged: bool = False
 
 
 def require_py4dstem() -> None:
@@ -60,49 +72,86 @@ def require_py4dstem() -> None:
                           "evaluation.ptycho: false") from None
 
 
-def ptycho_from_sample(sample: Any, output_shape: Sequence[int] | None = None, iterations: int = 4,
-                       batch_size: int = 64, seed: int = 0) -> PtychoResult:
+def ptycho_from_sample(sample: Any, output_shape: Sequence[int] | None = None, iterations: int | None = None,
+                       batch_size: int = 64, seed: int = 0,
+                       convergence: ConvergenceRule | None = None) -> PtychoResult:
     """Single-slice ptychography of ``sample.cbed`` on the grid of its targets (V * Angstrom).
 
     Reads ``scan_shape``, ``scan_positions_A``, ``fov_A``, ``energy_kv``, ``semiangle_mrad``,
     ``aberrations`` (C1_A, C3_mm) and the detector sampling (``pattern_dk_inv_A`` or
     ``pattern_mrad_per_px``) from ``sample.meta``. The probe starts as the aperture with the
     sample's aberrations and is refined with the object (probe retrieval, as in practice).
-    iterations: passes over all probe positions; batch_size: positions per gradient update.
+    iterations: a fixed number of passes over all probe positions (py4DSTEM's step size 0.5), or
+    None to iterate until ``convergence`` (default `ConvergenceRule()`) says the data error has
+    stopped falling; batch_size: positions per gradient update. The truth is never read.
     The target grid's pixel (0, 0) sits at the field-of-view origin ``fov_A[:2]`` (namsa.targets).
     """
     require_py4dstem()
-    from py4DSTEM import DataCube
     from py4DSTEM.process.phase import SingleslicePtychography
 
+    cbed4d, positions = checked_stack(sample)
+    started = time.perf_counter()
+    solver = SingleslicePtychography(**solver_arguments(sample.meta, cbed4d, positions))
+    solver.preprocess(**preprocess_arguments(sample.meta, cbed4d.shape))
+    log = run_solver(solver, iterations, convergence, max_batch_size=int(batch_size), seed_random=int(seed),
+                     object_positivity=False)
+    seconds = time.perf_counter() - started
+    potential = phase_to_potential(np.asarray(solver.object, dtype=np.float64), solver, sample, positions,
+                                   output_shape)
+    return PtychoResult(potential, seconds, log.errors[-1], log.iterations, log.errors, log.converged)
+
+
+def run_solver(solver: Any, iterations: int | None, convergence: ConvergenceRule | None,
+               **kwargs: Any) -> ConvergenceLog:
+    """A fixed number of iterations (the old baseline) or `convergence.iterate` under ``convergence``."""
+    if iterations is not None:
+        solver.reconstruct(num_iter=int(iterations), progress_bar=False, reset=True, **kwargs)
+        return ConvergenceLog(errors=[float(e) for e in solver.error_iterations])
+    return iterate(solver, convergence or ConvergenceRule(), **kwargs)
+
+
+def checked_stack(sample: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(cbed as (scan_y, scan_x, P, P) float32, scan positions (S, 2) in Angstrom), or a `PtychoError`."""
     meta = sample.meta
     scan_y, scan_x = (int(v) for v in meta["scan_shape"])
     cbed = np.asarray(sample.cbed, dtype=np.float32)
     if cbed.ndim != 3 or cbed.shape[0] != scan_y * scan_x or cbed.shape[1] != cbed.shape[2]:
         raise PtychoError(f"cbed shape {cbed.shape} does not hold a {scan_y}x{scan_x} scan of square patterns; "
                           "pass the sample as namsa.simulate_sample wrote it")
-    p = cbed.shape[1]
     positions = np.asarray(meta["scan_positions_A"], dtype=np.float64).reshape(-1, 2)
+    return cbed.reshape(scan_y, scan_x, cbed.shape[1], cbed.shape[2]), positions
+
+
+def solver_arguments(meta: dict, cbed4d: np.ndarray, positions: np.ndarray) -> dict[str, Any]:
+    """The constructor arguments every py4DSTEM ptychography class shares, from the sample's meta."""
+    from py4DSTEM import DataCube
+
     ab = meta.get("aberrations") or {}
-    started = time.perf_counter()
-    solver = SingleslicePtychography(
-        energy=float(meta["energy_kv"]) * 1e3, datacube=DataCube(data=cbed.reshape(scan_y, scan_x, p, p)),
+    return dict(
+        energy=float(meta["energy_kv"]) * 1e3, datacube=DataCube(data=cbed4d),
         semiangle_cutoff=float(meta["semiangle_mrad"]), rolloff=0.0,   # namsa's aperture has a hard edge
         # Same convention as namsa.optics (psi(k) ~ exp(-i chi), chi = 2 pi / lambda (C1 a^2/2 + C3 a^4/4)).
         polar_parameters={"C10": float(ab.get("C1_A", 0.0)), "C30": float(ab.get("C3_mm", 0.0)) * 1e7},
         initial_scan_positions=positions.copy(), object_type="potential", verbose=False, device="cpu")
-    solver.preprocess(plot_center_of_mass=False, plot_rotation=False, plot_probe_overlaps=False,
-                      force_com_rotation=0.0, force_com_transpose=False, force_com_shifts=(p // 2, p // 2),
-                      force_reciprocal_sampling=_k_sampling_inv_A(meta),
-                      force_scan_sampling=float(meta["fov_A"][2]) / scan_y, object_fov_mask=True)
-    solver.reconstruct(num_iter=int(iterations), max_batch_size=int(batch_size), seed_random=int(seed),
-                       object_positivity=False, progress_bar=False, reset=True)
-    seconds = time.perf_counter() - started
-    phase = np.asarray(solver.object, dtype=np.float64)
+
+
+def preprocess_arguments(meta: dict, shape: Sequence[int]) -> dict[str, Any]:
+    """``preprocess`` arguments: the known calibrations instead of py4DSTEM's searches, no plots."""
+    p = int(shape[-1])
+    return dict(plot_center_of_mass=False, plot_rotation=False, plot_probe_overlaps=False,
+                force_com_rotation=0.0, force_com_transpose=False, force_com_shifts=(p // 2, p // 2),
+                force_reciprocal_sampling=_k_sampling_inv_A(meta),
+                force_scan_sampling=float(meta["fov_A"][2]) / int(shape[0]), object_fov_mask=True)
+
+
+def phase_to_potential(phase: np.ndarray, solver: Any, sample: Any, positions: np.ndarray,
+                       output_shape: Sequence[int] | None) -> np.ndarray:
+    """The object phase (rad) resampled onto the target grid, over sigma: V * Angstrom, float32."""
+    meta = sample.meta
     shape = tuple(output_shape) if output_shape is not None else np.asarray(sample.potential).shape
     grid = _object_coordinates(meta, shape, positions, np.asarray(solver.positions), solver.sampling)
     potential = _resample(phase, grid, solver.sampling, meta, shape) / interaction_constant(float(meta["energy_kv"]))
-    return PtychoResult(potential.astype(np.float32), seconds, float(solver.error))
+    return potential.astype(np.float32)
 
 
 def _k_sampling_inv_A(meta: dict) -> float:
@@ -142,9 +191,10 @@ def _resample(phase: np.ndarray, coords: np.ndarray, sampling: Sequence[float], 
     smooth = gaussian_filter(phase, sigma) if any(s > 0 for s in sigma) else phase
     out = map_coordinates(smooth, coords, order=3, mode="nearest")
     if not np.all(np.isfinite(out)):
-        raise PtychoError("ptychography diverged (non-finite phase); lower evaluation.ptycho_iterations or "
+        raise PtychoError("ptychography diverged (non-finite phase); lower evaluation.ptycho_convergence.step_size or "
                           "raise evaluation.ptycho_batch_size")
     return out
 
 
-__all__ = ["PtychoError", "PtychoResult", "ptycho_from_sample", "require_py4dstem", "INSTALL_HINT"]
+__all__ = ["PtychoError", "PtychoResult", "ptycho_from_sample", "require_py4dstem", "INSTALL_HINT", "checked_stack",
+           "solver_arguments", "preprocess_arguments", "phase_to_potential", "run_solver"]

@@ -166,6 +166,27 @@ def _device_for(backend: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
+def first_device_guess(launch: LaunchEnv, device_count: int) -> int:
+    """The GPU index a rank takes before the ranks have exchanged hostnames: the launcher's local
+    rank, else the global rank modulo the node's GPU count. The fallback is exact on one node and for
+    the usual blocks of consecutive ranks per node; it never puts every rank on cuda:0 (which NCCL
+    refuses as duplicate GPUs). `init_distributed` corrects it once the node layout is known."""
+    if launch.local_rank is not None:
+        return launch.local_rank
+    return launch.rank % max(1, device_count)
+
+
+def _settle_device(ctx: DistContext) -> None:
+    """Move a CUDA rank to the GPU of its node-local rank when the first guess was another one."""
+    if ctx.device.type != "cuda" or ctx.backend == "horovod":
+        return
+    wanted = ctx.local_rank % max(1, torch.cuda.device_count())
+    if wanted != ctx.device.index:
+        ctx.notice(f"ranks moved to the GPU of their node-local rank (rank {ctx.rank}: cuda:{ctx.device.index} -> "
+                   f"cuda:{wanted}); set LOCAL_RANK in the launcher to place them directly")
+        ctx.device = _device_for(ctx.backend, ctx.local_rank)
+
+
 def _node_layout(ctx: DistContext, launch: LaunchEnv, cfg: DistributedConfig, hosts: list[str]) -> None:
     """Fill node_rank/local_rank/local_size: config override > launcher > hostnames."""
     if cfg.node_size is not None:
@@ -216,8 +237,7 @@ def _init_torch(ctx: DistContext, cfg: DistributedConfig, launch: LaunchEnv) -> 
     ctx.backend = _pick_backend(cfg)
     if ctx.backend == "nccl" and not torch.cuda.is_available():
         raise DistributedConfigError("distributed.backend=nccl but no CUDA GPU is visible; use backend: gloo")
-    local_guess = launch.local_rank if launch.local_rank is not None else 0
-    ctx.device = _device_for(ctx.backend, local_guess)
+    ctx.device = _device_for(ctx.backend, first_device_guess(launch, torch.cuda.device_count()))
     if not dist.is_initialized():
         dist.init_process_group(ctx.backend, rank=ctx.rank, world_size=ctx.world_size,
                                 init_method="env://", timeout=datetime.timedelta(seconds=cfg.timeout_s))
@@ -270,4 +290,5 @@ def init_from_env(cfg: DistributedConfig | None = None) -> DistContext:
     gathered = all_gather_objects(ctx, (socket.gethostname(), cfg.digest()))
     _check_same_config(ctx, [d for _, d in gathered], "the distributed config (hash)")
     _node_layout(ctx, launch, cfg, [h for h, _ in gathered])
+    _settle_device(ctx)
     return ctx

@@ -92,10 +92,12 @@ class TrainingData:
         if cap is not None and self.local_data:
             cap = max(1, cap // self.ctx.world_size)  # the cap is global: each rank holds 1/P of the data
         try:
-            # Shot noise at a random dose (data.dose_augmentation); SampleDataset applies it to "train" only.
+            # Shot noise at a random dose (data.dose_augmentation) and the square group's rotations/mirrors
+            # (data.symmetry_augmentation); SampleDataset applies them to "train" only.
             dose = getattr(self.data_cfg, "dose_augmentation", None)
+            symmetry = getattr(self.data_cfg, "symmetry_augmentation", None)
             return _dataset_class(self.arch)(paths, split, self.normalizer, targets, raw_cbed=raw, max_samples=cap,
-                                             dose_augmentation=dose)
+                                             dose_augmentation=dose, symmetry_augmentation=symmetry)
         except EmptyStoreError:
             if allow_empty:
                 return None

@@ -69,6 +69,16 @@ def _seed_everything(seed: int) -> None:
     random.seed(seed)
 
 
+def _check_precision_with_lag(cfg: TrainConfig, dist_cfg: Any) -> None:
+    """fp16 and gradient lag are refused together: the lagged gradient was scaled by the previous
+    step's loss scale, so after every scale change (an overflow halves it, growth doubles it) the
+    step would unscale it with the wrong factor and apply a gradient 2x too large or too small."""
+    if cfg.precision == "fp16" and getattr(dist_cfg, "gradient_lag", False):
+        raise TrainingError("training.precision=fp16 cannot be combined with distributed.gradient_lag (the lagged "
+                            "gradient would be unscaled with a later loss scale); use precision bf16 or fp32, or "
+                            "set distributed.gradient_lag: false")
+
+
 class Trainer:
     """One training run; see the module docstring. Built by `train`. Its data, logs, run
     directory and export live in the sibling modules (`TrainingData`, `MetricsLog`, `rundir`, `export`)."""
@@ -82,6 +92,7 @@ class Trainer:
         self.arch: Architecture = model_cfg.architecture()
         self.data_cfg = data_cfg if data_cfg is not None else stage.DataConfig()
         self.dist_cfg = dist_cfg if dist_cfg is not None else DistributedConfig()
+        _check_precision_with_lag(train_cfg, self.dist_cfg)
         self.out = out.resolve()
         self.ckpt_dir = self.out / "checkpoints"
         self.engine = None

@@ -19,7 +19,9 @@ centre its patterns first).
 """
 from __future__ import annotations
 
+from .autocal import DataCalibration
 from .calibration import FLAGS, Calibrations, resolve_calibrations
+from .checks import OutsideTrainingWarning, check_after_inference, check_before_inference
 from .errors import ExperimentalInputError, MicroscopeFileError
 from .expectation import ModelExpectation, model_expectation
 from .files import READERS, RawScan, read_scan
@@ -29,4 +31,5 @@ from .safety import check_file, check_values
 __all__ = ["read_scan", "RawScan", "READERS", "resolve_calibrations", "Calibrations", "FLAGS",
            "model_expectation", "ModelExpectation", "fit_to_model", "PreparedScan", "PHYSICS_RTOL",
            "stitch", "scan_block", "check_file", "check_values", "ExperimentalInputError",
-           "MicroscopeFileError"]
+           "MicroscopeFileError", "check_before_inference", "check_after_inference", "OutsideTrainingWarning",
+           "DataCalibration"]

@@ -75,8 +75,10 @@ def _positive(value: Any) -> bool:
         return False
 
 
-def resolve_calibrations(found: Mapping[str, Any], given: Mapping[str, Any]) -> Calibrations:
-    """The calibrations to use: ``given`` (command line; None = not given) wins over ``found`` (file).
+def resolve_calibrations(found: Mapping[str, Any], given: Mapping[str, Any],
+                         fitted: Mapping[str, Any] | None = None) -> Calibrations:
+    """The calibrations to use: ``given`` (command line; None = not given) wins over ``found`` (file),
+    which wins over ``fitted`` (measured from the patterns, stage.microscope.autocal).
 
     given keys: energy_kv, semiangle_mrad, dk_inv_A, dk_mrad, step_A (scalars or (y, x) pairs).
     A detector pixel in mrad is converted to 1/Angstrom with the beam energy (k = theta / lambda).
@@ -88,6 +90,8 @@ def resolve_calibrations(found: Mapping[str, Any], given: Mapping[str, Any]) -> 
             values[name], sources[name] = given[name], "command line"
         elif found.get(name) is not None:
             values[name], sources[name] = found[name], "file metadata"
+        elif (fitted or {}).get(name) is not None:
+            values[name], sources[name] = fitted[name], "from the data (fit)"
     if "dk_inv_A" in values and "dk_mrad" in values and sources["dk_inv_A"] != sources["dk_mrad"]:
         values.pop("dk_mrad" if sources["dk_inv_A"] == "command line" else "dk_inv_A")
     for name in ("energy_kv", "semiangle_mrad", "step_A"):

@@ -211,6 +211,10 @@ class _CoordinatedEngine(OverlappedEngine, abc.ABC):
 
     def __init__(self, cfg: DistributedConfig, model: nn.Module, ctx: DistContext, groups: list[Group] | None = None):
         super().__init__(cfg, model, ctx, groups)
+        # Readiness agreement runs over a gloo (CPU) group of its own, whatever carries the gradients:
+        # under NCCL a device flag tensor would need an H2D copy, a collective on the default stream
+        # and a blocking .cpu() every cycle, so each cycle would wait for the backward pass to drain.
+        self.coord_pg = dist.new_group(backend="gloo")
         # The response cache: group -> bit position, identical on every rank (groups are checked
         # to be identical at start-up), in backward order.
         self.cache = {g.name: bit for bit, g in enumerate(self.groups)}
@@ -252,8 +256,7 @@ class BitvectorEngine(_CoordinatedEngine):
                  force_min: bool = False):
         super().__init__(cfg, model, ctx, groups)
         why = "forced" if force_min else probe_collective(
-            lambda: dist.all_reduce(torch.zeros(1, dtype=torch.int64, device=ctx.device),
-                                    op=dist.ReduceOp.BAND, group=self.pg))
+            lambda: dist.all_reduce(torch.zeros(1, dtype=torch.int64), op=dist.ReduceOp.BAND, group=self.coord_pg))
         self.use_band = why is None
         if why:
             ctx.notice(f"backend {ctx.backend} lacks ReduceOp.BAND on int64 ({why}); bitvector "
@@ -265,12 +268,12 @@ class BitvectorEngine(_CoordinatedEngine):
             packed = np.packbits(pending.astype(np.uint8), bitorder="little")
             words = np.zeros(8 * ((len(packed) + 7) // 8), dtype=np.uint8)
             words[: len(packed)] = packed
-            bits = torch.from_numpy(words.view(np.int64).copy()).to(self.ctx.device)
-            dist.all_reduce(bits, op=dist.ReduceOp.BAND, group=self.pg)
+            bits = torch.from_numpy(words.view(np.int64).copy())
+            dist.all_reduce(bits, op=dist.ReduceOp.BAND, group=self.coord_pg)
             self.recorder.add(collectives=1, coordination_messages=1, bytes_sent=bits.numel() * 8)
             return np.unpackbits(bits.cpu().numpy().view(np.uint8), bitorder="little")[:n].astype(bool)
-        flags = torch.from_numpy(pending.astype(np.int32)).to(self.ctx.device)
-        dist.all_reduce(flags, op=dist.ReduceOp.MIN, group=self.pg)
+        flags = torch.from_numpy(pending.astype(np.int32))
+        dist.all_reduce(flags, op=dist.ReduceOp.MIN, group=self.coord_pg)
         self.recorder.add(collectives=1, coordination_messages=1, bytes_sent=flags.numel() * 4)
         return flags.cpu().numpy().astype(bool)
 
@@ -280,12 +283,12 @@ class MasterWorkerEngine(_CoordinatedEngine):
 
     def _agree(self, pending: np.ndarray) -> np.ndarray:
         size = self.ctx.world_size
-        request = torch.from_numpy(pending.astype(np.uint8)).to(self.ctx.device)
-        root = dist.get_global_rank(self.pg, 0)
+        request = torch.from_numpy(pending.astype(np.uint8))
+        root = dist.get_global_rank(self.coord_pg, 0)
         inbox = [torch.empty_like(request) for _ in range(size)] if self.ctx.rank == root else None
-        dist.gather(request, inbox, dst=root, group=self.pg)
+        dist.gather(request, inbox, dst=root, group=self.coord_pg)
         response = torch.stack(inbox).amin(dim=0) if inbox is not None else torch.empty_like(request)
-        dist.broadcast(response, src=root, group=self.pg)
+        dist.broadcast(response, src=root, group=self.coord_pg)
         messages = 2 * (size - 1) if self.ctx.rank == root else 2
         self.recorder.add(collectives=2, coordination_messages=messages, bytes_sent=request.numel())
         return response.cpu().numpy().astype(bool)

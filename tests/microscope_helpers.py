@@ -1,0 +1,76 @@
+"""Synthetic 4D-STEM scans (scan_y, scan_x, ky, kx) and an .hspy writer for the microscope tests.
+
+`disc_scan` draws a convergent-beam bright-field disc (uniform, soft one-pixel edge); `spot_scan`
+draws parallel-beam spot patterns (a lattice of small Gaussian spots), which are not CBED.
+`write_hspy` stores a scan through rosettasciio with its calibrations in HyperSpy's metadata.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+#: the shipped study-scan model's physics: 200 kV, 20 mrad, detector pixel 0.6667 / (0.12 * 32)
+STUDY_DK_INV_A = (2.0 / 3.0) / (0.12 * 32)
+
+
+def disc_pattern(px: int, radius: float, centre: tuple[float, float] | None = None) -> np.ndarray:
+    """(px, px) uniform disc of ``radius`` px (edge smoothed over one pixel) on a faint background,
+    normalised to a total of 1; ``centre`` (ky, kx) defaults to (px // 2, px // 2)."""
+    cy, cx = centre if centre is not None else (px // 2, px // 2)
+    yy, xx = np.mgrid[:px, :px]
+    r = np.hypot(yy - cy, xx - cx)
+    p = np.clip(radius + 0.5 - r, 0.0, 1.0) + 1e-3
+    return p / p.sum()
+
+
+def disc_scan(shape: tuple[int, int] = (8, 8), px: int = 32, radius: float = 4.6) -> np.ndarray:
+    """float32 (sy, sx, px, px) scan of identical centred discs."""
+    return np.broadcast_to(disc_pattern(px, radius), (*shape, px, px)).astype(np.float32)
+
+
+def spot_scan(shape: tuple[int, int] = (8, 8), px: int = 32, spacing: int = 6, sigma: float = 0.7) -> np.ndarray:
+    """float32 (sy, sx, px, px) spot patterns: Gaussian spots on a square lattice, the central one
+    twice as bright (parallel-beam diffraction of a crystal)."""
+    yy, xx = np.mgrid[:px, :px]
+    p = np.zeros((px, px))
+    c = px // 2
+    for gy in range(-2, 3):
+        for gx in range(-2, 3):
+            weight = 2.0 if gy == gx == 0 else 1.0
+            p += weight * np.exp(-((yy - c - gy * spacing) ** 2 + (xx - c - gx * spacing) ** 2) / (2 * sigma ** 2))
+    return np.broadcast_to(p / p.sum(), (*shape, px, px)).astype(np.float32)
+
+
+def write_hspy(path: Path, data: np.ndarray, *, step_A: float = 0.375, dk_inv_A: float = STUDY_DK_INV_A,
+               energy_kv: float = 200.0, semiangle_mrad: float | None = 20.0) -> Path:
+    """Write ``data`` (sy, sx, ky, kx) as .hspy with scan step (Angstrom), detector pixel
+    (1/Angstrom), beam energy (kV) and, unless None, convergence semi-angle (mrad)."""
+    from rsciio.hspy import file_writer
+
+    def axis(i: int, name: str, scale: float, unit: str) -> dict:
+        return {"name": name, "size": data.shape[i], "offset": 0.0, "scale": scale, "units": unit,
+                "navigate": i < 2, "index_in_array": i}
+
+    tem = {"beam_energy": energy_kv}
+    if semiangle_mrad is not None:
+        tem["convergence_angle"] = semiangle_mrad
+    signal = {"data": np.ascontiguousarray(data),
+              "axes": [axis(0, "y", step_A, "Å"), axis(1, "x", step_A, "Å"),
+                       axis(2, "ky", dk_inv_A, "1/Å"), axis(3, "kx", dk_inv_A, "1/Å")],
+              "metadata": {"General": {"title": "scan"}, "Signal": {"signal_type": ""},
+                           "Acquisition_instrument": {"TEM": tem}},
+              "original_metadata": {}, "tmp_parameters": {}, "attributes": {"_lazy": False},
+              "learning_results": {}, "models": {}, "package_info": {"name": "namsa-tests", "version": "0"}}
+    file_writer(str(path), signal)
+    return path
+
+
+def simulated_scan() -> tuple[np.ndarray, dict]:
+    """A real namsa simulation at the study's physics (200 kV, 20 mrad, 0.12 Angstrom, 32 px
+    patterns) of GaAs [011] on an 8 x 8 scan: ((8, 8, 32, 32) float32 scan, its meta). ~1 s."""
+    import namsa
+
+    cfg = namsa.SimulationConfig(scan_shape=(8, 8), pattern_px=32, cell_lateral_A=6.0, thickness_A=20.0)
+    sample = namsa.simulate_sample("GaAs-zincblende", (0, 1, 1), cfg)
+    return sample.cbed.reshape(8, 8, 32, 32), sample.meta
