@@ -218,7 +218,7 @@ class ModelConfig(BaseModel):
     pattern_bins: int | None = Field(None, ge=1)
     scan_shape: tuple[int, int] | None = None
     stem_kernel: int | None = Field(None, ge=0)
-    physics_inputs: list[PhysicsInputName] = Field(default_factory=list)
+    physics_inputs: list[PhysicsInputName] | None = None   # None (like []): no physics input channels
 
     @field_validator("targets")
     @classmethod
@@ -229,8 +229,8 @@ class ModelConfig(BaseModel):
 
     @field_validator("physics_inputs")
     @classmethod
-    def _physics_unique(cls, value: list[str]) -> list[str]:
-        if len(set(value)) != len(value):
+    def _physics_unique(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and len(set(value)) != len(value):
             raise ValueError(f"physics_inputs {value} names a channel twice; list each of com_y, com_x, icom once")
         return value
 
