@@ -9,6 +9,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from namsa.icom import calibration_from_meta
+
 from . import metrics as M
 from .baselines import icom_baseline, multislice_baseline, ptycho_baseline
 from .config import EvaluationConfig
@@ -61,7 +63,10 @@ def _predict(stores: Any, indices: list[int], rec: Any,
     samples = [stores[i] for i in indices]
     stack = np.stack([s.cbed.astype(np.float32) for s in samples])
     t0 = time.perf_counter()
-    out = np.asarray(_to_numpy(rec.predict(stack)), dtype=np.float32)   # to numpy: waits for a GPU
+    # a model with physics inputs gets each sample's own scan calibration (its supercell's step)
+    physics = getattr(getattr(getattr(rec, "model", None), "arch", None), "physics_inputs", ())
+    kwargs = {"calibration": [calibration_from_meta(s.meta) for s in samples]} if physics else {}
+    out = np.asarray(_to_numpy(rec.predict(stack, **kwargs)), dtype=np.float32)   # to numpy: waits for a GPU
     per_sample = (time.perf_counter() - t0) / len(samples)
     out = out.reshape(len(samples), len(rec.targets), *out.shape[-2:])
     names = list(rec.targets)

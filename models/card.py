@@ -66,6 +66,7 @@ class ArchitectureSpec(BaseModel):
     pattern_bins: Annotated[int, Field(ge=0, le=1024)] = 0
     scan_shape: Annotated[list[Annotated[int, Field(ge=0, le=1 << 20)]], Field(min_length=2, max_length=2)] = [0, 0]
     stem_kernel: Annotated[int, Field(ge=0, le=31)] = 0
+    physics_inputs: Annotated[list[Literal["com_y", "com_x", "icom"]], Field(max_length=3)] = []
 
     @model_validator(mode="after")
     def _consistent(self) -> "ArchitectureSpec":
@@ -91,6 +92,10 @@ class NormalizerSpec(BaseModel):
     cbed_std: Annotated[float, Field(gt=0)]
     intensity_scale: Annotated[float, Field(gt=0)]
     targets: dict[TargetName, Annotated[list[float], Field(min_length=2, max_length=2)]]
+    # models with physics input channels (stage.physics_inputs): their standardisation and the
+    # training set's typical scan calibration (namsa.icom.ScanCalibration.to_dict)
+    physics: dict[Literal["com_y", "com_x", "icom"], Annotated[list[float], Field(min_length=2, max_length=2)]] | None = None
+    calibration: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _positive_spread(self) -> "NormalizerSpec":

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from namsa.errors import UserError
 
 TargetName = Literal["potential", "density"]
+PhysicsInputName = Literal["com_y", "com_x", "icom"]
 PresetName = Literal["paper", "small", "tiny", "scan"]
 
 
@@ -62,6 +63,12 @@ class Architecture:
     stem_kernel:      kernel of the initial conv; 0 = ``kernel_size``. 1 in the scan layout makes
                       the stem a learned reduction of each pattern's bins at its own position.
     scan_shape:       (scan_y, scan_x) of the scan layout; S = scan_y * scan_x.
+    physics_inputs:   K calibrated maps computed from the same stack (``com_y``, ``com_x``: centre
+                      of mass, 1/Angstrom; ``icom``: integrated CoM, V*Angstrom; see
+                      `stage.physics_inputs`) that travel as K extra (P, P) planes after the S
+                      patterns: the input is (B, S + K, P, P). The patterns layout takes them as
+                      K more channels; the scan layout resamples them to the scan grid and
+                      appends them to the binned-pattern channels.
     """
 
     in_channels: int
@@ -86,9 +93,11 @@ class Architecture:
     pattern_bins: int = 0
     scan_shape: tuple[int, int] = (0, 0)
     stem_kernel: int = 0
+    physics_inputs: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        data["physics_inputs"] = list(self.physics_inputs)
         data["layers_per_block"] = list(self.layers_per_block)
         data["td_channels"] = None if self.td_channels is None else list(self.td_channels)
         data["scan_shape"] = list(self.scan_shape)
@@ -99,7 +108,7 @@ class Architecture:
         """The inverse of `to_dict` (a model card's ``architecture``); cards written before the
         scan layout existed lack its three keys and get the patterns layout."""
         data = dict(data)
-        for key in ("layers_per_block", "td_channels", "scan_shape"):
+        for key in ("layers_per_block", "td_channels", "scan_shape", "physics_inputs"):
             if data.get(key) is not None:
                 data[key] = tuple(data[key])
         return cls(**data)
@@ -112,8 +121,15 @@ class Architecture:
 
     @property
     def stem_channels(self) -> int:
-        """Input channels of the first conv: S patterns, or pattern_bins^2 binned pattern pixels."""
-        return self.in_channels if self.input_layout == "patterns" else self.pattern_bins ** 2
+        """Input channels of the first conv: S patterns, or pattern_bins^2 binned pattern pixels,
+        plus the K physics input maps."""
+        base = self.in_channels if self.input_layout == "patterns" else self.pattern_bins ** 2
+        return base + len(self.physics_inputs)
+
+    @property
+    def input_planes(self) -> int:
+        """Planes of the network's input stack: S patterns + K physics maps."""
+        return self.in_channels + len(self.physics_inputs)
 
     def data_mismatch(self, patterns: int, pattern_px: int, target_px: int | None) -> str | None:
         """Why data of ``patterns`` patterns of ``pattern_px`` px with ``target_px`` targets cannot
@@ -202,12 +218,20 @@ class ModelConfig(BaseModel):
     pattern_bins: int | None = Field(None, ge=1)
     scan_shape: tuple[int, int] | None = None
     stem_kernel: int | None = Field(None, ge=0)
+    physics_inputs: list[PhysicsInputName] | None = None   # None (like []): no physics input channels
 
     @field_validator("targets")
     @classmethod
     def _targets_unique(cls, value: list[str]) -> list[str]:
         if not value or len(set(value)) != len(value):
             raise ValueError(f"targets {value} must be a non-empty list of distinct names from ('potential', 'density')")
+        return value
+
+    @field_validator("physics_inputs")
+    @classmethod
+    def _physics_unique(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError(f"physics_inputs {value} names a channel twice; list each of com_y, com_x, icom once")
         return value
 
     def architecture(self) -> Architecture:
@@ -259,7 +283,12 @@ class TrainConfig(BaseModel):
     lr0, warmup_steps, decay_every, decay_factor: linear warm-up over ``warmup_steps`` from
                       ``lr0`` to min(1, N * lr0) for N workers, then times ``decay_factor`` every
                       ``decay_every`` steps (staircase; 0 = never).
-    huber_delta0, huber_decay: Huber delta = delta0 * decay ** epoch, on standardised targets.
+    huber_delta0, huber_decay: Huber delta = delta0 * decay ** epoch, on standardised targets
+                      (``absolute``) or on residuals relative to each sample's target RMS (``relative``).
+    loss_weighting:   ``absolute`` (the paper's: squared error on globally standardised targets, a
+                      sample weighs as its amplitude squared) | ``relative`` (each sample's residual
+                      over its own target's RMS: the relative L2 the evaluation scores, so a light
+                      material's faint map weighs as much as a heavy one's); `models.losses.data_loss`.
     weight_decay:     L2 term 0.5 * weight_decay * sum(w^2) over all parameters (TF's l2_loss).
     precision:        ``fp32`` | ``bf16`` | ``fp16`` (autocast; fp16 with dynamic loss scaling from
                       ``loss_scale_init``, never below ``loss_scale_floor``, doubled after
@@ -289,6 +318,7 @@ class TrainConfig(BaseModel):
     decay_factor: float = Field(0.5, gt=0, le=1)
     huber_delta0: float = Field(10.0, gt=0)
     huber_decay: float = Field(0.99, gt=0, le=1)
+    loss_weighting: Literal["absolute", "relative"] = "absolute"
     weight_decay: float = Field(1e-4, ge=0)
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     loss_scale_init: float = Field(2.0 ** 16, gt=0)

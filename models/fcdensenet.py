@@ -105,15 +105,28 @@ class TransitionUp(nn.ConvTranspose2d):
 
 class ScanSpaceInput(nn.Module):
     """(B, S, P, P) stacks -> (B, b^2, scan_y, scan_x): each pattern averaged over (P/b) x (P/b)
-    pixel bins, its b^2 bins become channels at its probe position. Patterns are in scan order,
+    pixel bins, its b^2 bins become channels at its probe position; the last ``physics_planes`` planes
+    of the input (physics maps, `stage.physics_inputs`) are resampled to the scan grid and appended. Patterns are in scan order,
     row-major (index s = i * scan_x + j at scan row i, column j; `namsa.optics.scan_positions`),
     and bins keep the pattern's (ky, kx) order in the channel index (c = u * b + v)."""
 
-    def __init__(self, scan_shape: tuple[int, int], bins: int):
+    def __init__(self, scan_shape: tuple[int, int], bins: int, physics_planes: int = 0):
         super().__init__()
-        self.scan_shape, self.bins = tuple(scan_shape), bins
+        self.scan_shape, self.bins, self.physics_planes = tuple(scan_shape), bins, physics_planes
 
     def forward(self, x: Tensor) -> Tensor:
+        k = self.physics_planes
+        binned = self._bin(x[:, :-k] if k else x)
+        if not k:
+            return binned
+        # The last k planes are maps on the targets' (P, P) grid: area-resampled to the scan grid
+        # (identity when P equals the scan size) and appended as channels.
+        maps = x[:, -k:]
+        if tuple(maps.shape[-2:]) != self.scan_shape:
+            maps = nn.functional.interpolate(maps, size=self.scan_shape, mode="area")
+        return torch.cat([binned, maps.to(binned.dtype)], dim=1)
+
+    def _bin(self, x: Tensor) -> Tensor:
         b, s, p, _ = x.shape
         binned = nn.functional.avg_pool2d(x.reshape(b * s, 1, p, p), p // self.bins)
         return binned.reshape(b, *self.scan_shape, self.bins ** 2).permute(0, 3, 1, 2).contiguous()
@@ -126,7 +139,8 @@ class FCDenseNet(nn.Module):
         super().__init__()
         self.arch = arch
         k = arch.kernel_size
-        self.layout = ScanSpaceInput(arch.scan_shape, arch.pattern_bins) if arch.input_layout == "scan" else None
+        self.layout = (ScanSpaceInput(arch.scan_shape, arch.pattern_bins, len(arch.physics_inputs))
+                       if arch.input_layout == "scan" else None)
         ks = arch.stem_kernel or k
         self.stem = nn.Conv2d(arch.stem_channels, arch.init_channels, ks, padding=ks // 2, bias=arch.init_bias)
         enc_layers = arch.layers_per_block[:arch.levels]
@@ -169,11 +183,12 @@ class FCDenseNet(nn.Module):
 
     def _check_input(self, x: Tensor) -> None:
         arch = self.arch
-        if x.ndim != 4 or x.shape[1] != arch.in_channels or x.shape[-1] != x.shape[-2]:
+        if x.ndim != 4 or x.shape[1] != arch.input_planes or x.shape[-1] != x.shape[-2]:
+            extra = f" + {len(arch.physics_inputs)} physics maps {list(arch.physics_inputs)}" if arch.physics_inputs else ""
             raise ModelConfigError(
-                f"model input must be (B, S={arch.in_channels}, P, P) diffraction stacks, got {tuple(x.shape)}; "
+                f"model input must be (B, S={arch.in_channels}{extra}, P, P) diffraction stacks, got {tuple(x.shape)}; "
                 f"set model.in_channels to the data's patterns per sample (scan_y * scan_x)")
-        problem = arch.data_mismatch(x.shape[1], x.shape[-1], target_px=None)
+        problem = arch.data_mismatch(arch.in_channels, x.shape[-1], target_px=None)
         if problem:
             raise ModelConfigError(problem)
 

@@ -52,8 +52,12 @@ class Reconstructor:
         return self.model.arch.in_channels
 
     @torch.no_grad()
-    def predict(self, cbed: Any) -> np.ndarray:
-        """Targets in physical units, numpy float32: (C, T, T) for one stack, (B, C, T, T) for a batch."""
+    def predict(self, cbed: Any, calibration: Any = None) -> np.ndarray:
+        """Targets in physical units, numpy float32: (C, T, T) for one stack, (B, C, T, T) for a batch.
+
+        ``calibration`` matters only to a model with physics inputs (``rec.model.arch.physics_inputs``):
+        a `namsa.icom.ScanCalibration` (or its dict; `namsa.icom.calibration_from_meta(sample.meta)`)
+        for every stack, a list of one per stack, or None for the training set's typical one."""
         x = torch.as_tensor(np.asarray(cbed) if not torch.is_tensor(cbed) else cbed)
         single = x.ndim == 3
         if single:
@@ -63,13 +67,26 @@ class Reconstructor:
                 f"cbed must be (S, P, P) or (B, S, P, P) with S = {self.in_channels} patterns, got {tuple(x.shape)}; "
                 f"pass the full scan of one sample (or a batch of them)")
         self.last_report = _input_report(x, self.card, self._warned)
-        outs = [self._predict_batch(x[i: i + self.batch_size]) for i in range(0, x.shape[0], self.batch_size)]
+        cals = calibration if isinstance(calibration, list) else [calibration] * x.shape[0]
+        outs = [self._predict_batch(x[i: i + self.batch_size], cals[i: i + self.batch_size])
+                for i in range(0, x.shape[0], self.batch_size)]
         out = np.concatenate(outs)
         return out[0] if single else out
 
-    def _predict_batch(self, x: torch.Tensor) -> np.ndarray:
+    def network_input(self, x: torch.Tensor, calibration: Any = None) -> torch.Tensor:
+        """The normalised network input of raw stacks (B, S, P, P): with physics inputs the maps
+        the loader adds (`stage.physics_inputs.batch_physics_planes`) follow the S patterns."""
+        names = self.model.arch.physics_inputs
+        planes = None
+        if names:
+            from stage.physics_inputs import batch_physics_planes
+
+            planes = torch.from_numpy(batch_physics_planes(x.cpu().numpy(), calibration, names, self.normalizer))
         x = self.normalizer.cbed(x.to(self.device, dtype=torch.float32))
-        y = self.model(x).float()
+        return x if planes is None else torch.cat([x, planes.to(x)], dim=1)
+
+    def _predict_batch(self, x: torch.Tensor, calibration: list[Any]) -> np.ndarray:
+        y = self.model(self.network_input(x, calibration)).float()
         maps = [self.normalizer.target_inverse(y[:, c], name) for c, name in enumerate(self.targets)]
         return torch.stack(maps, dim=1).cpu().numpy().astype(np.float32, copy=False)
 

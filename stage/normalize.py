@@ -16,6 +16,7 @@ import numpy as np
 
 from namsa.errors import UserError
 
+from .physics_inputs import fit_physics_statistics
 from .storeset import open_stores
 from .transforms import TRANSFORMS, subtract_pattern_min
 
@@ -35,10 +36,15 @@ class Normalizer:
     takes x already multiplied by s (the raw float16 values of a store).
     ``target(y, name)`` / ``target_inverse(y, name)``: y in physical units (potential: V*Angstrom,
     density: electrons/Angstrom^2) <-> standardised units.
+    ``physics_stats`` (name -> (mean, std)) and ``calibration`` (a `namsa.icom.ScanCalibration`
+    dict, the training set's typical one) exist when the model takes physics input channels
+    (`stage.physics_inputs`); ``physics(maps, names)`` standardises them.
     """
 
     def __init__(self, transform: str, cbed_mean: float, cbed_std: float,
-                 targets: dict[str, tuple[float, float]], intensity_scale: float = 1.0):
+                 targets: dict[str, tuple[float, float]], intensity_scale: float = 1.0,
+                 physics_stats: dict[str, Sequence[float]] | None = None,
+                 calibration: dict[str, Any] | None = None):
         if transform not in TRANSFORMS:
             raise UserError(f"unknown cbed transform {transform!r}; use one of {TRANSFORMS}")
         self.transform = transform
@@ -46,6 +52,8 @@ class Normalizer:
         self.cbed_std = float(cbed_std)
         self.intensity_scale = float(intensity_scale)
         self.targets = {k: (float(v[0]), float(v[1])) for k, v in targets.items()}
+        self.physics_stats = {k: (float(v[0]), float(v[1])) for k, v in (physics_stats or {}).items()}
+        self.calibration = calibration
 
     @classmethod
     def from_statistics(cls, stats: dict[str, Any], transform: str, intensity_scale: float) -> "Normalizer":
@@ -54,15 +62,34 @@ class Normalizer:
         return cls(transform, cbed_mean, cbed_std, targets, intensity_scale)
 
     @classmethod
-    def fit(cls, paths: Any, transform: str = "log1p", split: str = "train") -> "Normalizer":
-        """Fit on the ``split`` samples of the stores at ``paths`` from their manifest statistics."""
+    def fit(cls, paths: Any, transform: str = "log1p", split: str = "train",
+            physics_inputs: Sequence[str] = ()) -> "Normalizer":
+        """Fit on the ``split`` samples of the stores at ``paths`` from their manifest statistics;
+        ``physics_inputs`` also fits those channels' statistics (computed from the samples)."""
         with open_stores(paths) as stores:
             stats = stores.statistics(split)
             if stats["cbed"][transform][0] == 0:
                 raise UserError(f"no {split} samples in {stores.describe()}; a Normalizer is fitted on the "
                                 f"{split} split: simulate more materials or change data.split_fractions")
             scale = stores.intensity_scale
-        return cls.from_statistics(stats, transform, scale)
+            physics = fit_physics_statistics(stores, split, physics_inputs) if physics_inputs else {}
+        norm = cls.from_statistics(stats, transform, scale)
+        norm.physics_stats = {k: (v[0], v[1]) for k, v in physics.get("physics", {}).items()}
+        norm.calibration = physics.get("calibration")
+        return norm
+
+    def physics(self, maps: Any, names: Sequence[str]) -> Any:
+        """Standardise physics maps (K, ...) or (B, K, ...) whose channel k is ``names[k]``, in place."""
+        missing = [n for n in names if n not in self.physics_stats]
+        if missing:
+            raise UserError(f"physics inputs {missing} have no statistics in this Normalizer; the model was "
+                            f"trained with {sorted(self.physics_stats) or 'none'}")
+        for k, name in enumerate(names):
+            mean, std = self.physics_stats[name]
+            plane = maps[k] if maps.ndim == 3 else maps[:, k]
+            plane -= mean
+            plane /= std
+        return maps
 
     def cbed(self, x: Any, inplace: bool = False, stored_scale: float = 1.0) -> Any:
         if self.transform not in TRANSFORMS:
@@ -93,14 +120,19 @@ class Normalizer:
         return self.targets[name]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"transform": self.transform, "cbed_mean": self.cbed_mean, "cbed_std": self.cbed_std,
+        data = {"transform": self.transform, "cbed_mean": self.cbed_mean, "cbed_std": self.cbed_std,
                 "intensity_scale": self.intensity_scale, "targets": {k: list(v) for k, v in self.targets.items()}}
+        if self.physics_stats:  # only models with physics inputs carry them (older cards stay valid)
+            data["physics"] = {k: list(v) for k, v in self.physics_stats.items()}
+            data["calibration"] = self.calibration
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Normalizer":
         try:
             return cls(data["transform"], data["cbed_mean"], data["cbed_std"],
-                       {k: tuple(v) for k, v in data["targets"].items()}, data["intensity_scale"])
+                       {k: tuple(v) for k, v in data["targets"].items()}, data["intensity_scale"],
+                       data.get("physics"), data.get("calibration"))
         except (KeyError, TypeError, ValueError) as exc:
             raise UserError(f"normalizer dict is malformed ({exc}); it must come from Normalizer.to_dict()") from exc
 

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from ..config import Architecture, ModelConfig, TrainConfig
+from ..losses import data_loss
 from .errors import DataShapeError, TrainingError
 
 
@@ -37,6 +38,8 @@ class TrainingData:
         self.ctx, self.device = ctx, device
         self._open_data(data_dirs)
         self._check_data_shapes()
+        #: the training loss's data term (training.loss_weighting), ``data_loss(pred, target, delta)``
+        self.data_loss = data_loss(cfg.loss_weighting, self.normalizer, model_cfg.targets)
 
     def _open_data(self, data_dirs: Any) -> None:
         import stage
@@ -52,7 +55,8 @@ class TrainingData:
         self.store_paths = paths
         with stage.open_stores(paths) as stores:
             self.data_hash = manifest_hash(stores.manifests)
-        self.normalizer = stage.Normalizer.fit(paths, self.data_cfg.transform)
+        self.normalizer = stage.Normalizer.fit(paths, self.data_cfg.transform,
+                                               physics_inputs=self.arch.physics_inputs)
         self.local_data = bool(self.data_cfg.node_local_dir)
         read_paths = self._stage_locally(dirs) if self.local_data else paths
         # On a GPU the loader ships float16 cbed as stored (half the host-to-device bytes) and the
@@ -92,8 +96,8 @@ class TrainingData:
             # (data.symmetry_augmentation); SampleDataset applies them to "train" only.
             dose = getattr(self.data_cfg, "dose_augmentation", None)
             symmetry = getattr(self.data_cfg, "symmetry_augmentation", None)
-            return stage.SampleDataset(paths, split, self.normalizer, targets, raw_cbed=raw, max_samples=cap,
-                                       dose_augmentation=dose, symmetry_augmentation=symmetry)
+            return _dataset_class(self.arch)(paths, split, self.normalizer, targets, raw_cbed=raw, max_samples=cap,
+                                             dose_augmentation=dose, symmetry_augmentation=symmetry)
         except EmptyStoreError:
             if allow_empty:
                 return None
@@ -114,13 +118,13 @@ class TrainingData:
                                 "or more data")
 
     def _check_data_shapes(self) -> None:
-        s, p, p2 = self.train_ds.cbed_shape
+        s, p, p2 = getattr(self.train_ds, "stack_shape", self.train_ds.cbed_shape)  # the patterns alone
         c, t, t2 = self.train_ds.target_shape
         problem = (self.arch.data_mismatch(s, p, t) if p == p2 and t == t2
                    else f"patterns {p}x{p2} or targets {t}x{t2} are not square")
         if problem:
             raise DataShapeError(f"{problem} (model preset {self.model_cfg.preset})")
-        self.cbed_shape = (s, p, p2)
+        self.cbed_shape = (s + len(self.arch.physics_inputs), p, p2)
 
     def build_loaders(self) -> tuple[Any, Any]:
         """(train loader, dev loader or None), sharded over the ranks."""
@@ -139,11 +143,41 @@ class TrainingData:
         """(normalised cbed, standardised targets) on the training device."""
         from stage.dataset import batch_to_device
 
-        batch = batch_to_device(batch, self.device, self.normalizer)
+        if self.arch.physics_inputs:
+            batch = _physics_batch_to_device(batch, self.device, self.normalizer, self.arch.in_channels)
+        else:
+            batch = batch_to_device(batch, self.device, self.normalizer)
         x = batch["cbed"]
         if self.cfg.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         return x, batch["target"].float()
+
+
+def _dataset_class(arch: Architecture) -> Any:
+    """`stage.SampleDataset`, or with ``model.physics_inputs`` a partial of
+    `stage.physics_dataset.PhysicsSampleDataset` that adds those maps as extra planes."""
+    import functools
+
+    import stage
+    from stage.physics_dataset import PhysicsSampleDataset
+
+    if not arch.physics_inputs:
+        return stage.SampleDataset
+    return functools.partial(PhysicsSampleDataset, physics_inputs=arch.physics_inputs)
+
+
+def _physics_batch_to_device(batch: dict[str, Any], device: torch.device, normalizer: Any,
+                             patterns: int) -> dict[str, Any]:
+    """`stage.dataset.batch_to_device` for (B, S + K, P, P) stacks: a raw (fp16, GPU) batch has its
+    S patterns transformed on the device; the K physics planes arrive standardised already."""
+    from stage.dataset import batch_to_device
+
+    out = batch_to_device(batch, device, None)
+    if "cbed_scale" in batch:
+        x = out["cbed"].float()
+        x[:, :patterns] = normalizer.cbed(x[:, :patterns], stored_scale=float(batch["cbed_scale"][0]))
+        out["cbed"] = x
+    return out
 
 
 __all__ = ["TrainingData", "manifest_hash"]

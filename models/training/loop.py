@@ -187,7 +187,7 @@ class Trainer:
         t0 = self._now()
         with autocast(cfg.precision, self.device):
             pred = self.forward(x)
-        data_loss = huber_loss(pred, y, delta)
+        data_loss = self.data.data_loss(pred, y, delta)  # training.loss_weighting
         loss = data_loss
         l2 = torch.zeros((), device=self.device)
         if self.optimizer.l2_in_loss and cfg.weight_decay > 0:
