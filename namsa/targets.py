@@ -67,6 +67,18 @@ def gaussian_filter_k(grid: Grid, fwhm_A: float) -> np.ndarray:
     return np.exp(-2.0 * math.pi ** 2 * sigma ** 2 * (ky[:, None] ** 2 + kx[None, :] ** 2))
 
 
+def to_target_resolution(image: np.ndarray, fov_A, fwhm_A: float) -> np.ndarray:
+    """``image`` (T, T) [row = y, col = x] sampled over the field of view ``fov_A`` (y0, x0, height,
+    width; Angstrom), convolved with the targets' Gaussian of FWHM ``fwhm_A`` (Angstrom), periodic
+    over the field as the targets are: a reconstruction sharper than the targets (ptychography) is
+    compared with them at their own resolution. Float64."""
+    sigma = fwhm_A / FWHM_PER_SIGMA
+    qy = np.fft.fftfreq(image.shape[0], d=float(fov_A[2]) / image.shape[0])[:, None]
+    qx = np.fft.fftfreq(image.shape[1], d=float(fov_A[3]) / image.shape[1])[None, :]
+    kernel = np.exp(-2.0 * math.pi ** 2 * sigma ** 2 * (qy ** 2 + qx ** 2))
+    return np.fft.ifft2(np.fft.fft2(np.asarray(image, dtype=np.float64)) * kernel).real
+
+
 def density_coefficients(potential: SlicedPotential) -> np.ndarray:
     """Fourier coefficients (FFT order) of the projected electron density (electrons / Angstrom^2)."""
     grid = potential.grid
