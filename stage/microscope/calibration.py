@@ -80,10 +80,15 @@ def _mapped(signal: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _lookup(tree: Mapping[str, Any], dotted: str) -> Any:
+    """The value at ``dotted`` in a nested dict; a space in a key matches ``_`` (HyperSpy's
+    metadata browser renames TIA's ``High tension_kV`` to ``High_tension_kV``)."""
     for part in dotted.split("."):
-        if not isinstance(tree, Mapping) or part not in tree:
+        if not isinstance(tree, Mapping):
             return None
-        tree = tree[part]
+        keys = {str(k).replace(" ", "_"): k for k in tree}
+        if part not in keys:
+            return None
+        tree = tree[keys[part]]
     return tree
 
 
