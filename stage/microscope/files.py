@@ -74,7 +74,7 @@ class RawScan:
 def read_scan(path: str | Path) -> RawScan:
     """Open a 4-D STEM file through rosettasciio without loading it; the first 4-D dataset is used."""
     path = Path(path)
-    if not path.is_file():
+    if not (path.is_file() or (path.suffix.lower() == ".zspy" and path.is_dir())):  # zarr: a folder
         raise ExperimentalInputError(f"{path} does not exist or is not a file; pass a 4D-STEM file "
                                      f"({', '.join(sorted(READERS))})")
     check_file(path)  # before rsciio opens it: nothing outside the file is followed

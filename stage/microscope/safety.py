@@ -10,8 +10,9 @@ A file must be read from itself only and be complete:
 - Merlin (.mib): whole frames only, and as many as its .hdr announces.
 - Any format: real-valued data without NaN or +-inf (`check_values`, after reading).
 
-(.zspy is zarr, a folder of chunk files: `stage.microscope.read_scan` takes files only, so none reaches
-the reader.) Every refusal is a `MicroscopeFileError` of one line naming the object and why.
+- zarr (.zspy, a folder of chunk files): no symbolic link anywhere inside the folder.
+
+Every refusal is a `MicroscopeFileError` of one line naming the object and why.
 """
 from __future__ import annotations
 
@@ -36,6 +37,18 @@ def check_file(path: Path) -> None:
         check_empad(path)
     elif suffix == ".mib":
         check_mib_size(path)
+    elif suffix == ".zspy":
+        check_zspy_folder(path)
+
+
+def check_zspy_folder(path: Path) -> None:
+    """A .zspy folder (zarr) holds its chunks itself: a symbolic link inside it (to /etc/passwd, or
+    to another scan) would be read as data, so any link is refused."""
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            if os.path.islink(os.path.join(root, name)):
+                raise MicroscopeFileError(f"{path}: {os.path.join(root, name)} is a symbolic link; namsa reads only "
+                                          "the chunks inside the .zspy folder: copy the data into it")
 
 
 # --------------------------------------------------------------------------------------------
