@@ -1,5 +1,5 @@
 """Writing the maps of `namsa reconstruct`: .npy and .tif per map, all maps as one calibrated HyperSpy
-signal (reconstruction.hspy: hyperspy.api.load and py4DSTEM's import_file open it), one figure,
+signal (reconstruction.hspy, which hyperspy.api.load opens), one figure,
 reconstruction.json."""
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ MAP_UNITS: dict[str, str] = {"potential": "V*Angstrom", "density": "electrons/An
 def is_output_name(name: str) -> bool:
     """Whether ``name`` is a file `write_maps` writes (what an earlier reconstruction may have left)."""
     stem, _, ext = name.rpartition(".")
-    return name in ("reconstruction.png", "reconstruction.json", "reconstruction.hspy") or (stem in MAP_UNITS and ext in ("npy", "tif"))
+    return (name in ("reconstruction.png", "reconstruction.json", "reconstruction.hspy")
+            or (stem in MAP_UNITS and ext in ("npy", "tif")))
 
 
 def check_map_names(names: Sequence[str]) -> None:
