@@ -44,7 +44,10 @@ class LazyScan:
         if hasattr(part, "compute"):
             part = part.compute(scheduler="synchronous")  # one chunk at a time: bounded memory
         block = np.asarray(part)
-        check_values(block, self.path)
+        if block.ndim == 4:
+            check_values(block, self.path, _origin(key))
+        else:
+            check_values(block, self.path)
         return block
 
     def __len__(self) -> int:
@@ -54,6 +57,13 @@ class LazyScan:
     def nbytes(self) -> int:
         """Bytes of the whole dataset (never loaded at once)."""
         return int(np.prod(self.shape)) * self.dtype.itemsize
+
+
+def _origin(key: Any) -> tuple[int, int]:
+    """Scan position (y, x) where a block ``data[key]`` starts, for plain forward slices (else 0)."""
+    key = key if isinstance(key, tuple) else (key,)
+    starts = [k.start or 0 if isinstance(k, slice) and (k.step or 1) > 0 else 0 for k in key[:2]]
+    return (starts + [0, 0])[0], (starts + [0, 0])[1]
 
 
 @dataclass

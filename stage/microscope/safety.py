@@ -194,8 +194,9 @@ def _check_size(path: Path, expected: int, why: str) -> None:
 # values
 
 
-def check_values(data: np.ndarray, path: str) -> None:
-    """Real-valued intensities without NaN or +-inf; ``data`` is (scan_y, scan_x, ky, kx)."""
+def check_values(data: np.ndarray, path: str, origin: tuple[int, int] = (0, 0)) -> None:
+    """Real-valued intensities without NaN or +-inf; ``data`` is (scan_y, scan_x, ky, kx), a block
+    of the scan starting at scan position ``origin`` (y, x) (the position reported is the scan's)."""
     if data.dtype.kind not in "biuf":
         raise MicroscopeFileError(f"{path}: the 4-D dataset holds {data.dtype} values; namsa needs real-valued "
                                   "intensities (integer or float counts)")
@@ -206,6 +207,7 @@ def check_values(data: np.ndarray, path: str) -> None:
     if count:
         nan = int(np.count_nonzero(np.isnan(data)))
         y, x, ky, kx = (int(i) for i in np.unravel_index(int(np.argmax(bad)), data.shape))
+        y, x = y + origin[0], x + origin[1]
         raise MicroscopeFileError(f"{path}: {count} pixel value(s) are not finite ({nan} NaN, {count - nan} +-inf), "
                                   f"the first at scan position (y={y}, x={x}), detector pixel (ky={ky}, kx={kx}); "
                                   "replace them (e.g. with 0 or their neighbours' mean, as a dead-pixel mask does) "
