@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .calibration import calibrations_in
-from .errors import ExperimentalInputError
+from .errors import ExperimentalInputError, MicroscopeFileError
 from .safety import check_file, check_values
 
 #: file extension -> rosettasciio plugin module that reads it (Arina: a ``*_master.h5`` name, see `_module`)
@@ -87,6 +87,8 @@ def read_scan(path: str | Path) -> RawScan:
     if not (path.is_file() or (path.suffix.lower() == ".zspy" and path.is_dir())):  # zarr: a folder
         raise ExperimentalInputError(f"{path} does not exist or is not a file; pass a 4D-STEM file "
                                      f"({', '.join(sorted(READERS))})")
+    if _module(path) == "rsciio.arina":  # read with h5py: rsciio's reader loads every frame
+        return _read_arina(path)
     check_file(path)  # before rsciio opens it: nothing outside the file is followed
     signals = _rsciio_read(path)
     four_d = [s for s in signals if len(getattr(s.get("data"), "shape", ())) == 4]
@@ -96,6 +98,21 @@ def read_scan(path: str | Path) -> RawScan:
                                      "(scan_y, scan_x, ky, kx) data")
     signal = four_d[0]
     return RawScan(data=LazyScan(signal["data"], str(path)), found=calibrations_in(signal), path=str(path))
+
+
+def _read_arina(path: Path) -> RawScan:
+    from .arina import ArinaFrames, arina_calibrations, check_arina
+
+    check_arina(path)
+    try:
+        frames = ArinaFrames(path)
+    except MicroscopeFileError:
+        raise
+    except Exception as exc:  # a damaged or foreign file fails inside h5py in many ways
+        text = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise ExperimentalInputError(f"{path} could not be read as an Arina master file ({text}); check the file "
+                                     "and its data files are complete") from None
+    return RawScan(data=LazyScan(frames, str(path)), found=arina_calibrations(path), path=str(path))
 
 
 def _module(path: Path) -> str:
