@@ -70,3 +70,61 @@ def test_constant_specimen_has_no_seams_at_tile_borders(tmp_path):
     hard_seam = np.abs(tile[:, 0] - tile[:, -1]).max()  # the step a side-by-side tiling makes
     typical = np.percentile(steps, 99)
     assert at_borders <= max(typical, 0.25 * hard_seam), (at_borders, typical, hard_seam)
+
+
+def test_tiles_overlap_cover_the_scan_and_blend_a_constant_exactly():
+    from stage.microscope import Stitcher, blocks, tile_grid
+
+    grid = tile_grid((80, 75), (32, 32), 32)
+    assert grid.origins_y == (0, 16, 32, 48) and grid.origins_x == (0, 16, 32, 43)  # stride 16 < 32, last flush
+    assert grid.covered == (80, 75) and grid.map_shape == (80, 75)
+    stitcher = Stitcher(1, grid)
+    for oy in grid.origins_y:
+        for ox in grid.origins_x:
+            stitcher.add(np.full((1, 32, 32), 3.5), (oy, ox))
+    np.testing.assert_allclose(stitcher.result(), 3.5, rtol=1e-6)
+    # a budget of one tile gives blocks of one tile; a large one whole tile rows
+    assert all(len(b.origins) == 1 for b in blocks(grid, 1000, 32 * 32 * 1000))
+    assert [len(b.origins) for b in blocks(grid, 1000, 10**12)] == [4, 4, 4, 4]
+
+
+def test_pattern_transform_sees_every_raw_block_at_its_scan_position(tmp_path):
+    """The hook the data checks plug into: called with each raw block and its (y0, x0) in the
+    file's scan, before the detector fit; its output is what the model reads."""
+    from workflow.reconstruct import reconstruct
+
+    path = bench.write_scan(tmp_path / "scan.hspy", (48, 40))
+    seen = []
+
+    def double(block: np.ndarray, y0: int, x0: int) -> np.ndarray:
+        seen.append((y0, x0, block.shape))
+        return block * 2.0
+
+    plain = reconstruct(path, "pretrained:study-scan", tmp_path / "plain", memory_gb=0.05)
+    doubled = reconstruct(path, "pretrained:study-scan", tmp_path / "doubled", memory_gb=0.05,
+                          pattern_transform=double)
+    assert {(y0, x0) for y0, x0, _ in seen} == {(0, 0), (0, 8), (16, 0), (16, 8)}
+    assert all(shape == (32, 32, 64, 64) for *_, shape in seen)
+    # twice the counts: the per-tile normalisation after the crop gives the same maps
+    np.testing.assert_allclose(np.load(doubled["files"]["potential.npy"]), np.load(plain["files"]["potential.npy"]),
+                               rtol=1e-5, atol=1e-5)
+    assert any("divided by their mean total intensity" in note for note in doubled["notes"])
+
+
+def test_intensity_is_normalised_after_the_crop_to_the_model_s_detector(tmp_path):
+    """Counts outside the model's 32 px crop (here a bright band at |k| > 5 1/Angstrom) change
+    nothing: the crop is taken first and carries the probe's 1, as the training patterns did (the
+    code before issue 21 divided by the whole detector's total first)."""
+    from workflow.reconstruct import reconstruct
+
+    path = bench.write_scan(tmp_path / "scan.hspy", (32, 32))
+
+    def band(block: np.ndarray, y0: int, x0: int) -> np.ndarray:
+        block = block.copy()
+        block[..., :8, :] += 0.5  # detector rows 0-7: k_y < -5 1/Angstrom, outside the crop (rows 16-47)
+        return block
+
+    plain = reconstruct(path, "pretrained:study-scan", tmp_path / "plain")
+    banded = reconstruct(path, "pretrained:study-scan", tmp_path / "banded", pattern_transform=band)
+    np.testing.assert_array_equal(np.load(banded["files"]["potential.npy"]), np.load(plain["files"]["potential.npy"]))
+    assert not any("divided" in note for note in banded["notes"]), banded["notes"]
