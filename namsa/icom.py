@@ -162,11 +162,21 @@ def icom_reconstruct(cbed: np.ndarray, scan_shape: Sequence[int], *,
                              f"= {scan_y * scan_x} patterns; pass the scan shape the stack was taken with")
     k_unit, physical = _k_sampling(k_sampling_invA, k_sampling_mrad, energy_kv)
     com = center_of_mass(cbed, k_unit).reshape(scan_y, scan_x, 2)
+    return icom_from_com(com, energy_kv=energy_kv if physical else None, scan_step_A=scan_step_A,
+                         output_shape=output_shape, output_shift_frac=output_shift_frac, periodic=periodic)
+
+
+def icom_from_com(com: np.ndarray, *, energy_kv: float | None, scan_step_A: Sequence[float] | float | None,
+                  output_shape: Sequence[int] | None = None, output_shift_frac: Sequence[float] = (0.0, 0.0),
+                  periodic: bool = True) -> np.ndarray:
+    """The integration half of `icom_reconstruct`, from a (scan_y, scan_x, 2) centre-of-mass map
+    in 1/Angstrom (V * Angstrom) or detector pixels (``energy_kv`` None: arbitrary units); lets a
+    caller gather the CoM block by block without holding the scan's patterns."""
     step = (1.0, 1.0) if scan_step_A is None else _two(scan_step_A, "scan_step_A")
     # <k> = grad(phase) / 2 pi  ->  phase = 2 pi * integral(<k>), V = phase / sigma.
     integrate = integrate_gradient if periodic else integrate_gradient_mirrored
     phase_over_2pi = integrate(com[..., 0], com[..., 1], step)
-    if physical and scan_step_A is not None:
+    if energy_kv is not None and scan_step_A is not None:
         result = 2.0 * np.pi * phase_over_2pi / interaction_constant(float(energy_kv))
     else:
         result = phase_over_2pi

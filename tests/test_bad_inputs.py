@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import stage
@@ -232,6 +233,14 @@ CASES: list[Case] = [
     Case("reconstruct-disc-radius-mismatch", ("reconstruct", "{wide_disc_scan}", "--model", "pretrained:study-scan",
                                               "--out", "{tmp}/maps"),
          "the bright-field disc has a radius of 8.93 px but the semi-angle 20 mrad (file metadata)"),
+    # -- issue 21: microscope files, bounded memory and calibrations ----------------------
+    Case("reconstruct-no-calibrations", ("reconstruct", "{bare_scan}", "--model", "pretrained:study-scan",
+                                         "--out", "{tmp}/maps"),
+         "lacks 4 calibration(s): beam energy (kV) (--energy-kv); convergence semi-angle (mrad) (--semiangle-mrad); "
+         "detector pixel size"),
+    Case("reconstruct-memory-gb-zero", ("reconstruct", "{bare_scan}", "--model", "pretrained:study-scan",
+                                        "--out", "{tmp}/maps", "--memory-gb", "0"),
+         "argument --memory-gb: '0' must be a positive number"),
     # (end of microscope files)
     # -- issue 18: model directories, cards, safetensors and checkpoints --------------------
     Case("evaluate-model-is-a-file", ("evaluate", MICRO, "--data", "{data}", "--model", "{file}", "--out", "{tmp}/e"),
@@ -314,7 +323,8 @@ def places(tmp_path_factory) -> dict[str, str]:
     (root / "bad_cifs").mkdir()
     (root / "bad_cifs" / "a.cif").write_text("data_a\n_cell_length_a nonsense\n")
     (root / "bad_cifs" / "b.cif").write_bytes(b"\x00\x01 not a cif")
-    places = {"tmp": str(root), "data": str(data), "truncated": str(truncated),
+    _bare_scan(root / "bare.hspy")
+    places = {"tmp": str(root), "data": str(data), "bare_scan": str(root / "bare.hspy"), "truncated": str(truncated),
               "truncated_parent": str(truncated.parent), "corrupt": str(corrupt), "file": str(root / "file.txt"),
               "empty_dir": str(root / "empty"), "junk_dir": str(root / "junk"), "bad_cifs": str(root / "bad_cifs")}
     places["spots_scan"] = str(write_hspy(root / "spots.hspy", spot_scan()))
@@ -323,6 +333,18 @@ def places(tmp_path_factory) -> dict[str, str]:
         (root / f"{name}.yaml").write_bytes(content)
         places[f"cfg_{name}"] = str(root / f"{name}.yaml")
     return places
+
+
+def _bare_scan(path: Path) -> None:
+    """A 4 x 4 scan of 8 px patterns in .hspy without a single calibration (no units, no metadata)."""
+    from rsciio.hspy import file_writer
+
+    axes = [{"name": n, "size": 4 if i < 2 else 8, "scale": 1.0, "offset": 0.0, "units": "", "navigate": i < 2,
+             "index_in_array": i} for i, n in enumerate(("y", "x", "ky", "kx"))]
+    file_writer(str(path), {"data": np.ones((4, 4, 8, 8), np.float32), "axes": axes, "original_metadata": {},
+                            "metadata": {"General": {"title": ""}, "Signal": {"signal_type": ""}},
+                            "tmp_parameters": {}, "attributes": {"_lazy": False}, "learning_results": {},
+                            "models": {}, "package_info": {"name": "namsa-tests", "version": "0"}})
 
 
 def fill(case: Case, places: dict[str, str], run: str) -> tuple[list[str], str]:

@@ -278,6 +278,75 @@ def test_missing_calibration_names_its_flag(sample, tiny_model, tmp_path, capsys
     assert "--energy-kv" in _one_error_line(capsys)
 
 
+def test_all_missing_calibrations_are_named_in_one_line(sample, tiny_model, tmp_path, capsys):
+    """A file without any calibration: one run names all four flags (not one per run)."""
+    path = _write(tmp_path / "bare.hspy", sample, energy_kv=-1.0, semiangle_mrad=-1.0, step=False, dk=False)
+    assert _run("reconstruct", path, "--model", tiny_model[0], "--out", tmp_path / "out") == 2
+    line = _one_error_line(capsys)
+    assert all(flag in line for flag in ("--energy-kv", "--semiangle-mrad", "--dk-inv-a", "--scan-step-a")), line
+
+
+def test_a_negative_scan_scale_is_a_flipped_axis_read_back_in_order(sample, tiny_model, tmp_path):
+    """The scan stored bottom row first with a negative y scale (TIA's y axis): the same maps as the
+    file stored in order, and the flip said in reconstruction.json; a step given by flag keeps the
+    file's sign (the map is never mirrored silently)."""
+    model_dir, rec = tiny_model
+    sy, sx = sample.meta["scan_shape"]
+    flipped = sample.cbed.reshape(sy, sx, *sample.cbed.shape[1:])[::-1]
+    from rsciio.hspy import file_writer
+
+    path = tmp_path / "flipped.hspy"
+    step = (-sample.meta["fov_A"][2] / sy, sample.meta["fov_A"][3] / sx)
+    tem = {"beam_energy": sample.meta["energy_kv"], "convergence_angle": sample.meta["semiangle_mrad"]}
+    file_writer(str(path), _signal(np.ascontiguousarray(flipped), step, sample.meta["pattern_dk_inv_A"], tem))
+    expected = rec.predict(sample.cbed)[0]
+    for extra in ([], ["--scan-step-a", f"{sample.meta['fov_A'][2] / sy!r},{sample.meta['fov_A'][3] / sx!r}"]):
+        assert _run("reconstruct", path, "--model", model_dir, "--out", tmp_path / "out", *extra) == 0
+        got = np.load(tmp_path / "out" / "potential.npy")
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * float(np.abs(expected).max()))
+        info = json.loads((tmp_path / "out" / "reconstruction.json").read_text())
+        assert info["sampling_used"]["flipped_yx"] == [True, False]
+        assert any("step is negative" in note for note in info["resampling"]), info["resampling"]
+
+
+def test_calibrated_hspy_output_opens_in_hyperspy(sample, tiny_model, tmp_path):
+    hs = pytest.importorskip("hyperspy.api")
+    model_dir, rec = tiny_model
+    path = _write(tmp_path / "scan.hspy", sample)
+    assert _run("reconstruct", path, "--model", model_dir, "--out", tmp_path / "out") == 0
+    signal = hs.load(str(tmp_path / "out" / "reconstruction.hspy"))
+    names = signal.metadata.Signal.map_names
+    assert names[0] == rec.targets[0] and names[-1] == "icom_potential"
+    np.testing.assert_array_equal(signal.data[0], np.load(tmp_path / "out" / f"{names[0]}.npy"))
+    info = json.loads((tmp_path / "out" / "reconstruction.json").read_text())
+    y, x = signal.axes_manager.signal_axes[1], signal.axes_manager.signal_axes[0]
+    assert (y.units, x.units) == ("Å", "Å")
+    np.testing.assert_allclose([y.scale, x.scale], info["pixel_size_A"], rtol=1e-9)
+
+
+def test_py4dstem_datacube_in_memory_gives_the_file_s_maps(sample, tiny_model, tmp_path):
+    py4dstem = pytest.importorskip("py4DSTEM")
+    from workflow.reconstruct import reconstruct
+
+    model_dir, rec = tiny_model
+    meta = sample.meta
+    sy, sx = meta["scan_shape"]
+    cube = py4dstem.DataCube(sample.cbed.reshape(sy, sx, *sample.cbed.shape[1:]))
+    cube.calibration.set_R_pixel_size(meta["fov_A"][2] / sy)
+    cube.calibration.set_R_pixel_units("A")
+    cube.calibration.set_Q_pixel_size(meta["pattern_dk_inv_A"])
+    cube.calibration.set_Q_pixel_units("A^-1")
+    cube.calibration.set_convergence_semiangle_mrad(meta["semiangle_mrad"])
+    if meta["fov_A"][2] / sy != meta["fov_A"][3] / sx:  # py4DSTEM keeps one R pixel size
+        given = {"energy_kv": meta["energy_kv"], "step_A": (meta["fov_A"][2] / sy, meta["fov_A"][3] / sx)}
+    else:
+        given = {"energy_kv": meta["energy_kv"]}
+    summary = reconstruct(cube, model_dir, tmp_path / "out", calibrations=given)
+    got = np.load(summary["files"]["potential.npy"])
+    expected = rec.predict(sample.cbed)[0]
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6 * float(np.abs(expected).max()))
+
+
 def test_wrong_beam_energy_is_refused(sample, tiny_model, tmp_path, capsys):
     path = _write(tmp_path / "300kv.hspy", sample, energy_kv=300.0)
     assert _run("reconstruct", path, "--model", tiny_model[0], "--out", tmp_path / "out") == 2

@@ -4,20 +4,32 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
+
+import numpy as np
 
 from namsa.errors import UserError
 
 from .runner_io import require_directory
 
 
-def reconstruct(path: str | Path, model: str | Path, out_dir: str | Path, *,
-                calibrations: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """`namsa reconstruct`: a 4D-STEM file -> the model's maps and the iCoM map in ``out_dir``.
+#: bytes of RAM per GB of --memory-gb spent on the block being read and fitted (the rest holds the
+#: interpreter, torch, the model and the stitched maps)
+BLOCK_SHARE = 0.5
 
+
+def reconstruct(source: Any, model: str | Path, out_dir: str | Path, *,
+                calibrations: Mapping[str, Any] | None = None, memory_gb: float = 2.0,
+                pattern_transform: Callable[[np.ndarray, int, int], np.ndarray] | None = None) -> dict[str, Any]:
+    """`namsa reconstruct`: a 4D-STEM scan -> the model's maps and the iCoM map in ``out_dir``.
+
+    source: a file path, a `stage.microscope.RawScan`, or a py4DSTEM DataCube in memory.
     calibrations: energy_kv (kV), semiangle_mrad (mrad), dk_inv_A (1/Angstrom) or dk_mrad (mrad)
     per detector pixel, step_A (Angstrom per scan step); None entries are read from the file
     (stage.microscope). Maps are [row = y, col = x], pixel (0, 0) at the first probe position.
+    memory_gb: the RAM the run aims at; the scan is read block by block, a block at most half of
+    it (at least one tile). pattern_transform(block, y0, x0): applied to every raw block
+    ``data[y0:y0+h, x0:x0+w]`` before the detector is fitted (e.g. a recentring); identity if None.
     Returns a summary: the files written, the pixel size (Angstrom) and what was resampled.
 
     Everything is written into a temporary sibling of ``out_dir`` that then replaces it as a whole
@@ -26,47 +38,102 @@ def reconstruct(path: str | Path, model: str | Path, out_dir: str | Path, *,
     from .reconstruct_maps import is_output_name
     from .replace_out import discard, start_replacing
 
+    if not (isinstance(memory_gb, (int, float)) and memory_gb > 0):
+        raise UserError(f"--memory-gb must be a positive number of GB, got {memory_gb!r}")
     out = require_directory(out_dir, make=False)  # made by the swap: a refused run leaves no trace
     tmp = start_replacing(out, is_output_name)  # refuses an unwritable --out before any work
     try:
-        return _reconstruct_into(tmp, out, path, model, calibrations or {})
+        return _reconstruct_into(tmp, out, source, model, calibrations or {}, memory_gb, pattern_transform)
     except BaseException:
         discard(tmp)
         raise
 
 
-def _reconstruct_into(tmp: Path, out: Path, path: str | Path, model: str | Path,
-                      calibrations: Mapping[str, Any]) -> dict[str, Any]:
-    """The work of `reconstruct`: read, check, predict, write into ``tmp``, swap it into ``out``."""
-    from evaluation.baselines import icom_reconstruct
+def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, calibrations: Mapping[str, Any],
+                      memory_gb: float, transform: Any) -> dict[str, Any]:
+    """The work of `reconstruct`: open, check, stream tiles through the model, write, swap."""
     from models import load_reconstructor
     from stage import microscope as ex
 
     from . import reconstruct_maps
 
-    scan = ex.read_scan(path)
+    scan = ex.as_raw_scan(source)
     cal, checks, from_data = ex.check_before_inference(scan, calibrations)  # refuses non-CBED, a wrong disc
     rec = load_reconstructor(model)
     reconstruct_maps.check_map_names(rec.targets)  # the card's targets become file names
     expect = ex.model_expectation(rec.card)
-    prepared = ex.fit_to_model(scan, cal, expect)
+    plan = ex.plan_fit(scan.data.shape, cal, expect)
+    grid = ex.tile_grid(plan.shape, expect.scan_shape, expect.target_px)
+    recentred = transform is None and from_data.needs_recentring(scan.data.shape[:2])
+    transform = from_data.recentre if recentred else transform
     with warnings.catch_warnings():  # predict's OutsideTrainingWarning: recorded in the JSON (checks.predict)
         warnings.simplefilter("ignore", ex.OutsideTrainingWarning)
-        stitched = ex.stitch(rec.predict(prepared.cbed), prepared.tiles)
-    (ty, tx), (sy, sx) = prepared.tiles, prepared.scan_shape
-    t_y, t_x = stitched.shape[1] // ty, stitched.shape[2] // tx
-    pixel = (sy * prepared.step_A[0] / t_y, sx * prepared.step_A[1] / t_x)
+        stitched, com, scales = _stream(scan, plan, grid, rec, int(memory_gb * 2**30 * BLOCK_SHARE), transform)
+    pixel = (plan.step_A[0] * expect.scan_shape[0] / expect.target_px,
+             plan.step_A[1] * expect.scan_shape[1] / expect.target_px)
     maps = dict(zip(rec.targets, stitched))
-    maps["icom_potential"] = icom_reconstruct(
-        ex.scan_block(prepared), (ty * sy, tx * sx), k_sampling_invA=prepared.dk_inv_A, energy_kv=cal.energy_kv,
-        scan_step_A=prepared.step_A, output_shape=stitched.shape[1:], periodic=False).astype("float32")
-    info = _reconstruct_info(path, model, cal, expect, prepared)
+    maps["icom_potential"] = _icom(com, plan, cal.energy_kv, stitched.shape[1:])
+    notes = plan.notes + _tile_notes(plan, grid, scales)
+    notes += ["patterns recentred (descan) and turned to the scan frame from the data's own calibration "
+              "(calibration_from_data)"] if recentred else []
+    info = _reconstruct_info(scan.path, model, cal, expect, plan, grid, scales, notes, memory_gb)
     after = ex.check_after_inference(maps, rec.card, checks)
     info.update(checks={"before": checks, "predict": rec.last_report, "after": after},
                 calibration_from_data=from_data.report())
     written = _write_and_swap(tmp, out, maps, pixel, info)
     return {"out": str(out), "files": written, "pixel_size_A": pixel, "shape": list(stitched.shape[1:]),
-            "notes": prepared.notes, "warnings": [w["message"] for w in checks["warnings"] + after["warnings"]]}
+            "notes": notes, "warnings": [w["message"] for w in checks["warnings"] + after["warnings"]]}
+
+
+def _stream(scan: Any, plan: Any, grid: Any, rec: Any, budget: int,
+            transform: Any) -> tuple[np.ndarray, np.ndarray, list[float]]:
+    """Blocks of tiles read, fitted, normalised per tile, predicted and blended; the centre of
+    mass of every fitted pattern gathered on the way. Returns (C, H, W) maps, the (Y, X, 2) CoM
+    (1/Angstrom) over the covered scan and the intensity factor of each tile."""
+    from evaluation.baselines.icom import center_of_mass
+    from stage import microscope as ex
+
+    ky, kx = scan.data.shape[2:]
+    per_position = ky * kx * (scan.data.dtype.itemsize + 8) + 8 * plan.pattern_px ** 2
+    stitcher = ex.Stitcher(len(rec.targets), grid)
+    com = np.zeros((*grid.covered, 2))
+    scales: list[float] = []
+    sy, sx = grid.scan_shape
+    for block in ex.blocks(grid, per_position, budget):
+        fitted = ex.read_fitted(scan.data, plan, (block.y0, block.y1), (block.x0, block.x1), transform)
+        flat = fitted.reshape(-1, *fitted.shape[2:])
+        com[block.y0:block.y1, block.x0:block.x1] = center_of_mass(flat, plan.dk_inv_A).reshape(*fitted.shape[:2], 2)
+        tiles = []
+        for oy, ox in block.origins:
+            tile = fitted[:, ox - block.x0: ox - block.x0 + sx].reshape(sy * sx, *fitted.shape[2:])
+            tile, scale = ex.normalise_tile(tile, f"{scan.path}: the tile at scan position (y={oy}, x={ox})")
+            tiles.append(tile)
+            scales.append(scale)
+        for origin, maps in zip(block.origins, rec.predict(np.stack(tiles))):
+            stitcher.add(maps, origin)
+    return stitcher.result(), com, scales
+
+
+def _icom(com: np.ndarray, plan: Any, energy_kv: float, shape: tuple[int, ...]) -> np.ndarray:
+    """The iCoM map (V * Angstrom) from the gathered CoM, on the grid of the model's maps."""
+    from evaluation.baselines.icom import icom_from_com
+
+    return icom_from_com(com, energy_kv=energy_kv, scan_step_A=plan.step_A, output_shape=shape,
+                         periodic=False).astype("float32")
+
+
+def _tile_notes(plan: Any, grid: Any, scales: list[float]) -> list[str]:
+    """What the tiling did: positions left out beyond the last tile, the intensity factors."""
+    notes = []
+    left = plan.shape[0] * plan.shape[1] - grid.covered[0] * grid.covered[1]
+    if left:
+        notes.append(f"{left} probe positions beyond the last whole {grid.scan_shape[0]}x{grid.scan_shape[1]} tile "
+                     "were left out")
+    if any(s != 1.0 for s in scales):
+        totals = [1.0 / s for s in scales]
+        notes.append(f"patterns divided by their mean total intensity on the model's detector, per tile "
+                     f"({min(totals):.6g}-{max(totals):.6g}; the model's incident probe carries 1)")
+    return notes
 
 
 def _write_and_swap(tmp: Path, out: Path, maps: Mapping[str, Any], pixel: tuple[float, float],
@@ -85,10 +152,11 @@ def _write_and_swap(tmp: Path, out: Path, maps: Mapping[str, Any], pixel: tuple[
     return {name: str(out / Path(p).name) for name, p in files.items()}
 
 
-def _reconstruct_info(path: str | Path, model: str | Path, cal: Any, expect: Any, prepared: Any) -> dict[str, Any]:
-    """The JSON record of a reconstruction: inputs, calibrations and their sources, resampling."""
+def _reconstruct_info(path: str, model: str | Path, cal: Any, expect: Any, plan: Any, grid: Any,
+                      scales: list[float], notes: list[str], memory_gb: float) -> dict[str, Any]:
+    """The JSON record of a reconstruction: inputs, calibrations and their sources, resampling, tiling."""
     units = {"energy_kv": "kV", "semiangle_mrad": "mrad", "dk_inv_A": "1/Angstrom per detector pixel",
-             "step_A": "Angstrom per scan step [y, x]"}
+             "step_A": "Angstrom per scan step [y, x] (negative: the axis runs against the calibrated direction)"}
     return {
         "file": str(path), "model": str(model),
         "calibrations": {name: {"value": getattr(cal, name), "unit": unit, "source": cal.sources.get(name)}
@@ -96,7 +164,11 @@ def _reconstruct_info(path: str | Path, model: str | Path, cal: Any, expect: Any
         "model_expects": {"energy_kv": expect.energy_kv, "semiangle_mrad": expect.semiangle_mrad,
                           "scan_shape": list(expect.scan_shape), "dk_range_inv_A": list(expect.dk_range_inv_A),
                           "scan_step_range_A": list(expect.step_range_A), "source": expect.source},
-        "sampling_used": {"dk_inv_A": prepared.dk_inv_A, "scan_step_A": list(prepared.step_A),
-                          "tiles": list(prepared.tiles), "intensity_scale": prepared.intensity_scale},
-        "resampling": prepared.notes or ["none: the file's sampling is the model's"],
+        "sampling_used": {"dk_inv_A": plan.dk_inv_A, "scan_step_A": list(plan.step_A),
+                          "flipped_yx": [plan.scan[0].flipped, plan.scan[1].flipped],
+                          "intensity_scale": [min(scales), max(scales)]},
+        "tiling": {"tile_origins_y": list(grid.origins_y), "tile_origins_x": list(grid.origins_x),
+                   "tiles": len(scales), "blending": "separable raised-cosine (Hann) weights, normalised by their sum",
+                   "memory_gb": memory_gb},
+        "resampling": notes or ["none: the file's sampling is the model's"],
     }

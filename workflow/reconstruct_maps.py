@@ -1,4 +1,6 @@
-"""Writing the maps of `namsa reconstruct`: .npy and .tif per map, one figure, reconstruction.json."""
+"""Writing the maps of `namsa reconstruct`: .npy and .tif per map, all maps as one calibrated HyperSpy
+signal (reconstruction.hspy, which hyperspy.api.load opens), one figure,
+reconstruction.json."""
 from __future__ import annotations
 
 import json
@@ -17,7 +19,8 @@ MAP_UNITS: dict[str, str] = {"potential": "V*Angstrom", "density": "electrons/An
 def is_output_name(name: str) -> bool:
     """Whether ``name`` is a file `write_maps` writes (what an earlier reconstruction may have left)."""
     stem, _, ext = name.rpartition(".")
-    return name in ("reconstruction.png", "reconstruction.json") or (stem in MAP_UNITS and ext in ("npy", "tif"))
+    return (name in ("reconstruction.png", "reconstruction.json", "reconstruction.hspy")
+            or (stem in MAP_UNITS and ext in ("npy", "tif")))
 
 
 def check_map_names(names: Sequence[str]) -> None:
@@ -50,6 +53,7 @@ def write_maps(out_dir: str | Path, maps: Mapping[str, np.ndarray], pixel_A: tup
         tifffile.imwrite(out / f"{name}.tif", image, metadata={"unit": MAP_UNITS[name], "axes": "YX"},
                          resolution=(1.0 / pixel_A[1], 1.0 / pixel_A[0]))
         written[f"{name}.npy"], written[f"{name}.tif"] = str(out / f"{name}.npy"), str(out / f"{name}.tif")
+    written["reconstruction.hspy"] = str(_hspy(out / "reconstruction.hspy", maps, pixel_A))
     written["reconstruction.png"] = str(_figure(out / "reconstruction.png", maps, pixel_A))
     summary = {"maps": {name: {"unit": MAP_UNITS[name], "shape": list(np.shape(m)), "npy": f"{name}.npy",
                                "tif": f"{name}.tif"} for name, m in maps.items()},
@@ -57,6 +61,29 @@ def write_maps(out_dir: str | Path, maps: Mapping[str, np.ndarray], pixel_A: tup
     (out / "reconstruction.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
     written["reconstruction.json"] = str(out / "reconstruction.json")
     return written
+
+
+def _hspy(path: Path, maps: Mapping[str, np.ndarray], pixel_A: tuple[float, float]) -> Path:
+    """All maps as one HyperSpy signal (map, y, x): a navigation axis over the map names, signal axes
+    in Angstrom; each map's unit in the metadata (``Signal.map_units``), written by rosettasciio."""
+    from rsciio.hspy import file_writer
+
+    names = list(maps)
+    data = np.stack([np.asarray(maps[n], dtype=np.float32) for n in names])
+    axes = [{"name": "map", "size": len(names), "scale": 1.0, "offset": 0.0, "units": "", "navigate": True,
+             "index_in_array": 0},
+            {"name": "y", "size": data.shape[1], "scale": pixel_A[0], "offset": 0.0, "units": "Å",
+             "navigate": False, "index_in_array": 1},
+            {"name": "x", "size": data.shape[2], "scale": pixel_A[1], "offset": 0.0, "units": "Å",
+             "navigate": False, "index_in_array": 2}]
+    signal = {"data": data, "axes": axes, "original_metadata": {},
+              "metadata": {"General": {"title": "namsa reconstruct: " + ", ".join(names)},
+                           "Signal": {"signal_type": "", "quantity": "; ".join(f"{n}: {MAP_UNITS[n]}" for n in names),
+                                      "map_names": names, "map_units": [MAP_UNITS[n] for n in names]}},
+              "attributes": {"_lazy": False}, "tmp_parameters": {}, "learning_results": {}, "models": {},
+              "package_info": {"name": "namsa", "version": "reconstruct"}}
+    file_writer(str(path), signal)
+    return path
 
 
 def _figure(path: Path, maps: Mapping[str, np.ndarray], pixel_A: tuple[float, float]) -> Path:

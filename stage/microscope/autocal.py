@@ -46,6 +46,11 @@ MIN_ROUNDNESS = 0.7
 MAX_SECOND_SPOT = 0.25
 
 
+#: a direct beam this far (detector px) off the centre at a scan corner is recentred before inference
+RECENTRE_TOL_PX = 0.25
+#: a fitted rotation smaller than this (degrees) is not undone (the fit's own scatter on real data)
+ROTATION_SIGNIFICANT_DEG = 2.0
+
 @dataclass
 class Disc:
     """The bright-field disc of a mean pattern: centre (ky, kx) px, radius px with its spread
@@ -299,6 +304,20 @@ class DataCalibration:
                 offset = centres[i, j] - inverse @ target
                 out[i, j] = ndimage.affine_transform(block[i, j], inverse, offset=offset, order=1, mode="nearest")
         return out
+
+    def needs_recentring(self, scan_shape: tuple[int, int]) -> bool:
+        """Whether `recentre` would change the patterns by more than its own precision: the direct
+        beam off the detector centre by more than RECENTRE_TOL_PX at a corner of the scan, or a
+        rotation / flip fitted with confidence (beyond ROTATION_SIGNIFICANT_DEG and 3 standard
+        errors). Otherwise the patterns go to the model untouched (no interpolation blur)."""
+        ky, kx = self.pattern_shape
+        ys = np.array([0.0, 0.0, scan_shape[0] - 1.0, scan_shape[0] - 1.0])
+        xs = np.array([0.0, scan_shape[1] - 1.0, 0.0, scan_shape[1] - 1.0])
+        off = np.abs(self.descan.at(ys, xs) - np.array([ky // 2, kx // 2], dtype=np.float64))
+        r = self.rotation
+        angle = abs((r.angle_deg + 180.0) % 360.0 - 180.0)
+        turned = r.error_deg < 90.0 and (r.flip or angle > max(ROTATION_SIGNIFICANT_DEG, 3.0 * r.error_deg))
+        return bool(off.max() > RECENTRE_TOL_PX) or turned
 
     def report(self) -> dict[str, Any]:
         """The JSON record: every value with its unit and uncertainty."""

@@ -18,8 +18,13 @@ FLAGS: dict[str, tuple[str, str]] = {
     "dk_inv_A": ("detector pixel size (1/Angstrom or mrad)", "--dk-inv-a (or --dk-mrad)"),
     "step_A": ("scan step (Angstrom)", "--scan-step-a")}
 #: length units -> Angstrom; reciprocal units -> 1/Angstrom
-_LENGTH = {"a": 1.0, "å": 1.0, "angstrom": 1.0, "nm": 10.0, "pm": 0.01, "um": 1e4, "µm": 1e4, "μm": 1e4}
-_RECIPROCAL = {"1/a": 1.0, "1/å": 1.0, "a^-1": 1.0, "å^-1": 1.0, "1/angstrom": 1.0, "1/nm": 0.1, "nm^-1": 0.1}
+_LENGTH = {"a": 1.0, "å": 1.0, "angstrom": 1.0, "nm": 10.0, "pm": 0.01, "um": 1e4, "µm": 1e4, "μm": 1e4,
+           "m": 1e10, "meters": 1e10}
+_RECIPROCAL = {"1/a": 1.0, "1/å": 1.0, "a^-1": 1.0, "å^-1": 1.0, "1/angstrom": 1.0, "1/nm": 0.1, "nm^-1": 0.1,
+               "1/m": 1e-10, "1/meters": 1e-10}
+#: metadata paths of the beam energy (kV) and convergence semi-angle (mrad) in HyperSpy's tree
+_TEM_KEYS = {"Acquisition_instrument.TEM.beam_energy": "energy_kv",
+             "Acquisition_instrument.TEM.convergence_angle": "semiangle_mrad"}
 _ANGLE = {"mrad": 1.0, "rad": 1e3}
 
 
@@ -37,11 +42,13 @@ class Calibrations:
 
 def calibrations_in(signal: Mapping[str, Any]) -> dict[str, Any]:
     """Calibrations stored in an rsciio signal dict: beam energy (kV) and convergence semi-angle
-    (mrad) from HyperSpy's ``Acquisition_instrument.TEM.beam_energy`` / ``convergence_angle``
-    (or the same names among an EMD file's ``microscope`` attributes), and the axis scales with
-    their units (axes 0, 1: scan step in a length unit; axes 2, 3: detector pixel in 1/length or
-    mrad / rad). Axes without a recognised unit give nothing."""
-    found: dict[str, Any] = {}
+    (mrad) from HyperSpy's ``Acquisition_instrument.TEM.beam_energy`` / ``convergence_angle``,
+    from the reader's ``mapping`` of its original metadata to those names (a blockfile's
+    ``Beam_energy`` in V, a TIA file's ``High_tension_kV``: what HyperSpy itself would show), or
+    the same names among an EMD file's ``microscope`` attributes; and the axis scales with their
+    units (axes 0, 1: scan step in a length unit, its sign kept; axes 2, 3: detector pixel in
+    1/length or mrad / rad). Axes without a recognised unit give nothing."""
+    found = _mapped(signal)
     tem = signal.get("metadata", {}).get("Acquisition_instrument", {}).get("TEM", {})
     microscope = signal.get("original_metadata", {}).get("microscope", {})  # EMD (NCEM) root attributes
     for key, name in (("beam_energy", "energy_kv"), ("convergence_angle", "semiangle_mrad")):
@@ -50,22 +57,60 @@ def calibrations_in(signal: Mapping[str, Any]) -> dict[str, Any]:
                 found[name] = float(where[key])
     axes = sorted(signal.get("axes", []), key=lambda a: a.get("index_in_array", 0))
     if len(axes) == 4:
-        found.update(_axis_pair(axes[:2], _LENGTH, "step_A"))
+        found.update(_axis_pair(axes[:2], _LENGTH, "step_A", signed=True))
         found.update(_axis_pair(axes[2:], _RECIPROCAL, "dk_inv_A"))
         found.update(_axis_pair(axes[2:], _ANGLE, "dk_mrad"))
     return found
 
 
-def _axis_pair(axes: Sequence[Mapping[str, Any]], units: Mapping[str, float], name: str) -> dict[str, Any]:
-    """{name: (y, x) scale in the table's unit} when both axes carry a unit of the table."""
+def _mapped(signal: Mapping[str, Any]) -> dict[str, float]:
+    """Energy / semi-angle from the original metadata through the reader's ``mapping``
+    ({original.path: (hyperspy.path, convert or None)}), as HyperSpy applies it on loading."""
+    found: dict[str, float] = {}
+    for source, (target, convert) in (signal.get("mapping") or {}).items():
+        name = _TEM_KEYS.get(target)
+        value = _lookup(signal.get("original_metadata") or {}, source)
+        try:
+            value = convert(value) if convert is not None and value is not None else value
+        except Exception:  # a foreign value the converter cannot take: not a calibration
+            continue
+        if name and name not in found and _positive(value):
+            found[name] = float(value)
+    return found
+
+
+def _lookup(tree: Mapping[str, Any], dotted: str) -> Any:
+    """The value at ``dotted`` in a nested dict; a space in a key matches ``_`` (HyperSpy's
+    metadata browser renames TIA's ``High tension_kV`` to ``High_tension_kV``)."""
+    for part in dotted.split("."):
+        if not isinstance(tree, Mapping):
+            return None
+        keys = {str(k).replace(" ", "_"): k for k in tree}
+        if part not in keys:
+            return None
+        tree = tree[keys[part]]
+    return tree
+
+
+def _axis_pair(axes: Sequence[Mapping[str, Any]], units: Mapping[str, float], name: str,
+               signed: bool = False) -> dict[str, Any]:
+    """{name: (y, x) scale in the table's unit} when both axes carry a unit of the table;
+    ``signed``: a negative scale is kept (a flipped scan axis), else refused like zero."""
     values = []
     for axis in axes:
         unit = str(axis.get("units") or "").strip().lower().replace(" ", "")
         scale = axis.get("scale")
-        if unit not in units or not _positive(scale):
+        if unit not in units or not _positive(abs(float(scale)) if signed and _finite(scale) else scale):
             return {}
         values.append(float(scale) * units[unit])
     return {name: tuple(values)}
+
+
+def _finite(value: Any) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
 
 
 def _positive(value: Any) -> bool:
@@ -94,23 +139,40 @@ def resolve_calibrations(found: Mapping[str, Any], given: Mapping[str, Any],
             values[name], sources[name] = fitted[name], "from the data (fit)"
     if "dk_inv_A" in values and "dk_mrad" in values and sources["dk_inv_A"] != sources["dk_mrad"]:
         values.pop("dk_mrad" if sources["dk_inv_A"] == "command line" else "dk_inv_A")
-    for name in ("energy_kv", "semiangle_mrad", "step_A"):
-        _require(values, name)
-    if "dk_inv_A" not in values and "dk_mrad" in values:
+    _require_all(values)
+    if "dk_inv_A" not in values:
         lam = wavelength_A(float(values["energy_kv"]))
         values["dk_inv_A"] = tuple(v * 1e-3 / lam for v in _pair(values["dk_mrad"], "--dk-mrad"))
         sources["dk_inv_A"] = f"{sources['dk_mrad']} (mrad, converted at {float(values['energy_kv']):g} kV)"
-    _require(values, "dk_inv_A")
     return Calibrations(energy_kv=_scalar(values["energy_kv"], "--energy-kv"),
                         semiangle_mrad=_scalar(values["semiangle_mrad"], "--semiangle-mrad"),
-                        dk_inv_A=_pair(values["dk_inv_A"], "--dk-inv-a"), step_A=_pair(values["step_A"], "--scan-step-a"),
+                        dk_inv_A=_pair(values["dk_inv_A"], "--dk-inv-a"),
+                        step_A=_signed_step(values["step_A"], sources, found.get("step_A")),
                         sources={k: v for k, v in sources.items() if k != "dk_mrad"})
 
 
-def _require(values: Mapping[str, Any], name: str) -> None:
-    if name not in values:
-        what, flag = FLAGS[name]
-        raise ExperimentalInputError(f"the file's metadata has no {what}; give it with {flag}")
+def _signed_step(value: Any, sources: dict[str, str], in_file: Any) -> tuple[float, float]:
+    """The scan step (y, x): the file's own keeps its sign; a step given on the command line is a
+    length and takes the sign of the file's axis when the file has one (its orientation)."""
+    if sources["step_A"] == "file metadata":
+        return _pair(value, "--scan-step-a", signed=True)
+    step = _pair(value, "--scan-step-a")
+    if in_file is None:
+        return step
+    signs = [math.copysign(1.0, float(v)) for v in _pair(in_file, "the file's scan step", signed=True)]
+    if -1.0 in signs:
+        sources["step_A"] = "command line (sign of the file's axis kept)"
+    return step[0] * signs[0], step[1] * signs[1]
+
+
+def _require_all(values: Mapping[str, Any]) -> None:
+    """Every missing calibration named in one line with its flag, so one run tells all."""
+    have = set(values) | ({"dk_inv_A"} if "dk_mrad" in values else set())
+    missing = [name for name in FLAGS if name not in have]
+    if missing:
+        listed = "; ".join(f"{FLAGS[n][0]} ({FLAGS[n][1]})" for n in missing)
+        raise ExperimentalInputError(f"the file's metadata lacks {len(missing)} calibration(s): {listed}; give "
+                                     f"{'it' if len(missing) == 1 else 'them'} on the command line")
 
 
 def _scalar(value: Any, flag: str) -> float:
@@ -119,10 +181,11 @@ def _scalar(value: Any, flag: str) -> float:
     return float(value)
 
 
-def _pair(value: Any, flag: str) -> tuple[float, float]:
+def _pair(value: Any, flag: str, signed: bool = False) -> tuple[float, float]:
+    """(y, x) from one number or a pair; ``signed``: negative values pass (a file's flipped axis)."""
     arr = np.atleast_1d(np.asarray(value, dtype=np.float64)).ravel()
     arr = np.repeat(arr, 2) if arr.size == 1 else arr
-    if arr.size != 2 or not all(_positive(v) for v in arr):
+    if arr.size != 2 or not all(_positive(abs(v) if signed else v) for v in arr):
         raise ExperimentalInputError(f"{flag} must be one positive number or a (y, x) pair, got {value!r}")
     return float(arr[0]), float(arr[1])
 

@@ -10,8 +10,9 @@ A file must be read from itself only and be complete:
 - Merlin (.mib): whole frames only, and as many as its .hdr announces.
 - Any format: real-valued data without NaN or +-inf (`check_values`, after reading).
 
-(.zspy is zarr, a folder of chunk files: `stage.microscope.read_scan` takes files only, so none reaches
-the reader.) Every refusal is a `MicroscopeFileError` of one line naming the object and why.
+- zarr (.zspy, a folder of chunk files): no symbolic link anywhere inside the folder.
+
+Every refusal is a `MicroscopeFileError` of one line naming the object and why.
 """
 from __future__ import annotations
 
@@ -36,6 +37,18 @@ def check_file(path: Path) -> None:
         check_empad(path)
     elif suffix == ".mib":
         check_mib_size(path)
+    elif suffix == ".zspy":
+        check_zspy_folder(path)
+
+
+def check_zspy_folder(path: Path) -> None:
+    """A .zspy folder (zarr) holds its chunks itself: a symbolic link inside it (to /etc/passwd, or
+    to another scan) would be read as data, so any link is refused."""
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            if os.path.islink(os.path.join(root, name)):
+                raise MicroscopeFileError(f"{path}: {os.path.join(root, name)} is a symbolic link; namsa reads only "
+                                          "the chunks inside the .zspy folder: copy the data into it")
 
 
 # --------------------------------------------------------------------------------------------
@@ -181,8 +194,9 @@ def _check_size(path: Path, expected: int, why: str) -> None:
 # values
 
 
-def check_values(data: np.ndarray, path: str) -> None:
-    """Real-valued intensities without NaN or +-inf; ``data`` is (scan_y, scan_x, ky, kx)."""
+def check_values(data: np.ndarray, path: str, origin: tuple[int, int] = (0, 0)) -> None:
+    """Real-valued intensities without NaN or +-inf; ``data`` is (scan_y, scan_x, ky, kx), a block
+    of the scan starting at scan position ``origin`` (y, x) (the position reported is the scan's)."""
     if data.dtype.kind not in "biuf":
         raise MicroscopeFileError(f"{path}: the 4-D dataset holds {data.dtype} values; namsa needs real-valued "
                                   "intensities (integer or float counts)")
@@ -193,6 +207,7 @@ def check_values(data: np.ndarray, path: str) -> None:
     if count:
         nan = int(np.count_nonzero(np.isnan(data)))
         y, x, ky, kx = (int(i) for i in np.unravel_index(int(np.argmax(bad)), data.shape))
+        y, x = y + origin[0], x + origin[1]
         raise MicroscopeFileError(f"{path}: {count} pixel value(s) are not finite ({nan} NaN, {count - nan} +-inf), "
                                   f"the first at scan position (y={y}, x={x}), detector pixel (ky={ky}, kx={kx}); "
                                   "replace them (e.g. with 0 or their neighbours' mean, as a dead-pixel mask does) "
