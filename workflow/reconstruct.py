@@ -58,24 +58,25 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     from . import reconstruct_maps
 
     scan = ex.as_raw_scan(source)
-    cal, checks, from_data = ex.check_before_inference(scan, calibrations)  # refuses non-CBED, a wrong disc
+    budget = int(memory_gb * 2**30 * BLOCK_SHARE)
+    cal, checks, from_data = ex.check_before_inference(scan, calibrations, budget)  # refuses non-CBED, a wrong disc
     rec = load_reconstructor(model)
     reconstruct_maps.check_map_names(rec.targets)  # the card's targets become file names
     expect = ex.model_expectation(rec.card)
     plan = ex.plan_fit(scan.data.shape, cal, expect)
     grid = ex.tile_grid(plan.shape, expect.scan_shape, expect.target_px)
     recentred = transform is None and from_data.needs_recentring(scan.data.shape[:2])
-    transform = from_data.recentre if recentred else transform
+    transform = from_data.descan_only().recentre if recentred else transform
     with warnings.catch_warnings():  # predict's OutsideTrainingWarning: recorded in the JSON (checks.predict)
         warnings.simplefilter("ignore", ex.OutsideTrainingWarning)
-        stitched, com, scales = _stream(scan, plan, grid, rec, int(memory_gb * 2**30 * BLOCK_SHARE), transform)
+        stitched, com, scales = _stream(scan, plan, grid, rec, budget, transform)
     pixel = (plan.step_A[0] * expect.scan_shape[0] / expect.target_px,
              plan.step_A[1] * expect.scan_shape[1] / expect.target_px)
     maps = dict(zip(rec.targets, stitched))
     maps["icom_potential"] = _icom(com, plan, cal.energy_kv, stitched.shape[1:])
     notes = plan.notes + _tile_notes(plan, grid, scales)
-    notes += ["patterns recentred (descan) and turned to the scan frame from the data's own calibration "
-              "(calibration_from_data)"] if recentred else []
+    notes += ["patterns recentred on the direct beam (the descan plane fitted to the data: "
+              "calibration_from_data)"] if recentred else []
     info = _reconstruct_info(scan.path, model, cal, expect, plan, grid, scales, notes, memory_gb)
     after = ex.check_after_inference(maps, rec.card, checks)
     info.update(checks={"before": checks, "predict": rec.last_report, "after": after},

@@ -23,7 +23,7 @@ convention the model was trained on. Axis order everywhere: (scan_y, scan_x, ky,
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
 import numpy as np
@@ -48,8 +48,6 @@ MAX_SECOND_SPOT = 0.25
 
 #: a direct beam this far (detector px) off the centre at a scan corner is recentred before inference
 RECENTRE_TOL_PX = 0.25
-#: a fitted rotation smaller than this (degrees) is not undone (the fit's own scatter on real data)
-ROTATION_SIGNIFICANT_DEG = 2.0
 
 @dataclass
 class Disc:
@@ -306,18 +304,22 @@ class DataCalibration:
         return out
 
     def needs_recentring(self, scan_shape: tuple[int, int]) -> bool:
-        """Whether `recentre` would change the patterns by more than its own precision: the direct
-        beam off the detector centre by more than RECENTRE_TOL_PX at a corner of the scan, or a
-        rotation / flip fitted with confidence (beyond ROTATION_SIGNIFICANT_DEG and 3 standard
-        errors). Otherwise the patterns go to the model untouched (no interpolation blur)."""
+        """Whether the direct beam sits more than RECENTRE_TOL_PX off the detector centre at a
+        corner of the scan (descan or a mis-centred detector): then `descan_only().recentre` is
+        applied before inference; otherwise the patterns go to the model untouched (no
+        interpolation blur). A fitted rotation or flip is reported, never applied here: a flip the
+        file's metadata states (a negative scan scale) is already undone by reading that axis
+        backwards, and the fit sees the file's own order."""
         ky, kx = self.pattern_shape
         ys = np.array([0.0, 0.0, scan_shape[0] - 1.0, scan_shape[0] - 1.0])
         xs = np.array([0.0, scan_shape[1] - 1.0, 0.0, scan_shape[1] - 1.0])
         off = np.abs(self.descan.at(ys, xs) - np.array([ky // 2, kx // 2], dtype=np.float64))
+        return bool(off.max() > RECENTRE_TOL_PX)
+
+    def descan_only(self) -> "DataCalibration":
+        """This calibration with the rotation left out: `recentre` then only shifts the patterns."""
         r = self.rotation
-        angle = abs((r.angle_deg + 180.0) % 360.0 - 180.0)
-        turned = r.error_deg < 90.0 and (r.flip or angle > max(ROTATION_SIGNIFICANT_DEG, 3.0 * r.error_deg))
-        return bool(off.max() > RECENTRE_TOL_PX) or turned
+        return replace(self, rotation=Rotation(0.0, False, r.curl_fraction, r.error_deg))
 
     def report(self) -> dict[str, Any]:
         """The JSON record: every value with its unit and uncertainty."""

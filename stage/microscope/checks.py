@@ -56,15 +56,17 @@ def _measure(report: dict[str, Any], name: str, value: Any, unit: str, **extra: 
     report["measured"][name] = {"value": value, "unit": unit, **extra}
 
 
-def check_before_inference(scan: Any, given: Mapping[str, Any]) -> tuple[Calibrations, dict[str, Any], Any]:
-    """Checks of ``scan`` (a RawScan) before any inference, and the calibrations to use.
+def check_before_inference(scan: Any, given: Mapping[str, Any],
+                           block_bytes: int = autocal.BLOCK_BYTES) -> tuple[Calibrations, dict[str, Any], Any]:
+    """Checks of ``scan`` (a RawScan) before any inference, and the calibrations to use; the scan
+    is read in blocks of at most ``block_bytes`` (float64), so memory does not grow with the file.
 
     Returns (calibrations, report, DataCalibration). A semi-angle neither given nor in the file
     is taken from the disc (source "from the data (fit)"); a given one must match the disc.
     """
     disc = autocal.find_disc(autocal.subsample(scan.data).mean(axis=0))
     refuse_if_not_cbed(disc, scan.path)
-    scalars = autocal.scan_scalars(scan.data, disc)
+    scalars = autocal.scan_scalars(scan.data, disc, block_bytes)
     calib = autocal.calibrate(scan.data, disc, scalars)
     fitted = _fitted_semiangle(scan.found, given, disc)
     cal = resolve_calibrations(scan.found, given, fitted={"semiangle_mrad": fitted[0]} if fitted else None)
