@@ -171,6 +171,9 @@ CONVENTIONS = {
     "compute_seconds": "wall seconds per sample in this process: network = Reconstructor.predict of a batch "
                        "(normalisation included) / batch size; icom, ptycho, multislice_ptycho = that "
                        "sample's reconstruction (without the one-off py4DSTEM import)",
+    "network_resolution": "a model trained on the hard-cutoff targets of before 2026-11-24 (card code_version "
+                          "without +targets2) is compared at the targets' stated resolution (target_fwhm_A, "
+                          "namsa.targets.to_target_resolution), as ptychography is; a current model as it predicts",
     "dose_sweep": "with evaluation.doses: every sample scored again on Poisson counts at each dose (electrons/"
                   "Angstrom^2 per probe position's area), the same draw for every method; ptychography left out",
     "mean_baseline": "pixel-wise mean of the training-split targets; absent (absent_baselines says why) when "

@@ -10,6 +10,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from namsa.icom import calibration_from_meta
+from namsa.targets import TARGETS_VERSION, to_target_resolution
 
 from . import metrics as M
 from .baselines import icom_baseline, multislice_baseline, ptycho_baseline
@@ -71,7 +72,16 @@ def _predict(stores: Any, indices: list[int], rec: Any,
     out = out.reshape(len(samples), len(rec.targets), *out.shape[-2:])
     names = list(rec.targets)
     for k, (index, sample) in enumerate(zip(indices, samples)):
-        yield index, sample, {t: out[k, names.index(t)] for t in targets}, per_sample
+        yield index, sample, {t: _as_trained(rec, sample.meta, out[k, names.index(t)]) for t in targets}, per_sample
+
+
+def _as_trained(rec: Any, meta: dict, prediction: np.ndarray) -> np.ndarray:
+    """A model trained on the old hard-cutoff targets (`Reconstructor.targets_version` 1) predicts
+    sharper, ringing maps than today's Gaussian targets: they are compared at the targets' stated
+    resolution (`namsa.targets.to_target_resolution`), as ptychography is; a current model as is."""
+    if getattr(rec, "targets_version", TARGETS_VERSION) >= TARGETS_VERSION or not meta.get("target_fwhm_A"):
+        return prediction
+    return to_target_resolution(prediction, meta["fov_A"], float(meta["target_fwhm_A"])).astype(np.float32)
 
 
 class MultisliceQuota:

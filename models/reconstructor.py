@@ -21,7 +21,7 @@ import torch
 from stage.microscope.checks import OutsideTrainingWarning  # noqa: F401  (the category predict warns with)
 
 from . import checkpoint as ckpt
-from .card import CARD_FILE, ModelDirError, inside, read_card_file, validate_card
+from .card import CARD_FILE, ModelDirError, inside, read_card_file, targets_version_of, validate_card
 from .config import Architecture
 from .fcdensenet import FCDenseNet
 from .weights_check import check_header, check_size, expected_tensors
@@ -46,6 +46,12 @@ class Reconstructor:
         #: what the last `predict` measured of its input against the card (stage.microscope.checks)
         self.last_report: dict[str, Any] = {}
         self._warned: set[str] = set()  # each kind of finding is warned once per reconstructor
+
+    @property
+    def targets_version(self) -> int:
+        """`models.card.targets_version_of` this model's card: 1 = trained on the old hard-cutoff
+        targets, compared with today's at the targets' resolution (evaluation.scoring)."""
+        return targets_version_of(self.card)
 
     @property
     def in_channels(self) -> int:
