@@ -336,12 +336,13 @@ def places(tmp_path_factory) -> dict[str, str]:
 
 
 def _bare_scan(path: Path) -> None:
-    """A 4 x 4 scan of 8 px patterns in .hspy without a single calibration (no units, no metadata)."""
+    """A 4 x 4 scan of 8 px CBED patterns (a centred disc) in .hspy without a single calibration
+    (no units, no metadata)."""
     from rsciio.hspy import file_writer
 
     axes = [{"name": n, "size": 4 if i < 2 else 8, "scale": 1.0, "offset": 0.0, "units": "", "navigate": i < 2,
              "index_in_array": i} for i, n in enumerate(("y", "x", "ky", "kx"))]
-    file_writer(str(path), {"data": np.ones((4, 4, 8, 8), np.float32), "axes": axes, "original_metadata": {},
+    file_writer(str(path), {"data": np.ascontiguousarray(disc_scan((4, 4), px=8, radius=2.5)), "axes": axes, "original_metadata": {},
                             "metadata": {"General": {"title": ""}, "Signal": {"signal_type": ""}},
                             "tmp_parameters": {}, "attributes": {"_lazy": False}, "learning_results": {},
                             "models": {}, "package_info": {"name": "namsa-tests", "version": "0"}})
