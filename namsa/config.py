@@ -15,8 +15,10 @@ from .sample import config_hash
 #: specimens need a few hundred; more is a typo that would run for days
 MAX_SLICES = 10_000
 
-#: bump when the simulator's physics changes in a way that changes samples (part of physics_hash)
-PHYSICS_SCHEMA = 1
+#: bump when the simulator's physics changes in a way that changes samples (part of physics_hash, so of
+#: every sample id and store): 2 = the Gaussian targets of stated resolution (namsa.targets, version 2),
+#: so a store written with the old hard-cutoff targets is refused for new samples, never mixed with them
+PHYSICS_SCHEMA = 2
 
 
 class Aberrations(BaseModel):
