@@ -277,7 +277,8 @@ def test_kill_mid_write_leaves_the_earlier_result_and_a_rerun_replaces_it(sample
     now = _tree(out)
     assert "density.npy" not in now and now["potential.npy"] != earlier["potential.npy"]
     assert set(now) == {"potential.npy", "potential.tif", "icom_potential.npy", "icom_potential.tif",
-                        "reconstruction.png", "reconstruction.json", "reconstruction.hspy"}
+                        "reconstruction.png", "reconstruction.json", "reconstruction.hspy",
+                        "reconstruction_py4dstem.h5"}
     assert sorted(_tree_names(tmp_path)) == ["earlier.hspy", "later.hspy", "out"]  # leftovers gone
 
 

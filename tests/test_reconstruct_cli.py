@@ -324,6 +324,20 @@ def test_calibrated_hspy_output_opens_in_hyperspy(sample, tiny_model, tmp_path):
     np.testing.assert_allclose([y.scale, x.scale], info["pixel_size_A"], rtol=1e-9)
 
 
+def test_the_maps_open_in_py4dstem_with_their_pixel_size(sample, tiny_model, tmp_path):
+    py4dstem = pytest.importorskip("py4DSTEM")
+    model_dir, rec = tiny_model
+    path = _write(tmp_path / "scan.hspy", sample)
+    assert _run("reconstruct", path, "--model", model_dir, "--out", tmp_path / "out") == 0
+    image = py4dstem.read(str(tmp_path / "out" / "reconstruction_py4dstem.h5"))
+    info = json.loads((tmp_path / "out" / "reconstruction.json").read_text())
+    np.testing.assert_array_equal(image.data[..., 0], np.load(tmp_path / "out" / f"{rec.targets[0]}.npy"))
+    assert list(image.slicelabels[:2]) == [rec.targets[0], "icom_potential"] or rec.targets[0] in image.slicelabels
+    assert image.calibration.get_R_pixel_units() == "A"
+    assert image.calibration.get_R_pixel_size() == pytest.approx(info["pixel_size_A"][0], rel=1e-9)
+    assert info["py4dstem_file"].startswith("reconstruction_py4dstem.h5: py4DSTEM RealSlice")
+
+
 def test_py4dstem_datacube_in_memory_gives_the_file_s_maps(sample, tiny_model, tmp_path):
     py4dstem = pytest.importorskip("py4DSTEM")
     from workflow.reconstruct import reconstruct

@@ -16,10 +16,14 @@ MAP_UNITS: dict[str, str] = {"potential": "V*Angstrom", "density": "electrons/An
                              "icom_potential": "V*Angstrom (mean undetermined, set to 0)"}
 
 
+#: the maps as py4DSTEM writes them (written when py4DSTEM is installed)
+PY4DSTEM_FILE = "reconstruction_py4dstem.h5"
+
+
 def is_output_name(name: str) -> bool:
     """Whether ``name`` is a file `write_maps` writes (what an earlier reconstruction may have left)."""
     stem, _, ext = name.rpartition(".")
-    return (name in ("reconstruction.png", "reconstruction.json", "reconstruction.hspy")
+    return (name in ("reconstruction.png", "reconstruction.json", "reconstruction.hspy", PY4DSTEM_FILE)
             or (stem in MAP_UNITS and ext in ("npy", "tif")))
 
 
@@ -55,9 +59,12 @@ def write_maps(out_dir: str | Path, maps: Mapping[str, np.ndarray], pixel_A: tup
         written[f"{name}.npy"], written[f"{name}.tif"] = str(out / f"{name}.npy"), str(out / f"{name}.tif")
     written["reconstruction.hspy"] = str(_hspy(out / "reconstruction.hspy", maps, pixel_A))
     written["reconstruction.png"] = str(_figure(out / "reconstruction.png", maps, pixel_A))
+    py4dstem_note = _py4dstem(out / PY4DSTEM_FILE, maps, pixel_A)
+    if (out / PY4DSTEM_FILE).is_file():
+        written[PY4DSTEM_FILE] = str(out / PY4DSTEM_FILE)
     summary = {"maps": {name: {"unit": MAP_UNITS[name], "shape": list(np.shape(m)), "npy": f"{name}.npy",
                                "tif": f"{name}.tif"} for name, m in maps.items()},
-               "pixel_size_A": list(pixel_A), "axes": "[row = y, col = x]", **info}
+               "pixel_size_A": list(pixel_A), "axes": "[row = y, col = x]", "py4dstem_file": py4dstem_note, **info}
     (out / "reconstruction.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
     written["reconstruction.json"] = str(out / "reconstruction.json")
     return written
@@ -84,6 +91,28 @@ def _hspy(path: Path, maps: Mapping[str, np.ndarray], pixel_A: tuple[float, floa
               "package_info": {"name": "namsa", "version": "reconstruct"}}
     file_writer(str(path), signal)
     return path
+
+
+def _py4dstem(path: Path, maps: Mapping[str, np.ndarray], pixel_A: tuple[float, float]) -> str:
+    """All maps as one py4DSTEM RealSlice (y, x, map) with the real-space pixel size in Angstrom,
+    saved by py4DSTEM itself (``py4DSTEM.read`` opens it), when py4DSTEM is installed; returns what
+    was done, for reconstruction.json. py4DSTEM keeps one pixel size: y's, and the note says when
+    x's differs."""
+    try:
+        import py4DSTEM
+    except ImportError:
+        return "not written: py4DSTEM is not installed (pip install -e '.[baselines]')"
+    names = list(maps)
+    data = np.stack([np.asarray(maps[n], dtype=np.float32) for n in names], axis=-1)
+    image = py4DSTEM.RealSlice(data=data, name="namsa_reconstruction", units="; ".join(MAP_UNITS[n] for n in names),
+                               slicelabels=names)
+    image.calibration.set_R_pixel_size(float(pixel_A[0]))
+    image.calibration.set_R_pixel_units("A")
+    py4DSTEM.save(str(path), image)
+    note = f"{path.name}: py4DSTEM RealSlice (y, x, map), maps {names}, R pixel {pixel_A[0]:.6g} A"
+    if not np.isclose(pixel_A[0], pixel_A[1], rtol=1e-6):
+        note += f" (y's; x's pixel is {pixel_A[1]:.6g} A, which py4DSTEM cannot hold beside it)"
+    return note
 
 
 def _figure(path: Path, maps: Mapping[str, np.ndarray], pixel_A: tuple[float, float]) -> Path:
