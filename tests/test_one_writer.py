@@ -292,3 +292,14 @@ def test_a_full_disk_at_store_creation_is_one_line(tmp_path, limit):
     line = one_error_line(proc.stderr)
     assert proc.returncode == 2 and "cannot create store" in line and "the disk is full" in line
     assert "raise the file size limit" in line
+
+
+def test_a_data_directory_of_other_physics_is_refused_before_simulating(tiny_data_dir, tiny_sim_config):
+    """A run whose stores hold samples of other physics (here: another hash, as after namsa's
+    Gaussian targets) is told so up front in one line, instead of failing every sample."""
+    from namsa.errors import UserError
+    from workflow.data_runners import check_same_physics
+
+    check_same_physics(tiny_data_dir, tiny_sim_config.physics_hash())   # the same physics: nothing to say
+    with pytest.raises(UserError, match="holds samples of other physics .* use a new --out, or delete"):
+        check_same_physics(tiny_data_dir, "0" * 64)

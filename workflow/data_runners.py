@@ -104,6 +104,26 @@ def stored_ids(data_dir: str | Path) -> set[str]:
     return ids
 
 
+def check_same_physics(data_dir: str | Path, physics_hash: str) -> None:
+    """Refuse, before any simulation, a data directory whose stores hold samples of other physics
+    (another simulation section, or a namsa whose physics or targets changed since, such as the
+    Gaussian targets of 2026-11-24): new samples could never join those stores."""
+    import stage
+
+    data_dir = Path(data_dir)
+    if not data_dir.exists():
+        return
+    for path in stage.find_stores(data_dir):
+        with stage.open_store(path, allow_empty=True) as reader:
+            found = reader.info.get("config_hash")
+            version = reader.info.get("code_version", "?")
+        if found != physics_hash:
+            raise UserError(f"{data_dir} holds samples of other physics (store {Path(path).name}: config hash "
+                            f"{str(found)[:12]}, written by namsa {version}; this config gives {physics_hash[:12]}): "
+                            f"the simulation section or namsa's physics changed; use a new --out, or delete "
+                            f"{data_dir} to simulate again")
+
+
 def simulate_specs(sim_cfg: "SimulationConfig", data_cfg: "DataConfig", store_dir: str | Path, specs: Sequence[Any],
                    sources: Mapping[str, str], *, progress: bool = True, progress_path: str | Path | None = None,
                    stop: threading.Event = STOP) -> SimulateSummary:

@@ -111,6 +111,7 @@ class Pipeline:
             failures.forget()
         failures.record(plan.failures)
         self.plan = plan
+        data_runners.check_same_physics(self.paths.data, cfg.simulation.physics_hash())
         present = data_runners.stored_ids(self.paths.data)
         missing = [s for s in plan.specs
                    if s.sample_id(cfg.simulation) not in present and s.sample_id(cfg.simulation) not in failures.entries]
