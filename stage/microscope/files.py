@@ -15,6 +15,7 @@ import numpy as np
 from .calibration import calibrations_in
 from .errors import ExperimentalInputError, MicroscopeFileError
 from .safety import check_file, check_values
+from .zspy import read_zspy
 
 #: file extension -> rosettasciio plugin module that reads it (Arina: a ``*_master.h5`` name, see `_module`)
 READERS: dict[str, str] = {".hspy": "rsciio.hspy", ".hdf5": "rsciio.hspy", ".h5": "rsciio.hspy",
@@ -90,7 +91,7 @@ def read_scan(path: str | Path) -> RawScan:
     if _module(path) == "rsciio.arina":  # read with h5py: rsciio's reader loads every frame
         return _read_arina(path)
     check_file(path)  # before rsciio opens it: nothing outside the file is followed
-    signals = _rsciio_read(path)
+    signals = read_zspy(path) if _module(path) == "rsciio.zspy" else _rsciio_read(path)
     four_d = [s for s in signals if len(getattr(s.get("data"), "shape", ())) == 4]
     if not four_d:
         shapes = [tuple(getattr(s.get("data"), "shape", ())) for s in signals]
