@@ -107,6 +107,10 @@ def test_implausible_maps_are_flagged():
     report = checks.check_after_inference(wild, CARD, {"measured": {"dose_e_per_A2": {"value": 1e3}}})
     assert _codes(report) == {"potential-negative", "density-too-large", "dose"}
     assert "trained noise-free" in next(w["message"] for w in report["warnings"] if w["code"] == "dose")
+    # a dose past the noise-free threshold (here the absurd one a quantum of float data implies) is
+    # measured but warns of nothing
+    quiet = checks.check_after_inference(wild, CARD, {"measured": {"dose_e_per_A2": {"value": 5e45}}})
+    assert "dose" not in _codes(quiet)
 
 
 def test_predict_warns_outside_what_the_model_learned(sim):
