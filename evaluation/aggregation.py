@@ -45,6 +45,13 @@ def aggregate(records: list[dict], target: str, cfg: EvaluationConfig) -> dict[s
     return out
 
 
+def headline_of(aggregates: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, float | None]]]:
+    """headline[target][method][metric]: the mean over samples in physical units of every image
+    metric, from `aggregate`'s entries per target (what the closing lines and the card print)."""
+    return {t: {m: {k: v["physical"][k]["value"] for k in IMAGE_METRICS} for m, v in per_target.items()}
+            for t, per_target in aggregates.items()}
+
+
 def class_aggregates(records: list[dict], target: str, cfg: EvaluationConfig) -> dict[str, Any]:
     """by_class[element class][method][units][metric], as `aggregate`, for each element class
     (`scoring.ELEMENT_CLASSES`) that holds samples: what the per-class verdicts are decided on."""

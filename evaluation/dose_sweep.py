@@ -17,7 +17,7 @@ import numpy as np
 
 from stage.dose import add_shot_noise, augmentation_rng, scan_step_area_A2
 
-from .aggregation import IMAGE_METRICS, aggregate, class_aggregates
+from .aggregation import aggregate, class_aggregates, headline_of
 from .config import EvaluationConfig
 from .scoring import score_all
 from .verdict import all_verdicts
@@ -51,8 +51,7 @@ def dose_sweep(cfg: EvaluationConfig, stores: Any, indices: list[int], rec: Any,
         by_class = {t: class_aggregates(records, t, quiet) for t in targets}
         verdicts = all_verdicts(aggregates, intervals=cfg.n_bootstrap > 0, ci_level=cfg.ci_level,
                                 by_class=by_class, absent=absent)
-        headline = {t: {m: {k: v["physical"][k]["value"] for k in IMAGE_METRICS} for m, v in aggregates[t].items()}
-                    for t in targets}
+        headline = headline_of(aggregates)
         sweep.append({"dose_e_per_A2": float(dose), "n_samples": len(records), "headline": headline,
                       "aggregates": aggregates, "verdicts": verdicts})
     return sweep

@@ -19,7 +19,7 @@ from namsa.errors import UserError
 from stage.jsonfile import write_json_atomic
 
 from . import figures, report
-from .aggregation import (IMAGE_METRICS, aggregate, breakdown, class_aggregates, compute_seconds, methods_present,
+from .aggregation import (aggregate, breakdown, class_aggregates, compute_seconds, headline_of, methods_present,
                           network_vs_icom, worst_records)
 from .baselines import mean_training_targets
 from .config import EvaluationConfig
@@ -98,8 +98,7 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
     breakdowns = {t: {key: breakdown(records, t, key, eval_cfg) for key in report.BREAKDOWN_KEYS}
                   for t in targets}
     versus = {t: network_vs_icom(records, t, eval_cfg) for t in targets if eval_cfg.icom and t == "potential"}
-    headline = {t: {m: {k: v["physical"][k]["value"] for k in IMAGE_METRICS} for m, v in aggregates[t].items()}
-                for t in targets}
+    headline = headline_of(aggregates)
     by_class = {t: class_aggregates(records, t, eval_cfg) for t in targets}
     verdicts = all_verdicts(aggregates, intervals=eval_cfg.n_bootstrap > 0, ci_level=eval_cfg.ci_level,
                             by_class=by_class, absent=absent)

@@ -79,7 +79,7 @@ def _as_trained(rec: Any, meta: dict, prediction: np.ndarray) -> np.ndarray:
     """A model trained on the old hard-cutoff targets (`Reconstructor.targets_version` 1) predicts
     sharper, ringing maps than today's Gaussian targets: they are compared at the targets' stated
     resolution (`namsa.targets.to_target_resolution`), as ptychography is; a current model as is."""
-    if getattr(rec, "targets_version", TARGETS_VERSION) >= TARGETS_VERSION or not meta.get("target_fwhm_A"):
+    if rec.targets_version >= TARGETS_VERSION or not meta.get("target_fwhm_A"):
         return prediction
     return to_target_resolution(prediction, meta["fov_A"], float(meta["target_fwhm_A"])).astype(np.float32)
 

@@ -200,7 +200,7 @@ def study_reference(target: str = "potential") -> str | None:
     """One sentence with the full study's held-out result, read from the shipped model card, so that a
     small run (the demo) says where its own numbers stand; None if the package ships no study model."""
     from models import pretrained_card, pretrained_names
-    from models.card import targets_version_of
+    from stage.manifest import targets_version
     from namsa.targets import TARGETS_VERSION
 
     if STUDY_PRETRAINED not in pretrained_names():
@@ -212,7 +212,7 @@ def study_reference(target: str = "potential") -> str | None:
     rel_l2 = {method: scores[method]["physical"]["rel_l2"] for method in ("network", "icom", "mean") if method in scores}
     listed = ", ".join(f"{BASELINE_NAMES.get(m, m).removesuffix(' baseline')} {v['value']:.3f}" for m, v in rel_l2.items())
     materials = len(card["trained_on"]["data"]["materials"]["test"])
-    if targets_version_of(card) < TARGETS_VERSION:
+    if targets_version(card.get("code_version")) < TARGETS_VERSION:
         return (f"For scale, the shipped pretrained:{STUDY_PRETRAINED} came from an earlier study (held-out: new "
                 f"compositions of its training prototypes; scored against the old hard-cutoff targets): {target} "
                 f"relative L2 {listed} on {rel_l2['network']['n']} samples of {materials} materials. Not comparable "

@@ -13,9 +13,8 @@ when it (or a symlink on the way) leaves ``base``.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -293,11 +292,3 @@ def inside(base: str | Path, relpath: str | Path, what: str = "path") -> Path:
 __all__ = ["ModelCard", "ModelDirError", "ArchitectureSpec", "NormalizerSpec", "ExpectsInput", "validate_card",
            "read_card_file", "parse_json_bytes", "inside", "CARD_FILE", "MODEL_FILE", "MAX_CARD_BYTES"]
 
-
-def targets_version_of(card: Mapping[str, Any]) -> int:
-    """The target definition a model was trained on (`namsa.targets.TARGETS_VERSION` of its data,
-    written into the card's ``code_version`` as ``+targets<N>``): 2 = a Gaussian low-pass of stated
-    resolution; 1 (no tag: models trained before 2026-11-24) = a hard Fourier cutoff, whose maps
-    are sharper and ring."""
-    found = re.search(r"\+targets(\d+)", str(card.get("code_version") or ""))
-    return int(found.group(1)) if found else 1

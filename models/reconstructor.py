@@ -21,7 +21,7 @@ import torch
 from stage.microscope.checks import OutsideTrainingWarning  # noqa: F401  (the category predict warns with)
 
 from . import checkpoint as ckpt
-from .card import CARD_FILE, ModelDirError, inside, read_card_file, targets_version_of, validate_card
+from .card import CARD_FILE, ModelDirError, inside, read_card_file, validate_card
 from .config import Architecture
 from .fcdensenet import FCDenseNet
 from .weights_check import check_header, check_size, expected_tensors
@@ -49,9 +49,12 @@ class Reconstructor:
 
     @property
     def targets_version(self) -> int:
-        """`models.card.targets_version_of` this model's card: 1 = trained on the old hard-cutoff
-        targets, compared with today's at the targets' resolution (evaluation.scoring)."""
-        return targets_version_of(self.card)
+        """The targets' data version the card's ``code_version`` names (`stage.manifest.targets_version`):
+        1 = trained on the old hard-cutoff targets, compared with today's at the targets' resolution
+        (evaluation.scoring)."""
+        from stage.manifest import targets_version
+
+        return targets_version(self.card.get("code_version"))
 
     @property
     def in_channels(self) -> int:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import subprocess
 import time
 from importlib import metadata
@@ -42,6 +43,13 @@ def code_version() -> str:
         commit = ""
     local = f"targets{TARGETS_VERSION}" + (f".{commit}" if commit else "")
     return f"{version}+{local}"
+
+
+def targets_version(version: str | None) -> int:
+    """The targets' data version a `code_version` string names (``+targets<N>``); 1 for the code
+    versions written before the tag existed (the hard-cutoff targets, before 2026-11-24)."""
+    found = re.search(r"\+targets(\d+)", str(version or ""))
+    return int(found.group(1)) if found else 1
 
 
 def _json_seal(obj: Any) -> bytes:

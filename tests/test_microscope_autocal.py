@@ -124,3 +124,21 @@ def test_a_flat_field_gives_no_rotation_and_says_so():
 
     cal = _calibrate(disc_scan((8, 8), 32))
     assert (cal.rotation.angle_deg, cal.rotation.error_deg) == (0.0, 180.0)
+
+
+def test_descan_correction_only_where_the_beam_is_off_centre_and_never_turns(sim):
+    """What `namsa reconstruct` applies: nothing to a centred scan; to a descanned one, a shift
+    of every pattern back to the centre, the fitted rotation left out (it is only reported)."""
+    data, _ = sim
+    assert _calibrate(data).descan_correction(data.shape[:2]) is None
+    shifted = np.empty_like(data)
+    for i in range(8):
+        for j in range(8):
+            shifted[i, j] = ndimage.shift(data[i, j], (0.2 * i - 0.8, 0.1 * j), order=1, mode="nearest")
+    cal = _calibrate(np.ascontiguousarray(np.swapaxes(shifted, 2, 3)))   # also a flip the fit sees
+    correct = cal.descan_correction(shifted.shape[:2])
+    assert correct is not None and cal.rotation.flip
+    back = correct(np.swapaxes(shifted, 2, 3), 0, 0)
+    centres = autocal.scan_scalars(back, cal.disc).centre
+    assert np.abs(centres - 16.0).max() < 0.5                            # every beam at the centre
+    assert np.linalg.norm(back - np.swapaxes(data, 2, 3)) / np.linalg.norm(data) < 0.15   # shifted, not turned

@@ -70,8 +70,8 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     expect = ex.model_expectation(rec.card)
     plan = ex.plan_fit(scan.data.shape, cal, expect)
     grid = ex.tile_grid(plan.shape, expect.scan_shape, expect.target_px)
-    recentred = transform is None and from_data.needs_recentring(scan.data.shape[:2])
-    transform = from_data.descan_only().recentre if recentred else transform
+    correction = from_data.descan_correction(scan.data.shape[:2]) if transform is None else None
+    transform = correction or transform
     with warnings.catch_warnings():  # predict's OutsideTrainingWarning: recorded in the JSON (checks.predict)
         warnings.simplefilter("ignore", ex.OutsideTrainingWarning)
         stitched, com, scales = _stream(scan, plan, grid, rec, budget, transform)
@@ -81,7 +81,7 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     maps["icom_potential"] = _icom(com, plan, cal.energy_kv, stitched.shape[1:])
     notes = plan.notes + _tile_notes(plan, grid, scales)
     notes += ["patterns recentred on the direct beam (the descan plane fitted to the data: "
-              "calibration_from_data)"] if recentred else []
+              "calibration_from_data)"] if correction else []
     info = _reconstruct_info(scan.path, model, cal, expect, plan, grid, scales, notes, memory_gb)
     after = ex.check_after_inference(maps, rec.card, checks)
     info.update(checks={"before": checks, "predict": rec.last_report, "after": after},
@@ -96,7 +96,7 @@ def _stream(scan: Any, plan: Any, grid: Any, rec: Any, budget: int,
     """Blocks of tiles read, fitted, normalised per tile, predicted and blended; the centre of
     mass of every fitted pattern gathered on the way. Returns (C, H, W) maps, the (Y, X, 2) CoM
     (1/Angstrom) over the covered scan and the intensity factor of each tile."""
-    from evaluation.baselines.icom import center_of_mass
+    from namsa.icom import center_of_mass
     from stage import microscope as ex
 
     ky, kx = scan.data.shape[2:]
@@ -122,7 +122,7 @@ def _stream(scan: Any, plan: Any, grid: Any, rec: Any, budget: int,
 
 def _icom(com: np.ndarray, plan: Any, energy_kv: float, shape: tuple[int, ...]) -> np.ndarray:
     """The iCoM map (V * Angstrom) from the gathered CoM, on the grid of the model's maps."""
-    from evaluation.baselines.icom import icom_from_com
+    from namsa.icom import icom_from_com
 
     return icom_from_com(com, energy_kv=energy_kv, scan_step_A=plan.step_A, output_shape=shape,
                          periodic=False).astype("float32")

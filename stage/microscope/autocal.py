@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 from scipy import ndimage
@@ -303,23 +303,21 @@ class DataCalibration:
                 out[i, j] = ndimage.affine_transform(block[i, j], inverse, offset=offset, order=1, mode="nearest")
         return out
 
-    def needs_recentring(self, scan_shape: tuple[int, int]) -> bool:
-        """Whether the direct beam sits more than RECENTRE_TOL_PX off the detector centre at a
-        corner of the scan (descan or a mis-centred detector): then `descan_only().recentre` is
-        applied before inference; otherwise the patterns go to the model untouched (no
-        interpolation blur). A fitted rotation or flip is reported, never applied here: a flip the
-        file's metadata states (a negative scan scale) is already undone by reading that axis
-        backwards, and the fit sees the file's own order."""
+    def descan_correction(self, scan_shape: tuple[int, int]) -> Callable[[np.ndarray, int, int], np.ndarray] | None:
+        """The pattern transform the reconstruction applies before inference: `recentre` with the
+        rotation left out when the direct beam sits more than RECENTRE_TOL_PX off the detector
+        centre at a corner of the scan (descan, or a mis-centred detector); None otherwise, so the
+        patterns go to the model untouched (no interpolation blur). A fitted rotation or flip is
+        reported, never applied here: a flip the file's metadata states (a negative scan scale) is
+        already undone by reading that axis backwards, and the fit sees the file's own order."""
         ky, kx = self.pattern_shape
         ys = np.array([0.0, 0.0, scan_shape[0] - 1.0, scan_shape[0] - 1.0])
         xs = np.array([0.0, scan_shape[1] - 1.0, 0.0, scan_shape[1] - 1.0])
         off = np.abs(self.descan.at(ys, xs) - np.array([ky // 2, kx // 2], dtype=np.float64))
-        return bool(off.max() > RECENTRE_TOL_PX)
-
-    def descan_only(self) -> "DataCalibration":
-        """This calibration with the rotation left out: `recentre` then only shifts the patterns."""
+        if off.max() <= RECENTRE_TOL_PX:
+            return None
         r = self.rotation
-        return replace(self, rotation=Rotation(0.0, False, r.curl_fraction, r.error_deg))
+        return replace(self, rotation=Rotation(0.0, False, r.curl_fraction, r.error_deg)).recentre
 
     def report(self) -> dict[str, Any]:
         """The JSON record: every value with its unit and uncertainty."""

@@ -10,3 +10,9 @@ class ExperimentalInputError(UserError):
 
 class MicroscopeFileError(UserError):
     """A microscope file reaches outside itself, is incomplete, or holds unusable values."""
+
+
+def parser_message(exc: BaseException) -> str:
+    """What a foreign parser (rosettasciio, h5py, zarr) said when a file failed inside it, on one
+    line and at most 200 characters, for the one-line refusal that wraps it."""
+    return " ".join(str(exc).split())[:200] or type(exc).__name__

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .calibration import calibrations_in
-from .errors import ExperimentalInputError, MicroscopeFileError
+from .errors import ExperimentalInputError, MicroscopeFileError, parser_message
 from .safety import check_file, check_values
 from .zspy import read_zspy
 
@@ -110,7 +110,7 @@ def _read_arina(path: Path) -> RawScan:
     except MicroscopeFileError:
         raise
     except Exception as exc:  # a damaged or foreign file fails inside h5py in many ways
-        text = " ".join(str(exc).split())[:200] or type(exc).__name__
+        text = parser_message(exc)
         raise ExperimentalInputError(f"{path} could not be read as an Arina master file ({text}); check the file "
                                      "and its data files are complete") from None
     return RawScan(data=LazyScan(frames, str(path)), found=arina_calibrations(path), path=str(path))
@@ -139,6 +139,6 @@ def _rsciio_read(path: Path) -> list[dict[str, Any]]:
     try:
         return list(reader(str(path), lazy=module not in _EAGER))
     except Exception as exc:  # any parser failure of a foreign file is bad input
-        text = " ".join(str(exc).split())[:200] or type(exc).__name__
+        text = parser_message(exc)
         raise ExperimentalInputError(f"{path} could not be read as {module.split('.')[-1]} ({text}); check the "
                                      "file is complete and of that format") from None

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import MicroscopeFileError
+from .errors import MicroscopeFileError, parser_message
 
 HDF5_SUFFIXES = frozenset({".hspy", ".hdf5", ".h5", ".emd"})
 #: EMPAD frames: 128 x 128 float32 pattern rows plus 2 footer rows (rsciio.empad)
@@ -71,7 +71,7 @@ def check_hdf5_self_contained(path: Path) -> None:
     except MicroscopeFileError:
         raise
     except Exception as exc:  # a damaged file fails inside h5py in many ways: all are bad input
-        text = " ".join(str(exc).split())[:160] or type(exc).__name__
+        text = parser_message(exc)
         raise MicroscopeFileError(f"{path}: its HDF5 structure could not be read ({text}); check the file is "
                                   "complete (copy it again)") from None
 
@@ -124,7 +124,7 @@ def check_empad(header: Path) -> None:
     try:
         _, info = _parse_xml(str(header))
     except Exception as exc:  # a foreign header fails in many ways: all are bad input
-        text = " ".join(str(exc).split())[:160] or type(exc).__name__
+        text = parser_message(exc)
         raise MicroscopeFileError(f"{header} could not be read as an EMPAD header ({text}); check the file") from None
     raw = empad_raw_file(header, str(info["raw_filename"]))
     frames = int(info["series_count"]) if "series_count" in info else int(info["scan_y"]) * int(info["scan_x"])

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .errors import ExperimentalInputError
+from .errors import ExperimentalInputError, parser_message
 
 
 def read_zspy(path: Path) -> list[dict[str, Any]]:
@@ -24,10 +24,8 @@ def read_zspy(path: Path) -> list[dict[str, Any]]:
     try:
         experiments = zarr.open_group(str(path), mode="r", zarr_format=2)["Experiments"]
         return [_signal(experiments[name]) for name in sorted(experiments.group_keys())]
-    except ExperimentalInputError:
-        raise
     except Exception as exc:  # a damaged or foreign folder fails inside zarr in many ways
-        text = " ".join(str(exc).split())[:200] or type(exc).__name__
+        text = parser_message(exc)
         raise ExperimentalInputError(f"{path} could not be read as a HyperSpy .zspy folder ({text}); check it is "
                                      "complete (Experiments/<title>/data)") from None
 
