@@ -39,3 +39,4 @@ def test_two_rank_training_and_resume(tiny_data_dir, tmp_path):
     assert [second[r][1]["steps"] for r in (0, 1)] == [8, 8]
     card = json.loads((Path(out) / "model" / "model_card.json").read_text())
     assert card["training"]["world_size"] == 2 and card["training"]["samples_seen"] == 8 * 2 * 2
+    assert card["training"]["gradient_engine"] == "grouped"   # the card says how gradients were reduced

@@ -31,6 +31,7 @@ def card_extra(t: Trainer, source: Path) -> dict[str, Any]:
                          "samples_seen": pos.samples_seen,
                          "skipped_steps": pos.skipped_steps, "wall_s": pos.wall_s,
                          "world_size": t.ctx.world_size, "optimizer": t.cfg.optimizer,
+                         "gradient_engine": t.engine.name if t.ctx.world_size > 1 else "none",
                          "precision": t.cfg.precision, "batch_size_per_rank": t.cfg.batch_size,
                          "exported": "best" if pos.best_step is not None else "final",
                          "checkpoint": source.name, "sustained_tflops": (t.timing.total_ops /
