@@ -177,6 +177,9 @@ class ModelCard(BaseModel):
     expects_input: ExpectsInput | None = None
     trained_on: Provenance | None = None
     held_out_evaluation: Provenance | None = None
+    simulation_config: dict[str, Any] | None = None   # a published card: the physics it was trained at ...
+    data_config: dict[str, Any] | None = None         # ... and how its samples were stored
+    check_samples: Annotated[list[dict[str, Any]], Field(max_length=64)] | None = None   # workflow.pretrained
     name: Annotated[str, Field(max_length=256)] | None = None
     source: Literal["checkpoint"] | None = None
     step: Annotated[int, Field(ge=0)] | None = None

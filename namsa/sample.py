@@ -48,6 +48,20 @@ def sample_id(material_id: str, zone_axis: tuple[int, int, int] | list[int], var
     return f"{material_id}__{u}_{v}_{w}__v{int(variant)}__{config_hash[:12]}"
 
 
+def parse_sample_id(sid: str) -> tuple[str, tuple[int, int, int], int]:
+    """(material_id, zone_axis, variant) of an id made by :func:`sample_id`: what
+    ``simulate_sample(material_id, zone_axis, cfg, variant=variant)`` needs to make that sample again
+    (with the config whose physics hash the id ends in). ValueError for anything else."""
+    try:
+        material_id, axis, variant, digest = sid.rsplit("__", 3)
+        u, v, w = (int(i) for i in axis.split("_"))
+        if not (material_id and variant.startswith("v") and digest):
+            raise ValueError
+        return material_id, (u, v, w), int(variant[1:])
+    except ValueError:
+        raise ValueError(f"{sid!r} is not a sample id (MATERIAL__U_V_W__vN__HASH)") from None
+
+
 def config_hash(payload: dict[str, Any]) -> str:
     """sha256 of a canonical JSON rendering of ``payload`` (sorted keys)."""
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)

@@ -34,6 +34,10 @@ def test_publish_a_run_and_load_it_back(tiny_trained_model, tiny_data_dir, tiny_
     assert card["expects_input"]["scan_shape"] == [8, 8] and card["expects_input"]["energy_kv"] == 200.0
     assert set(card["held_out_evaluation"]["headline"]["potential"]) >= {"network", "mean", "icom"}
     assert absolute_paths(card) == []                           # no paths of the machine it was made on
+    assert card["simulation_config"]["scan_shape"] == [8, 8] and "dose_augmentation" in card["trained_on"]
+    checks = card["check_samples"]   # the thinnest held-out samples of each element class, with their figures
+    assert checks and len(checks) <= 2 * len({c["element_class"] for c in checks})
+    assert all(0 < c["network_rel_l2"]["potential"] < 10 for c in checks)
     rec = models.load_reconstructor(dest)
     cbed = np.asarray(stage.open_stores([tiny_data_dir])[0].cbed, np.float32)
     assert np.array_equal(rec.predict(cbed), models.load_reconstructor(tiny_trained_model.model_dir).predict(cbed))

@@ -53,12 +53,40 @@ def _provenance(config: dict[str, Any], metrics: dict[str, Any]) -> dict[str, An
                                          "target_px", "cell_lateral_A", "thickness_A", "aberrations", "band_limit",
                                          "variations")}
     return {"expects_input": expects,
-            "trained_on": {"config_name": config["name"], "materials": sim["materials"],
-                           "generator": sim["generator"], "zone_axes": sim["zone_axes"],
-                           "max_zone_axes": sim["max_zone_axes"], "variants": sim["variants"],
-                           "data": metrics["data"]},
+            # the whole simulation and data sections: what held-out samples are re-made and stored with
+            "simulation_config": sim, "data_config": config["data"],
+            "check_samples": check_samples(metrics),
+            "trained_on": {"config_name": config["name"], "variants": sim["variants"], "data": metrics["data"],
+                           **_training_distribution(config)},
             "held_out_evaluation": {"split": metrics["config"]["split"], "headline": metrics["headline"],
                                     "aggregates": metrics["aggregates"]}}
+
+
+#: held-out samples per element class whose figures `tests/test_pretrained_figures.py` re-makes from
+#: scratch: the thinnest ones, so re-simulating them takes a minute on a CPU
+CHECK_SAMPLES_PER_CLASS = 2
+
+
+def check_samples(metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """The thinnest held-out samples of each element class, each with the network's per-sample relative
+    L2 per target: re-simulated from its id, the shipped weights must score the same."""
+    chosen: dict[str, list[dict[str, Any]]] = {}
+    for s in sorted(metrics["samples"], key=lambda s: s["thickness_A"]):
+        group = chosen.setdefault(s["element_class"], [])
+        if len(group) < CHECK_SAMPLES_PER_CLASS:
+            group.append({"sample_id": s["sample_id"], "element_class": s["element_class"],
+                          "network_rel_l2": {t: m["network"]["physical"]["rel_l2"] for t, m in s["metrics"].items()}})
+    return [s for group in chosen.values() for s in group]
+
+
+def _training_distribution(config: dict[str, Any]) -> dict[str, Any]:
+    """What the training data spanned besides the microscope: structure sources, thickness, tilt,
+    phonons, and the dose and symmetry augmentation the loader applied."""
+    sim, data = config["simulation"], config["data"]
+    return {"materials": sim["materials"], "generator": sim["generator"], "zone_axes": sim["zone_axes"],
+            "max_zone_axes": sim["max_zone_axes"], "variations": sim["variations"],
+            "split_by": data.get("split_by"), "dose_augmentation": data.get("dose_augmentation"),
+            "symmetry_augmentation": data.get("symmetry_augmentation")}
 
 
 def _portable(card: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,39 @@
+"""The shipped flagship reconstructor against its own card: a few of its held-out samples re-made from
+scratch (simulated from their ids with the card's physics, stored as its data were) and scored by the
+project's evaluator must give the card's per-sample figures. Catches weights, normalisation,
+simulation or scoring drifting away from what the card claims."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_flagship_scores_its_cards_figures_on_re_simulated_held_out_samples(tmp_path):
+    import namsa
+    import stage
+    from evaluation import EvaluationConfig, evaluate
+    from evaluation.verdict import STUDY_PRETRAINED
+    from models import pretrained_card
+    from namsa.sample import parse_sample_id
+
+    card = pretrained_card(STUDY_PRETRAINED)
+    checks = card.get("check_samples")
+    assert checks, f"pretrained:{STUDY_PRETRAINED} has no check_samples: publish it with workflow.pretrained"
+    cfg = namsa.SimulationConfig.model_validate(card["simulation_config"])
+    data_cfg = stage.DataConfig.model_validate(card["data_config"])
+    with stage.StoreWriter(tmp_path / "data" / "store-0", config_hash=cfg.physics_hash(), data_cfg=data_cfg) as writer:
+        for check in checks:
+            material_id, zone_axis, variant = parse_sample_id(check["sample_id"])
+            sample = namsa.simulate_sample(material_id, zone_axis, cfg, variant=variant)
+            assert sample.meta["sample_id"] == check["sample_id"]   # the same physics hash: the same sample
+            writer.put(sample)
+    eval_cfg = EvaluationConfig(split="all", mean_baseline=False, n_bootstrap=0, n_panels=0, worst_k=0)
+    result = evaluate(eval_cfg, data_cfg, [tmp_path / "data"], f"pretrained:{STUDY_PRETRAINED}", tmp_path / "eval")
+    scored = {s["sample_id"]: s for s in json.loads(result.metrics_json.read_text())["samples"]}
+    for check in checks:
+        for target, expected in check["network_rel_l2"].items():
+            got = scored[check["sample_id"]]["metrics"][target]["network"]["physical"]["rel_l2"]
+            assert got == pytest.approx(expected, rel=0.02, abs=2e-3), (check["sample_id"], target)
