@@ -36,6 +36,10 @@ class EvaluationConfig(BaseModel):
                        batch_size, kz_regularization_gamma, convergence}``: multislice
                        ptychography (py4DSTEM) on at most ``max_samples`` samples at least
                        ``min_thickness_A`` thick (the first ones in store order), scored only on those.
+    baseline_cache:    None (default) or a directory where the model-independent ptychography and
+                       multislice-ptychography maps are kept per sample and settings
+                       (`evaluation.baselines.cache`): a second evaluation of the same data, e.g. of
+                       another model, reuses them (their ``seconds`` stay the original compute time).
     mean_baseline:     compute the mean-training-target baseline (needs training samples in the
                        evaluated stores; without them it is absent and the report, the verdicts
                        and metrics.json's ``absent_baselines`` say why).
@@ -67,6 +71,7 @@ class EvaluationConfig(BaseModel):
     ptycho_convergence: ConvergenceRule = Field(default_factory=ConvergenceRule)
     ptycho_batch_size: int = Field(64, ge=1)
     multislice_ptycho: MultisliceSettings | None = None
+    baseline_cache: str | None = None
     mean_baseline: bool = True
     n_panels: int = Field(3, ge=0)
     n_cbed_panels: int = Field(3, ge=0, le=8)

@@ -14,6 +14,7 @@ from namsa.targets import TARGETS_VERSION, to_target_resolution
 
 from . import metrics as M
 from .baselines import icom_baseline, multislice_baseline, ptycho_baseline
+from .baselines.cache import cached
 from .config import EvaluationConfig
 
 METHODS: tuple[str, ...] = ("network", "mean", "icom", "ptycho", "multislice_ptycho")
@@ -117,12 +118,15 @@ def _method_maps(cfg: EvaluationConfig, sample: Any, preds: dict[str, np.ndarray
             t0 = time.perf_counter()
             entry["icom"], entry["icom_fit"] = icom_baseline(sample, truth)
             seconds["icom"] = time.perf_counter() - t0
+        sid = sample.meta["sample_id"]
         if cfg.ptycho and t == "potential":
-            entry["ptycho"], entry["ptycho_fit"] = ptycho_baseline(sample, truth, cfg.ptycho_iterations,
-                                                                   cfg.ptycho_batch_size, cfg.ptycho_convergence)
+            settings = (cfg.ptycho_iterations, cfg.ptycho_batch_size, cfg.ptycho_convergence)
+            entry["ptycho"], entry["ptycho_fit"] = cached(cfg.baseline_cache, "ptycho", sid, settings, lambda: ptycho_baseline(
+                sample, truth, cfg.ptycho_iterations, cfg.ptycho_batch_size, cfg.ptycho_convergence))
             seconds["ptycho"] = entry["ptycho_fit"]["seconds"]
         if multislice and t == "potential":
-            entry["multislice_ptycho"], fit = multislice_baseline(sample, truth, cfg.multislice_ptycho)
+            entry["multislice_ptycho"], fit = cached(cfg.baseline_cache, "multislice_ptycho", sid, cfg.multislice_ptycho,
+                                                     lambda: multislice_baseline(sample, truth, cfg.multislice_ptycho))
             # Marked: this baseline's aggregates cover only the samples it ran on.
             entry["multislice_ptycho_fit"] = {**fit, "subset": _subset_note(cfg)}
             seconds["multislice_ptycho"] = fit["seconds"]

@@ -525,3 +525,23 @@ def test_one_value_panels_and_breakdowns_become_words(evaluated, tmp_path):
         assert (f"<h3>By {title}</h3>" in html) == (len(groups) > 1), key
         if len(groups) == 1:
             assert f"<b>By {html_escape(title)}</b>: all" in html
+
+
+def test_a_second_evaluation_reuses_the_cached_ptychography(tiny_trained_model, tiny_data_dir, tmp_path):  # noqa: F811
+    """evaluation.baseline_cache: the model-independent ptychography of each sample is kept per settings;
+    a second evaluation (of the same or another model) reads it back, other settings compute anew."""
+    import stage
+
+    def run(name: str, **settings) -> list[dict]:
+        cfg = EvaluationConfig(n_bootstrap=0, n_panels=0, worst_k=0, ptycho=True, max_samples=2,
+                               baseline_cache=str(tmp_path / "cache"), **settings)
+        result = evaluate(cfg, stage.DataConfig(), [tiny_data_dir], tiny_trained_model.model_dir, tmp_path / name)
+        return [s["ptycho_fit"] for s in json.loads(result.metrics_json.read_text())["samples"]]
+
+    first, second = run("first"), run("second")
+    assert len(list((tmp_path / "cache" / "ptycho").glob("*.npz"))) == 2
+    assert not any(f.get("cached") for f in first) and all(f["cached"] for f in second)
+    assert [{k: v for k, v in f.items() if k != "cached"} for f in second] == first
+    other = run("other", ptycho_batch_size=16)
+    assert not any(f.get("cached") for f in other)
+    assert len(list((tmp_path / "cache" / "ptycho").glob("*.npz"))) == 4
