@@ -118,20 +118,29 @@ def _method_maps(cfg: EvaluationConfig, sample: Any, preds: dict[str, np.ndarray
             t0 = time.perf_counter()
             entry["icom"], entry["icom_fit"] = icom_baseline(sample, truth)
             seconds["icom"] = time.perf_counter() - t0
-        sid = sample.meta["sample_id"]
-        if cfg.ptycho and t == "potential":
-            settings = (cfg.ptycho_iterations, cfg.ptycho_batch_size, cfg.ptycho_convergence)
-            entry["ptycho"], entry["ptycho_fit"] = cached(cfg.baseline_cache, "ptycho", sid, settings, lambda: ptycho_baseline(
-                sample, truth, cfg.ptycho_iterations, cfg.ptycho_batch_size, cfg.ptycho_convergence))
-            seconds["ptycho"] = entry["ptycho_fit"]["seconds"]
-        if multislice and t == "potential":
-            entry["multislice_ptycho"], fit = cached(cfg.baseline_cache, "multislice_ptycho", sid, cfg.multislice_ptycho,
-                                                     lambda: multislice_baseline(sample, truth, cfg.multislice_ptycho))
-            # Marked: this baseline's aggregates cover only the samples it ran on.
-            entry["multislice_ptycho_fit"] = {**fit, "subset": _subset_note(cfg)}
-            seconds["multislice_ptycho"] = fit["seconds"]
+        if t == "potential":
+            for method, (fitted, fit) in ptychography(cfg, sample, truth, multislice).items():
+                entry[method], entry[f"{method}_fit"] = fitted, fit
+                seconds[method] = fit["seconds"]
         maps[t] = entry
     return maps, seconds
+
+
+def ptychography(cfg: EvaluationConfig, sample: Any, truth: np.ndarray,
+                 multislice: bool) -> dict[str, tuple[np.ndarray, dict[str, Any]]]:
+    """The configured ptychography baselines of one sample's potential: {method: (fitted map, fit)},
+    through ``cfg.baseline_cache`` (they do not depend on the model)."""
+    sid, out = sample.meta["sample_id"], {}
+    if cfg.ptycho:
+        settings = (cfg.ptycho_iterations, cfg.ptycho_batch_size, cfg.ptycho_convergence)
+        out["ptycho"] = cached(cfg.baseline_cache, "ptycho", sid, settings, lambda: ptycho_baseline(
+            sample, truth, cfg.ptycho_iterations, cfg.ptycho_batch_size, cfg.ptycho_convergence))
+    if multislice:
+        fitted, fit = cached(cfg.baseline_cache, "multislice_ptycho", sid, cfg.multislice_ptycho,
+                             lambda: multislice_baseline(sample, truth, cfg.multislice_ptycho))
+        # Marked: this baseline's aggregates cover only the samples it ran on.
+        out["multislice_ptycho"] = (fitted, {**fit, "subset": _subset_note(cfg)})
+    return out
 
 
 def _subset_note(cfg: EvaluationConfig) -> str:

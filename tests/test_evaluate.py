@@ -538,10 +538,24 @@ def test_a_second_evaluation_reuses_the_cached_ptychography(tiny_trained_model, 
         result = evaluate(cfg, stage.DataConfig(), [tiny_data_dir], tiny_trained_model.model_dir, tmp_path / name)
         return [s["ptycho_fit"] for s in json.loads(result.metrics_json.read_text())["samples"]]
 
+    from evaluation.precompute import precompute
+
+    assert precompute(EvaluationConfig(ptycho=True, max_samples=1, baseline_cache=str(tmp_path / "cache")),
+                      [tiny_data_dir]) == 1   # the first sample computed before any model is scored
     first, second = run("first"), run("second")
     assert len(list((tmp_path / "cache" / "ptycho").glob("*.npz"))) == 2
-    assert not any(f.get("cached") for f in first) and all(f["cached"] for f in second)
-    assert [{k: v for k, v in f.items() if k != "cached"} for f in second] == first
+    assert [f.get("cached", False) for f in first] == [True, False] and all(f["cached"] for f in second)
+    assert [{k: v for k, v in f.items() if k != "cached"} for f in second] == \
+        [{k: v for k, v in f.items() if k != "cached"} for f in first]
     other = run("other", ptycho_batch_size=16)
     assert not any(f.get("cached") for f in other)
     assert len(list((tmp_path / "cache" / "ptycho").glob("*.npz"))) == 4
+
+
+def test_precompute_without_a_cache_directory_is_one_line_naming_the_setting(tiny_data_dir, capsys):
+    from workflow.precompute import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["configs/quickstart.yaml", "--data", str(tiny_data_dir), "--set", "evaluation.ptycho=true"])
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and "\n" not in err and "--set evaluation.baseline_cache=DIR" in err

@@ -1,0 +1,38 @@
+"""Compute a split's ptychography baselines into ``evaluation.baseline_cache`` before any model exists
+(they do not depend on it), e.g. while the candidates train; `namsa evaluate` with the same config then
+reads them back instead of iterating again.
+
+    python -m workflow.precompute CONFIG --data DATA [--set KEY=VALUE ...]
+
+Uses the config's evaluation section (split, ptycho settings, multislice_ptycho, max_samples,
+baseline_cache) and picks the multislice subset as `namsa evaluate` does (the first eligible samples
+in store order). Touches no model and scores nothing: running it on the test split reveals no result.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from namsa.errors import UserError
+
+from .config import EvaluationConfig
+from .scoring import MultisliceQuota, ptychography
+
+
+def precompute(cfg: EvaluationConfig, data_dirs: list[str | Path]) -> int:
+    """Fill ``cfg.baseline_cache`` for every sample of ``cfg.split``; returns the number of samples."""
+    from stage import open_stores
+
+    if cfg.baseline_cache is None:
+        raise UserError("evaluation.baseline_cache is not set: name the directory to fill (--set evaluation.baseline_cache=DIR)")
+    quota = MultisliceQuota(cfg)
+    with open_stores(data_dirs) as stores:
+        indices = stores.indices(cfg.split_filter())[: cfg.max_samples]
+        for n, index in enumerate(indices, 1):
+            sample = stores[index]
+            started = time.perf_counter()
+            ptychography(cfg, sample, np.asarray(sample.potential, np.float32), quota.take(sample.meta))
+            print(f"{n}/{len(indices)} {sample.meta['sample_id']}: {time.perf_counter() - started:.1f} s", flush=True)
+    return len(indices)
