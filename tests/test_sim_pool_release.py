@@ -39,19 +39,19 @@ def _fake_cupy(monkeypatch, data_dir: Path) -> list:
     return calls
 
 
-def _task(cfg, store_dir: Path, n: int) -> dict:
+def _task(cfg, store_dir: Path, n: int, progress: Path) -> dict:
     """simulate_app's own function (what a Parsl worker runs), called in this process."""
     planned = data_runners.plan(cfg)
     keys = [data_runners.spec_key(s) for s in planned.specs[:n]]
     return simulate_app.func(cfg.simulation.model_dump(mode="json"), cfg.data.model_dump(mode="json"),
-                             str(store_dir), keys, dict(planned.sources), str(store_dir.parent / "progress.json"))
+                             str(store_dir), keys, dict(planned.sources), str(progress))
 
 
 def test_the_pools_are_released_when_the_simulation_task_ends(tmp_path, monkeypatch):
     cfg = load_config(MICRO, [])
     data_dir = tmp_path / "data"
     calls = _fake_cupy(monkeypatch, data_dir)
-    summary = _task(cfg, data_dir / "store-000", 1)
+    summary = _task(cfg, data_dir / "store-000", 1, tmp_path / "progress.json")
     assert summary["written"] == 1, summary["failed"]
     assert calls == [("device", 1), ("pinned", 1)]  # once, after the sample was stored
 
@@ -61,7 +61,7 @@ def test_the_pools_are_released_when_the_task_fails(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("a regular file: no store can be made below it (NotADirectoryError)")
     calls = _fake_cupy(monkeypatch, tmp_path / "none")
-    out = _task(cfg, blocker / "store-000", 1)  # the store cannot be made: the task fails
+    out = _task(cfg, blocker / "store-000", 1, tmp_path / "progress.json")  # the store cannot be made: the task fails
     with pytest.raises(stage.StoreError, match="Not a directory"):  # Parsl's wrapper holds the exception
         out.reraise()
     assert [name for name, _ in calls] == ["device", "pinned"]
