@@ -47,8 +47,8 @@ class CudaEventGuard:
         if device.type != "cuda":
             return  # a copy to the CPU is synchronous
         with torch.cuda.device(device):
-            if self.event is None:
-                self.event = torch.cuda.Event()
+            if self.event is None:  # blocking: a waiting reader thread sleeps instead of spinning a core
+                self.event = torch.cuda.Event(blocking=True)
             self.event.record(torch.cuda.current_stream(device))
 
     def wait(self) -> None:
