@@ -2,8 +2,9 @@
 each printed as a ratio against a dense matmul peak measured in the same run.
 
 GPU (default when CUDA is available): the ``paper`` preset at 256^2 and 512^2 inputs and ``small``,
-bf16 autocast, channels_last, with and without torch.compile; reference = a large dense bf16
-matmul (the device's achievable peak). Also reports peak memory and (``--max-batch``) the largest
+bf16 autocast, channels_last, eager (``--compile`` adds the torch.compile cases: their first
+step compiles for minutes); reference = a large dense bf16 matmul measured first in the same run
+(the device's achievable peak). Also reports peak memory and (``--max-batch``) the largest
 batch that fits, with and without activation checkpointing.
 CPU: the ``tiny`` and ``small`` presets in fp32; reference = a dense fp32 matmul.
 
@@ -15,6 +16,7 @@ optimiser, not the input pipeline; bench_io.py covers data). Ops per step = 3 x 
     python benchmarks/bench_train.py                       # picks cuda if available, else cpu
     python benchmarks/bench_train.py --device cpu --threads 1
     python benchmarks/bench_train.py --device cuda --max-batch
+    python -u benchmarks/bench_train.py --device cuda --presets paper   # scripts/gpu_checks.sh
 """
 from __future__ import annotations
 
@@ -135,13 +137,14 @@ def largest_batch(case: Case, device: torch.device, limit: int = 4096) -> int:
     return lo
 
 
-def gpu_cases(batch: int) -> list[Case]:
+def gpu_cases(batch: int, compile_too: bool = False, presets: tuple[str, ...] = ("paper", "small")) -> list[Case]:
+    """bf16 channels_last cases of ``presets``: eager, and compiled as well with ``compile_too``."""
     cases = []
-    for compile_ in (False, True):
+    for compile_ in (False, True) if compile_too else (False,):
         cases += [Case("paper", 1024, 256, batch, "bf16", True, compile_),
                   Case("paper", 1024, 512, max(1, batch // 4), "bf16", True, compile_),
                   Case("small", 1024, 256, batch * 4, "bf16", True, compile_)]
-    return cases
+    return [c for c in cases if c.preset in presets]
 
 
 def cpu_cases() -> list[Case]:
@@ -156,7 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--batch", type=int, default=4, help="GPU: paper batch at 256^2 (512^2 uses batch/4)")
     ap.add_argument("--max-batch", action="store_true", help="GPU: also search the largest batch that fits")
-    ap.add_argument("--no-compile", action="store_true", help="GPU: skip the torch.compile cases")
+    ap.add_argument("--compile", action="store_true", help="GPU: also the torch.compile cases (minutes to compile)")
+    ap.add_argument("--presets", nargs="+", choices=("paper", "small"), default=["paper", "small"],
+                    help="GPU: the presets to measure")
     ap.add_argument("--threads", type=int, default=None, help="CPU: intra-op threads (default: torch's)")
     ap.add_argument("--json", default=None, help="also write the results to this JSON file")
     args = ap.parse_args(argv)
@@ -170,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.backends.cudnn.benchmark = True
         peak = matmul_peak_tflops(device, torch.bfloat16, 8192, 10)
         peak_name = "dense bf16 matmul 8192^3"
-        cases = [c for c in gpu_cases(args.batch) if not (args.no_compile and c.compile)]
+        cases = gpu_cases(args.batch, args.compile, tuple(args.presets))
         steps = args.steps or 10
         name = torch.cuda.get_device_name(device)
     else:
@@ -179,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         cases = cpu_cases()
         steps = args.steps or 5
         name = f"{platform.processor() or platform.machine()} x{torch.get_num_threads()} threads"
-    print(f"device: {name}; reference peak ({peak_name}): {peak:.3f} TFLOP/s")
+    print(f"device: {name}; reference peak ({peak_name}): {peak:.3f} TFLOP/s", flush=True)
     results = []
     for case in cases:
         res = bench_case(case, device, steps, args.warmup)
@@ -189,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{case.preset:5s} S={case.in_channels} {case.px}^2 batch {case.batch} {case.precision}"
               f"{' channels_last' if case.channels_last else ''}{' compiled' if case.compile else ''}: "
               f"{res.samples_per_s:.3g} samples/s, {res.tflops:.4g} TFLOP/s sustained = "
-              f"{100 * res.ratio_to_peak:.1f}% of the measured peak ({res.params:,} params{mem})")
+              f"{100 * res.ratio_to_peak:.1f}% of the measured peak ({res.params:,} params{mem})", flush=True)
     if device.type == "cuda" and args.max_batch:
         for case in [c for c in cases if not c.compile]:
             for ckpt in (False, True):

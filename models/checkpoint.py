@@ -124,26 +124,57 @@ def _unb64(text: str) -> torch.Tensor:
     return torch.from_numpy(np.frombuffer(base64.b64decode(text), dtype=np.uint8).copy())
 
 
-def rng_state() -> dict[str, Any]:
-    """torch (CPU and CUDA), numpy and python RNG states as JSON-safe values."""
+def rng_state(device: torch.device | None = None) -> dict[str, Any]:
+    """torch (CPU and, on a GPU, the CUDA generator of ``device`` only), numpy and python RNG states
+    as JSON-safe values. ``device`` is the rank's training device (default: the current CUDA device
+    once CUDA is in use); the other visible GPUs are not this rank's and are not saved, so the state
+    does not depend on how many GPUs the job sees."""
     np_state = np.random.get_state()
     py_state = random.getstate()
     state = {"torch": _b64(torch.get_rng_state()),
              "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])],
              "python": [py_state[0], list(py_state[1]), py_state[2]]}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = [_b64(s) for s in torch.cuda.get_rng_state_all()]
+    cuda = _rank_cuda_device(device)
+    if cuda is not None:
+        state["cuda_device"] = _b64(torch.cuda.get_rng_state(cuda))
     return state
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
+def set_rng_state(state: dict[str, Any], device: torch.device | None = None) -> None:
+    """Restore `rng_state`'s ``state``; its CUDA generator goes onto ``device`` (the rank's
+    training device, default as in `rng_state`). A checkpoint written before per-device states
+    (``"cuda"``: one state per GPU that job saw) gives the entry of ``device``'s index when it has
+    one; otherwise the CUDA stream restarts from its seed."""
     torch.set_rng_state(_unb64(state["torch"]))
     kind, keys, pos, has_gauss, cached = state["numpy"]
     np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
     version, internal, gauss_next = state["python"]
     random.setstate((version, tuple(internal), gauss_next))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([_unb64(s) for s in state["cuda"]])
+    cuda = _rank_cuda_device(device)
+    saved = _saved_cuda_state(state, cuda)
+    if cuda is not None and saved is not None:
+        torch.cuda.set_rng_state(_unb64(saved), cuda)
+
+
+def _rank_cuda_device(device: torch.device | None) -> torch.device | None:
+    """The CUDA device whose generator this rank uses, or None on the CPU."""
+    if device is not None:
+        return device if device.type == "cuda" and torch.cuda.is_available() else None
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return torch.device("cuda", torch.cuda.current_device())
+    return None
+
+
+def _saved_cuda_state(state: dict[str, Any], cuda: torch.device | None) -> str | None:
+    """The saved CUDA generator state for ``cuda``: the per-device entry, or the old list's entry
+    at the device's index (the old format saved every visible GPU, index = device ordinal)."""
+    if cuda is None:
+        return None
+    if "cuda_device" in state:
+        return state["cuda_device"]
+    per_gpu = state.get("cuda") or []
+    index = cuda.index if cuda.index is not None else torch.cuda.current_device()
+    return per_gpu[index] if index < len(per_gpu) else None
 
 
 # ----------------------------------------------------------------------------- optimiser state

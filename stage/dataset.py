@@ -190,6 +190,10 @@ def batch_to_device(batch: dict[str, Any], device: torch.device | str, normalize
     fp16 cbed batch (``SampleDataset(raw_cbed=True)``, recognised by its ``cbed_scale``) is
     transformed on the device; already normalised batches are only moved."""
     out = {k: (v.to(device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in batch.items()}
+    # a thread-loader batch: its ring slot may be refilled only once these copies have run
+    guard = getattr(batch, "ring_guard", None)
+    if guard is not None:
+        guard.record(device)
     if normalizer is not None and "cbed_scale" in batch:
         out["cbed"] = normalizer.cbed(out["cbed"], stored_scale=float(batch["cbed_scale"][0]))
     return out

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from .dataset import SampleDataset
+from .ringguard import SlotGuard, slot_guard
 from .sampler import ShardedBatchSampler
 
 
@@ -27,14 +28,17 @@ class ThreadLoader:
 
     Lifetime of a batch: its tensors are views of a ring slot that is refilled ``prefetch + 2``
     batches later, i.e. while the next batch is being fetched. Holding batch k while fetching
-    batch k+1 is safe (the ring depth guarantees it; a non-blocking copy to the GPU of batch k
-    has completed by then); a consumer that keeps batches longer must ``clone()`` them.
+    batch k+1 is safe (the ring depth guarantees it); a consumer that keeps batches longer must
+    ``clone()`` them. A non-blocking copy to the GPU may still be reading the slot when the host
+    moves on: each slot has a guard (`stage.ringguard`, a CUDA event for a pinned ring) that
+    `stage.dataset.batch_to_device` records after enqueueing the copies and that the reader waits
+    on before refilling the slot, so no training-step synchronisation is relied on.
     Starting a new iteration ends the previous one (its pending reads are cancelled or finished
     first), like a DataLoader.
     """
 
     def __init__(self, dataset: SampleDataset, batch_sampler: ShardedBatchSampler, *, threads: int,
-                 prefetch: int, pin_memory: bool):
+                 prefetch: int, pin_memory: bool, guard_factory: Callable[[], SlotGuard] | None = None):
         self.dataset = dataset
         self.batch_sampler = batch_sampler
         self.threads = max(0, int(threads))
@@ -42,6 +46,8 @@ class ThreadLoader:
         self.depth = self.prefetch + 2
         self.pin_memory = pin_memory
         self.ring: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.guards: list[SlotGuard] = []  # one per ring slot, see `stage.ringguard`
+        self._guard_factory = guard_factory or (lambda: slot_guard(pin_memory))
         self._executor: ThreadPoolExecutor | None = None
         self._active: _RingIterator | None = None
 
@@ -71,6 +77,7 @@ class ThreadLoader:
             for _ in range(self.depth):
                 self.ring.append((torch.empty((b, *ds.cbed_shape), dtype=dtype, pin_memory=self.pin_memory),
                                   torch.empty((b, *ds.target_shape), dtype=torch.float32, pin_memory=self.pin_memory)))
+                self.guards.append(self._guard_factory())
         if self.threads and self._executor is None:
             self._executor = ThreadPoolExecutor(self.threads, thread_name_prefix="stage-reader")
         for reader in self.dataset.stores.readers:
@@ -93,6 +100,13 @@ class ThreadLoader:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
 
+class RingBatch(dict):
+    """A batch over a ring slot: the dict `collate_samples` gives, plus the slot's guard, which
+    the consumer records once the copies out of the slot are enqueued (`batch_to_device`)."""
+
+    ring_guard: SlotGuard
+
+
 class _RingIterator:
     """One epoch of a `ThreadLoader`: batch b is read into ring slot b % depth."""
 
@@ -109,11 +123,19 @@ class _RingIterator:
         cbed, target = self.loader.ring[b % self.loader.depth]
         return cbed.numpy(), target.numpy()
 
+    def _guard(self, b: int) -> SlotGuard:
+        return self.loader.guards[b % self.loader.depth]
+
+    def _fill(self, guard: SlotGuard, idx: int, cbed: np.ndarray, target: np.ndarray) -> None:
+        """Reader task: wait until the GPU has copied the slot's previous batch, then read into it."""
+        guard.wait()
+        self.loader.dataset.read_into(idx, cbed, target)
+
     def _submit(self) -> None:
         cbed, target = self._slot(self.submitted)
-        read = self.loader.dataset.read_into
+        guard = self._guard(self.submitted)
         executor = self.loader._executor
-        self.pending.append([executor.submit(read, idx, cbed[i], target[i])
+        self.pending.append([executor.submit(self._fill, guard, idx, cbed[i], target[i])
                              for i, idx in enumerate(self.batches[self.submitted])])
         self.submitted += 1
 
@@ -134,19 +156,20 @@ class _RingIterator:
             else:
                 cbed, target = self._slot(b)
                 for i, idx in enumerate(self.batches[b]):
-                    self.loader.dataset.read_into(idx, cbed[i], target[i])
+                    self._fill(self._guard(b), idx, cbed[i], target[i])
         except BaseException:
             self.close()
             raise
         self.delivered += 1
         return self._batch(b)
 
-    def _batch(self, b: int) -> dict[str, Any]:
+    def _batch(self, b: int) -> RingBatch:
         """The batch dict of `collate_samples` (same keys, dtypes and shapes) over the ring slot."""
         indices = self.batches[b]
         n = len(indices)
         cbed, target = self.loader.ring[b % self.loader.depth]
-        batch = {"cbed": cbed[:n], "target": target[:n], "index": torch.tensor(indices)}
+        batch = RingBatch({"cbed": cbed[:n], "target": target[:n], "index": torch.tensor(indices)})
+        batch.ring_guard = self._guard(b)
         ds = self.loader.dataset
         if ds.raw_cbed:
             # default_collate turns python floats into float64; a batch of one goes through torch.tensor

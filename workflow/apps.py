@@ -28,8 +28,12 @@ def simulate_app(simulation: dict, data: dict, store_dir: str, spec_keys: list, 
     from workflow import data_runners
 
     specs = [data_runners.spec_from_key(k) for k in spec_keys]
-    summary = data_runners.simulate_specs(SimulationConfig.model_validate(simulation), DataConfig.model_validate(data),
-                                          store_dir, specs, sources, progress=False, progress_path=progress_path)
+    try:
+        summary = data_runners.simulate_specs(SimulationConfig.model_validate(simulation),
+                                              DataConfig.model_validate(data), store_dir, specs, sources,
+                                              progress=False, progress_path=progress_path)
+    finally:  # the worker lives on; training may start next on the same GPUs
+        data_runners.release_device_pools()
     return {**summary.to_dict(), "entered_at": entered_at}
 
 

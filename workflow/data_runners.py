@@ -6,6 +6,7 @@ the Parsl driver stay light.
 """
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -156,6 +157,18 @@ def simulate_specs(sim_cfg: "SimulationConfig", data_cfg: "DataConfig", store_di
     if progress_path is not None:
         write_summary_json(progress_path, summary.to_dict())
     return summary
+
+
+def release_device_pools() -> None:
+    """Give the GPU memory cupy keeps cached in this process back to the driver (its default
+    device pool and its pinned host pool). A Parsl worker outlives its simulation task, and a
+    training job that starts next on the same GPUs would otherwise find that memory taken. A
+    no-op where cupy was never imported (a CPU simulation never touches it)."""
+    cupy = sys.modules.get("cupy")
+    if cupy is None:
+        return
+    cupy.get_default_memory_pool().free_all_blocks()
+    cupy.get_default_pinned_memory_pool().free_all_blocks()
 
 
 #: how many other names (store-000-1, store-000-2, ...) a writer tries when its store is busy

@@ -106,7 +106,7 @@ def restore(t: Trainer) -> None:
     t.pos = Position(**state["position"])
     rngs = state["rng"]
     if len(rngs) == t.ctx.world_size:
-        ckpt.set_rng_state(rngs[t.ctx.rank])
+        ckpt.set_rng_state(rngs[t.ctx.rank], t.device)
     else:
         t.ctx.notice(f"checkpoint {path.name} has RNG states of {len(rngs)} ranks, this job has "
                      f"{t.ctx.world_size}: the dropout streams restart (not an exact continuation)")
@@ -139,7 +139,8 @@ def save_checkpoint(t: Trainer) -> None:
     """Rank 0 writes (atomically), every rank waits; RNG states of all ranks are kept."""
     from models.distributed.launch import all_gather_objects
 
-    rngs = all_gather_objects(t.ctx, ckpt.rng_state()) if t.ctx.world_size > 1 else [ckpt.rng_state()]
+    own = ckpt.rng_state(t.device)  # this rank's CUDA generator only, whatever else the node has
+    rngs = all_gather_objects(t.ctx, own) if t.ctx.world_size > 1 else [own]
     if t.ctx.is_main:
         last = ckpt.list_checkpoints(t.ckpt_dir)
         if not (last and last[-1].name == ckpt.step_dir_name(t.pos.step)):
