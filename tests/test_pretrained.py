@@ -95,13 +95,20 @@ def test_unknown_pretrained_name_lists_the_shipped_ones():
         models.load_reconstructor("pretrained:nope")
 
 
-def test_a_model_trained_on_the_old_targets_is_compared_at_the_targets_resolution(tiny_trained_model):  # noqa: F811
-    """The shipped study-scan predates the Gaussian targets (its card has no +targets2): the
+def test_a_model_trained_on_the_old_targets_is_compared_at_the_targets_resolution(tiny_trained_model, tmp_path):  # noqa: F811
+    """A model whose card predates the Gaussian targets (its code_version has no +targets2 tag): the
     evaluation brings its maps to the targets' resolution; a model trained now is scored as it predicts."""
+    import shutil
+
     from evaluation.scoring import _as_trained
     from namsa.targets import TARGETS_VERSION
 
-    old, new = models.load_reconstructor("pretrained:study-scan"), models.load_reconstructor(tiny_trained_model.model_dir)
+    shutil.copytree(tiny_trained_model.model_dir, tmp_path / "old")
+    card_path = tmp_path / "old" / "model_card.json"
+    card = json.loads(card_path.read_text())
+    card["code_version"] = card["code_version"].split("+")[0]   # as written before the targets changed
+    card_path.write_text(json.dumps(card))
+    old, new = models.load_reconstructor(tmp_path / "old"), models.load_reconstructor(tiny_trained_model.model_dir)
     assert old.targets_version == 1 and new.targets_version == TARGETS_VERSION == 2
     rng = np.random.default_rng(0)
     pred = rng.random((32, 32)).astype(np.float32)
