@@ -83,15 +83,16 @@ def balanced_batch(n_positions: int, max_batch: int, threads: int) -> int:
 
 def run_multislice(probe_k: np.ndarray, positions_A: np.ndarray, sampling: tuple[float, float],
                    transmissions: Any, propagators: list[Any], final_mask: Any, backend: Backend,
-                   batch_size: int, reducer: Callable[[np.ndarray], np.ndarray],
-                   threads: int = 1) -> list[np.ndarray]:
+                   batch_size: int, reducer: Callable[[Any], Any],
+                   threads: int = 1, device_reducer: bool = False) -> list[np.ndarray]:
     """Exit-wave intensities for every position, passed batch by batch through ``reducer``.
 
     probe_k: (ny, nx) complex probe at the origin (FFT order, sum |Psi|^2 = ny nx).
     positions_A: (n, 2) probe positions [y, x] (Angstrom). transmissions: (n_slices, ny, nx) on the
     backend; propagators: per slice (the last one is not used; ``final_mask`` band-limits the exit).
-    reducer: maps (b, ny, nx) float32 intensities (FFT order, numpy) to what is kept per batch.
-    Returns the list of reducer outputs in position order.
+    reducer: maps (b, ny, nx) float32 intensities (FFT order) to what is kept per batch: a numpy
+    array, or with ``device_reducer`` an array on the backend (the reduction then runs on the device
+    and only its result is copied home). Returns the list of reducer outputs (numpy) in position order.
     """
     gpts = probe_k.shape
     xp = backend.xp
@@ -130,7 +131,7 @@ def run_multislice(probe_k: np.ndarray, positions_A: np.ndarray, sampling: tuple
         intensity = exit_k.real ** 2
         intensity += exit_k.imag ** 2
         intensity *= inv_n
-        return reducer(backend.asnumpy(intensity))
+        return backend.reduce(intensity, reducer, device_reducer)
 
     starts = range(0, len(positions_A), batch_size)
     if threads <= 1 or backend.xp is not np or len(starts) == 1:

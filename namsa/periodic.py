@@ -93,12 +93,14 @@ class PeriodicSimulation:
     n_beams: int
     transmission_loss: float
 
-    def run(self, positions_A: np.ndarray, reducer, threads: int = 1, batch: int = 128) -> list:
-        """Reducer outputs for batches of probe positions [y, x] (Angstrom), in order."""
+    def run(self, positions_A: np.ndarray, reducer, threads: int = 1, batch: int = 128,
+            device_reducer: bool = False) -> list:
+        """Reducer outputs for batches of probe positions [y, x] (Angstrom), in order (see
+        :func:`namsa.multislice.run_multislice` for ``device_reducer``)."""
         starts = range(0, len(positions_A), batch)
 
         def one(start: int):
-            return reducer(self.intensities(positions_A[start:start + batch]))
+            return self.backend.reduce(self.intensities(positions_A[start:start + batch]), reducer, device_reducer)
 
         if threads > 1 and self.backend.xp is np and len(starts) > 1:
             with ThreadPoolExecutor(max_workers=threads) as pool:
@@ -106,7 +108,7 @@ class PeriodicSimulation:
         return [one(s) for s in starts]
 
     def intensities(self, positions_A: np.ndarray) -> np.ndarray:
-        """(b, ny, nx) float32 intensities in FFT order for probe positions [y, x] (Angstrom)."""
+        """(b, ny, nx) float32 intensities in FFT order, on the backend, for probe positions [y, x] (Angstrom)."""
         xp = self.backend.xp
         pos = np.asarray(positions_A, float).reshape(-1, 2)
         n_pixels = self.gpts[0] * self.gpts[1]
@@ -115,7 +117,7 @@ class PeriodicSimulation:
             phase = np.exp(-2j * np.pi * (pos @ cls.beam_k.T)) * cls.beam_amp[None, :]
             waves = self.backend.asarray(phase.astype(np.complex64)) @ cls.exit
             out[:, cls.target] = (waves.real ** 2 + waves.imag ** 2) * np.float32(1.0 / n_pixels)
-        return self.backend.asnumpy(out).reshape(len(pos), *self.gpts)
+        return out.reshape(len(pos), *self.gpts)
 
 
 def tile_grid_for(cell_A, tiling, cutoff: float, gpts: tuple[int, int] | None = None) -> Grid:
