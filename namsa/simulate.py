@@ -149,16 +149,18 @@ def _configuration_mean(configurations: list, cfg: SimulationConfig, positions: 
                                  sampling_A=cfg.sampling_A, gpts=cfg.gpts, slice_thickness_A=cfg.slice_thickness_A,
                                  aberrations=aberrations, band_limit=cfg.band_limit, tilt_mrad=tilt,
                                  device=cfg.device, memory_budget_gb=cfg.memory_budget_gb, workers=cfg.workers,
-                                 n_positions=len(positions))
-        reducer, dk_out = pattern_rebinner(sim.grid, cfg.band_limit, cfg.pattern_px)
+                                 n_positions=len(positions), fft_friendly_grid=cfg.fft_friendly_grid)
+        # rebinning and the kept-sum run where the intensities are (the GPU on CUDA): only the
+        # (b, P, P) patterns and b sums come home
+        reducer, dk_out = pattern_rebinner(sim.grid, cfg.band_limit, cfg.pattern_px, sim.backend)
 
-        def reduce_and_count(intensity: np.ndarray) -> np.ndarray:
-            kept.append(intensity.sum(axis=(-2, -1)))
+        def reduce_and_count(intensity):
+            kept.append(sim.backend.asnumpy(intensity.sum(axis=(-2, -1))))
             return reducer(intensity)
 
         # float64 sums: float32 -> float64 -> / 1 -> float32 is exact, so one configuration is unchanged
         fwhm = target_fwhm_A(sim.grid, fov, cfg.target_px, cfg.energy_kv, cfg.semiangle_mrad)
-        parts = (np.concatenate(sim.run(positions, reduce_and_count), axis=0).astype(np.float32),
+        parts = (np.concatenate(sim.run(positions, reduce_and_count, device_reducer=True), axis=0).astype(np.float32),
                  projected_potential_map(sim.potential, fov, cfg.target_px, fwhm),
                  projected_density_map(sim.potential, fov, cfg.target_px, fwhm))
         sums = [p.astype(np.float64) + (sums[i] if sums else 0.0) for i, p in enumerate(parts)]

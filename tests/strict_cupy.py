@@ -187,11 +187,16 @@ def _numpy_fft_module() -> types.ModuleType:
 
 
 class _Device:
-    """cupy.cuda.Device: one 16 GiB 'device' with 12 GiB free."""
+    """cupy.cuda.Device: a 16 GiB 'device' with ``free_bytes`` free (a test may change it)."""
+
+    free_bytes = 12 << 30
 
     def __init__(self, index: int = 0):
         self.id = index
-        self.mem_info = (12 << 30, 16 << 30)
+
+    @property
+    def mem_info(self) -> tuple[int, int]:
+        return (self.free_bytes, 16 << 30)
 
     def use(self) -> None:
         return None

@@ -57,3 +57,93 @@ def test_the_cuda_path_on_the_strict_stand_in_matches_the_cpu(monkeypatch, si110
     assert rel_l2(dev_full, cpu_full) < 1e-5
     assert rel_l2(dev_rebinned, cpu_rebinned) < 1e-5
     np.testing.assert_allclose(dev_kept, cpu_kept, rtol=1e-5)
+
+
+def test_potential_and_transmissions_are_built_on_the_device(monkeypatch, si110):
+    """On a GPU backend the potential slices and transmission functions are made there in complex64
+    (namsa.potential.device_transmissions), equal to the host's complex128 ones to float32 round-off."""
+    from namsa.constants import interaction_constant
+    from namsa.optics import band_limit_mask
+    from namsa.potential import build_potential, device_transmissions, make_grid, transmission_functions
+
+    cpu_sim = prepare_simulation(si110, sampling_A=0.1, method="multislice", **OPTICS)
+    strict_cupy.install(monkeypatch)
+    dev_sim = prepare_simulation(si110, sampling_A=0.1, method="multislice", device="cuda", **OPTICS)
+    assert cpu_sim.info["potential_built_on"] == "host" and dev_sim.info["potential_built_on"] == "device"
+    assert dev_sim.transmissions.dtype == np.complex64 and isinstance(dev_sim.transmissions, strict_cupy.DeviceArray)
+    t_dev = dev_sim.backend.asnumpy(dev_sim.transmissions)
+    assert rel_l2(t_dev, cpu_sim.transmissions) < 1e-5
+    assert abs(dev_sim.transmission_loss - cpu_sim.transmission_loss) < 1e-5
+    np.testing.assert_allclose(dev_sim.potential.projected_real(), cpu_sim.potential.projected_real(),
+                               rtol=1e-5, atol=1e-4 * np.abs(cpu_sim.potential.projected_real()).max())
+    # and the builder itself on the numpy backend (xp = numpy), against the complex128 route
+    from namsa.backend import get_backend
+
+    grid, sigma = make_grid(si110.cell_A, 0.1), interaction_constant(200.0)
+    built = device_transmissions(si110.positions_A, si110.numbers, si110.cell_A, grid, 2.0, sigma,
+                                 band_limit_mask(grid.gpts, grid.sampling, 2 / 3), get_backend("cpu", "scipy"))
+    host, _ = transmission_functions(build_potential(si110.positions_A, si110.numbers, si110.cell_A, grid, 2.0),
+                                     sigma, 2 / 3)
+    assert built.transmissions.dtype == np.complex64 and rel_l2(built.transmissions, host) < 1e-5
+
+
+def test_gpu_batches_follow_the_free_device_memory_not_a_fixed_cap(monkeypatch, si110):
+    strict_cupy.install(monkeypatch)
+    many = 1024
+    roomy = prepare_simulation(si110, sampling_A=0.1, method="multislice", device="cuda", n_positions=many,
+                               memory_budget_gb=64.0, **OPTICS)
+    assert roomy.batch_size == many   # 12 GiB free: all 1024 probes in one batch, not 64
+    monkeypatch.setattr(strict_cupy._Device, "free_bytes", 400 << 20)
+    tight = prepare_simulation(si110, sampling_A=0.1, method="multislice", device="cuda", n_positions=many,
+                               memory_budget_gb=64.0, **OPTICS)
+    per_probe = 20 * tight.grid.gpts[0] * tight.grid.gpts[1]
+    assert 64 < tight.batch_size < many and tight.batch_size * per_probe < 0.8 * (400 << 20)
+    cpu = prepare_simulation(si110, sampling_A=0.1, method="multislice", n_positions=many, workers=1, **OPTICS)
+    assert cpu.batch_size <= 64   # the CPU keeps its cache-sized cap
+
+
+@pytest.mark.parametrize("phonons", [False, True])   # the periodic and the multislice path of a sample
+def test_a_sample_simulated_on_the_stand_in_matches_the_cpu_sample(monkeypatch, phonons):
+    """simulate_sample with device="cuda": potential, rebinning and kept-sum on the 'device', only the
+    (S, P, P) float32 patterns come home; the sample equals the CPU one to float32 round-off."""
+    from namsa.simulate import simulate_sample
+
+    physics = dict(scan_shape=(8, 8), pattern_px=16, target_px=16, cell_lateral_A=12.0, thickness_A=12.0,
+                   variations={"frozen_phonon": phonons})
+    cpu = simulate_sample("Si-diamond", (1, 1, 0), SimulationConfig(**physics))
+    strict_cupy.install(monkeypatch)
+    dev = simulate_sample("Si-diamond", (1, 1, 0), SimulationConfig(**physics, device="cuda"))
+    assert dev.meta["method"] == cpu.meta["method"] == ("multislice" if phonons else "periodic")
+    assert dev.id == cpu.id and dev.cbed.dtype == np.float32 and dev.cbed.shape == cpu.cbed.shape
+    assert rel_l2(dev.cbed, cpu.cbed) < 1e-5
+    assert rel_l2(dev.potential, cpu.potential) < 1e-5 and rel_l2(dev.density, cpu.density) < 1e-5
+    assert dev.meta["intensity_kept_min"] == pytest.approx(cpu.meta["intensity_kept_min"], rel=1e-5)
+
+
+def test_fft_friendly_grids_are_5_smooth_and_enter_the_physics_hash_only_when_on():
+    from namsa.potential import make_grid, smooth_fft_length
+
+    assert [smooth_fft_length(n) for n in (7, 13, 19, 97, 247, 1001)] == [8, 15, 20, 100, 250, 1024]
+    # a 19 x 13 tiling (paper-sized cells have such factors): off, a multiple of the tiling with 2^a 3^b
+    # per tile; on, every side 5-smooth
+    cell, tiling = (19 * 5.431, 13 * 7.68, 20.0), (19, 13, 1)
+    plain = make_grid(cell, 0.1, tiling=tiling)
+    smooth = make_grid(cell, 0.1, tiling=tiling, fft_friendly=True)
+    assert plain.gpts == (13 * 81, 19 * 64)
+    assert all(smooth_fft_length(n) == n and n >= c / 0.1 for n, c in zip(smooth.gpts, (cell[1], cell[0])))
+    assert make_grid((10.0, 10.0, 5.0), 0.1, tiling=(4, 4, 1), fft_friendly=True).gpts == (100, 100)
+    assert make_grid(cell, gpts=(99, 77), fft_friendly=True).gpts == (99, 77)   # explicit gpts win
+    base = SimulationConfig()
+    assert SimulationConfig(fft_friendly_grid=False).physics_hash() == base.physics_hash()
+    assert SimulationConfig(fft_friendly_grid=True).physics_hash() != base.physics_hash()
+
+
+def test_the_paper_and_gpu_node_configs_use_fft_friendly_grids():
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    for name in ("paper.yaml", "gpu-node.yaml"):
+        simulation = yaml.safe_load((root / "configs" / name).read_text())["simulation"]
+        assert simulation["fft_friendly_grid"] is True, name
