@@ -70,7 +70,7 @@ class Simulation:
     backend: Backend
     threads: int
     batch_size: int
-    probe_k: np.ndarray
+    probe_k: Any   # (ny, nx) complex128, FFT order, on the backend
     method: str
     transmission_loss: float
     transmissions: Any = None
@@ -104,7 +104,7 @@ class Simulation:
                                   self.threads, device_reducer)
 
 
-def _choose_periodic(atoms: _Atoms, structure: Any, grid: Grid, probe: np.ndarray, cutoff: float,
+def _choose_periodic(atoms: _Atoms, structure: Any, grid: Grid, probe: Any, cutoff: float,
                      n_positions: int, method: str):
     """(tile atoms, tile grid) when the periodic path applies and pays off (or is forced), else None."""
     if method == "multislice":
@@ -116,7 +116,7 @@ def _choose_periodic(atoms: _Atoms, structure: Any, grid: Grid, probe: np.ndarra
                             "orient_supercell output, no frozen-phonon displacement); use method='auto'")
         return None
     tile_grid = tile_grid_for(atoms.cell_A, structure.tiling, cutoff, grid.gpts)
-    direct, periodic = estimated_cost(n_positions, grid, tile_grid, int((np.abs(probe) > 0).sum()))
+    direct, periodic = estimated_cost(n_positions, grid, tile_grid, int((abs(probe) > 0).sum()))
     if method == "auto" and periodic >= direct:
         return None
     return tile, tile_grid
@@ -154,7 +154,8 @@ def _prepare(structure: Any, *, energy_kv: float, semiangle_mrad: float,
     threads = workers or (cpu_threads() if device == "cpu" else 1)
     backend = get_backend(device, fft)
     batch = _batch_size(backend, grid, edges_n, n_positions, memory_budget_gb * 1e9, threads, max_batch)
-    probe = probe_fourier(grid.gpts, grid.sampling, energy_kv, semiangle_mrad, ab["C1_A"], ab["C3_mm"], band_limit)
+    probe = probe_fourier(grid.gpts, grid.sampling, energy_kv, semiangle_mrad, ab["C1_A"], ab["C3_mm"], band_limit,
+                          backend if backend.on_device else None)
     sigma, lam = interaction_constant(energy_kv), wavelength_A(energy_kv)
     cutoff = band_limit_frequency(grid.sampling, band_limit)
     common = dict(grid=grid, atoms=atoms, slice_thickness_A=slice_thickness_A, energy_kv=energy_kv,
@@ -167,7 +168,7 @@ def _prepare(structure: Any, *, energy_kv: float, semiangle_mrad: float,
     if chosen is not None:
         (tile_pos, tile_num), tile_grid = chosen
         periodic = build_periodic(tile_pos, tile_num, atoms.cell_A, structure.tiling, grid,
-                                  np.linspace(0.0, atoms.cell_A[2], edges_n + 1), probe, sigma, lam, cutoff,
+                                  np.linspace(0.0, atoms.cell_A[2], edges_n + 1), backend.asnumpy(probe), sigma, lam, cutoff,
                                   tilt_mrad, backend, threads, tile_grid)
         # periodic batches: per probe one float32 pattern plus the reducer's copy (12 bytes/pixel)
         common["batch_size"] = _periodic_batch(backend, grid, n_positions, memory_budget_gb * 1e9, threads)

@@ -16,11 +16,15 @@ Python and numpy scalars mix freely, as with cupy. The module surface is what na
 creation, ufuncs, dtypes, ``fft`` (numpy-style, no ``overwrite_x``, like ``cupy.fft``),
 ``cupyx.scipy.fft`` (with ``overwrite_x``), ``cuda.Device(i).use() / .mem_info / .synchronize()``,
 ``cuda.runtime.getDeviceCount``, ``cupyx.empty_pinned`` and ``get_default_memory_pool``.
-Install it with :func:`install` (monkeypatch.setitem on sys.modules).
+Install it with :func:`install` (monkeypatch.setitem on sys.modules). :class:`DeviceClock` adds up
+the wall time spent inside stand-in device operations, so a benchmark can tell the host work of the
+device path (everything else) from the array work a GPU would do.
 """
 from __future__ import annotations
 
+import functools
 import sys
+import time
 import types
 from typing import Any
 
@@ -28,6 +32,35 @@ import numpy as np
 import scipy.fft
 
 MIXING = "Implicit conversion to a NumPy array is not allowed. Please use `.get()` to construct a NumPy array explicitly."
+
+
+class DeviceClock:
+    """Wall time (``seconds``) and count (``calls``) of stand-in device operations, outermost only."""
+
+    seconds = 0.0
+    calls = 0
+    _depth = 0
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.seconds, cls.calls = 0.0, 0
+
+
+def _timed(func):
+    @functools.wraps(func)
+    def inner(*args, **kwargs):
+        if DeviceClock._depth:
+            return func(*args, **kwargs)
+        DeviceClock._depth += 1
+        start = time.perf_counter()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            DeviceClock.seconds += time.perf_counter() - start
+            DeviceClock.calls += 1
+            DeviceClock._depth -= 1
+
+    return inner
 
 
 def _unwrap(value: Any, where: str) -> Any:
@@ -62,6 +95,7 @@ class DeviceArray(np.lib.mixins.NDArrayOperatorsMixin):
     def __array__(self, *args, **kwargs):
         raise TypeError(MIXING)
 
+    @_timed
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         where = f"numpy.{ufunc.__name__}"
         args = [_unwrap(x, where) for x in inputs]
@@ -81,6 +115,7 @@ class DeviceArray(np.lib.mixins.NDArrayOperatorsMixin):
         raise TypeError(MIXING)
 
     # -- cupy's explicit ways home ------------------------------------------------------------------
+    @_timed
     def get(self, stream=None, order="C", out: np.ndarray | None = None) -> np.ndarray:
         if out is None:
             return np.array(self._a, order=order)
@@ -109,9 +144,11 @@ class DeviceArray(np.lib.mixins.NDArrayOperatorsMixin):
     def __repr__(self):
         return f"DeviceArray({self._a!r})"
 
+    @_timed
     def __getitem__(self, key):
         return _wrap(self._a[_unwrap(key, "__getitem__")])
 
+    @_timed
     def __setitem__(self, key, value):
         self._a[_unwrap(key, "__setitem__ index")] = _unwrap(value, "__setitem__ value")
 
@@ -122,6 +159,7 @@ class DeviceArray(np.lib.mixins.NDArrayOperatorsMixin):
         if not callable(attr):
             return _wrap(attr)
 
+        @_timed
         def method(*args, **kwargs):
             return _wrap(attr(*_unwrap(args, name), **{k: _unwrap(v, name) for k, v in kwargs.items()}))
 
@@ -150,6 +188,7 @@ class DeviceArray(np.lib.mixins.NDArrayOperatorsMixin):
 
 def _device_function(func, name: str):
     """cupy.<name>: device arrays and scalars in, device arrays out; a numpy ndarray is refused."""
+    @_timed
     def call(*args, **kwargs):
         where = f"cupy.{name}"
         return _wrap(func(*_unwrap(args, where), **{k: _unwrap(v, where) for k, v in kwargs.items()}))
@@ -158,6 +197,7 @@ def _device_function(func, name: str):
     return call
 
 
+@_timed
 def asarray(a: Any, dtype: Any = None, order: Any = None) -> DeviceArray:
     """Host -> device (a copy, as a transfer is), or a device array as it is when no cast is asked."""
     if isinstance(a, DeviceArray):
@@ -214,7 +254,7 @@ class _MemoryPool:
 
 
 _UFUNCS = ("multiply", "add", "subtract", "divide", "true_divide", "exp", "sqrt", "abs", "absolute", "conj",
-           "conjugate", "cos", "sin", "floor", "mod", "square", "matmul", "maximum", "minimum", "real", "imag",
+           "conjugate", "cos", "sin", "arctan2", "hypot", "floor", "mod", "square", "matmul", "maximum", "minimum", "real", "imag",
            "sum", "clip", "where", "concatenate", "stack", "ascontiguousarray", "reshape", "outer", "less")
 _CREATORS = ("zeros", "empty", "ones", "arange", "full", "zeros_like", "empty_like", "linspace")
 _DTYPES = ("float32", "float64", "complex64", "complex128", "int32", "int64", "bool_", "dtype", "pi", "newaxis")
@@ -230,7 +270,7 @@ def modules(fft_module: types.ModuleType | None = None, device_count: int = 1) -
     for name in _UFUNCS:
         setattr(cupy, name, _device_function(getattr(np, name), name))
     for name in _CREATORS:
-        setattr(cupy, name, lambda *a, _f=getattr(np, name), **k: DeviceArray(_f(*_unwrap(a, "create"), **k)))
+        setattr(cupy, name, _timed(lambda *a, _f=getattr(np, name), **k: DeviceArray(_f(*_unwrap(a, "create"), **k))))
     for name in _DTYPES:
         setattr(cupy, name, getattr(np, name))
     cupy.get_array_module = lambda *arrays: cupy if any(isinstance(a, DeviceArray) for a in arrays) else np
