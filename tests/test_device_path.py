@@ -51,7 +51,8 @@ def _patterns(structure, device: str, method: str, pattern_px: int = 24, **kw):
 def test_the_cuda_path_on_the_strict_stand_in_matches_the_cpu(monkeypatch, si110, method):
     cpu_full, cpu_rebinned, cpu_kept, cpu_sim = _patterns(si110, "cpu", method)
     strict_cupy.install(monkeypatch)
-    dev_full, dev_rebinned, dev_kept, dev_sim = _patterns(si110, "cuda", method)
+    # max_batch=2: several batches come home through the one reused pinned staging buffer
+    dev_full, dev_rebinned, dev_kept, dev_sim = _patterns(si110, "cuda", method, max_batch=2)
     assert dev_sim.method == cpu_sim.method == method and dev_sim.backend.name == "cuda:0"
     assert isinstance(dev_rebinned, np.ndarray) and dev_rebinned.dtype == np.float32
     assert rel_l2(dev_full, cpu_full) < 1e-5
@@ -133,6 +134,13 @@ def test_fft_friendly_grids_are_5_smooth_and_enter_the_physics_hash_only_when_on
     assert all(smooth_fft_length(n) == n and n >= c / 0.1 for n, c in zip(smooth.gpts, (cell[1], cell[0])))
     assert make_grid((10.0, 10.0, 5.0), 0.1, tiling=(4, 4, 1), fft_friendly=True).gpts == (100, 100)
     assert make_grid(cell, gpts=(99, 77), fft_friendly=True).gpts == (99, 77)   # explicit gpts win
+    from namsa.simulate import simulate_sample
+
+    small = dict(scan_shape=(2, 2), pattern_px=8, target_px=8, cell_lateral_A=6.0, thickness_A=4.0, sampling_A=0.1)
+    plain_sample = simulate_sample("Si-diamond", (1, 1, 0), SimulationConfig(**small))
+    smooth_sample = simulate_sample("Si-diamond", (1, 1, 0), SimulationConfig(**small, fft_friendly_grid=True))
+    assert all(smooth_fft_length(n) == n for n in smooth_sample.meta["gpts"])
+    assert smooth_sample.meta["gpts"] != plain_sample.meta["gpts"] and smooth_sample.id != plain_sample.id
     base = SimulationConfig()
     assert SimulationConfig(fft_friendly_grid=False).physics_hash() == base.physics_hash()
     assert SimulationConfig(fft_friendly_grid=True).physics_hash() != base.physics_hash()
