@@ -286,8 +286,8 @@ def host_child(config: str, fft_friendly: bool, material: str, zone_axis: tuple[
         timed("targets", lambda: (projected_potential_map(sim.potential, fov, cfg.target_px, fwhm),
                                   projected_density_map(sim.potential, fov, cfg.target_px, fwhm)))
         timed("phase_ramps", lambda: shift_phases_on(sim.backend, pos, sim.grid.gpts, sim.grid.sampling))
-        # what the host does with the patterns: each batch copied out of the pinned staging buffer,
-        # the batches concatenated, one in-place pass (simulate._configuration_mean)
+        # what the host does with the patterns (simulate._configuration_mean): each batch copied out of
+        # the pinned staging buffer into the sample's (S, P, P) stack
         staged = np.ones((sim.batch_size, cfg.pattern_px, cfg.pattern_px), np.float32)
         sizes = [min(sim.batch_size, len(pos) - i) for i in range(0, len(pos), sim.batch_size)]
         timed("patterns_home", lambda: _patterns_home(staged, sizes))
@@ -303,8 +303,11 @@ def host_child(config: str, fft_friendly: bool, material: str, zone_axis: tuple[
 
 
 def _patterns_home(staged: np.ndarray, sizes: list[int]) -> np.ndarray:
-    stack = np.concatenate([staged[:n].copy() for n in sizes], axis=0)
-    return np.add(stack, np.float32(0), out=stack)
+    """Each batch copied out of the pinned staging buffer into its rows of the sample's stack."""
+    stack = np.empty((sum(sizes), *staged.shape[1:]), staged.dtype)
+    for start, n in zip(np.cumsum([0, *sizes[:-1]]), sizes):
+        stack[start:start + n] = staged[:n]
+    return stack
 
 
 def host_vs_device(configs: list[str], repeats: int) -> list[dict]:

@@ -81,26 +81,39 @@ class Backend:
             return None
         return int(self.xp.cuda.Device(self.device_index or 0).mem_info[0])
 
-    def to_host(self, a: Any) -> np.ndarray:
-        """A device result as a numpy array of its own: on CUDA copied through a pinned staging buffer
-        kept per thread, shape and dtype (pinned allocations are slow; pageable copies run at a fraction
-        of the bus speed), on CPU the array itself."""
+    def to_host(self, a: Any, out: np.ndarray | None = None) -> np.ndarray:
+        """A device result as a numpy array of its own, or copied into ``out``: on CUDA through a pinned
+        staging buffer kept per thread, shape and dtype (pinned allocations are slow; pageable copies run
+        at a fraction of the bus speed), on CPU the array itself (or one copy into ``out``)."""
         if self.xp is np:
-            return np.asarray(a)
+            if out is None:
+                return np.asarray(a)
+            out[...] = a
+            return out
         import cupyx
 
         key = (tuple(a.shape), str(a.dtype))
         buffers = self._pinned.__dict__.setdefault("buffers", {})
         if key not in buffers:
             buffers[key] = cupyx.empty_pinned(key[0], dtype=a.dtype)
-        return a.get(out=buffers[key]).copy()
+        staged = a.get(out=buffers[key])
+        if out is None:
+            return staged.copy()
+        out[...] = staged
+        return out
 
-    def reduce(self, intensity: Any, reducer: Callable[[Any], Any], device_reducer: bool) -> Any:
+    def reduce(self, intensity: Any, reducer: Callable[[Any], Any], device_reducer: bool,
+               out: np.ndarray | None = None) -> Any:
         """``reducer`` applied to a batch of intensities on the backend: on the device, then only its
-        result comes home (``device_reducer``), or on a host copy (a numpy-only reducer)."""
+        result comes home (``device_reducer``), or on a host copy (a numpy-only reducer); copied into
+        ``out`` (this batch's rows of the caller's result) when given."""
         if device_reducer:
-            return self.to_host(reducer(intensity))
-        return reducer(self.asnumpy(intensity))
+            return self.to_host(reducer(intensity), out)
+        result = reducer(self.asnumpy(intensity))
+        if out is None:
+            return result
+        out[...] = result
+        return out
 
 
 def single_threaded_blas():

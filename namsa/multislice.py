@@ -94,7 +94,7 @@ def shift_phases_on(backend: Backend, positions_A: np.ndarray, gpts: tuple[int, 
 def run_multislice(probe_k: np.ndarray, positions_A: np.ndarray, sampling: tuple[float, float],
                    transmissions: Any, propagators: list[Any], final_mask: Any, backend: Backend,
                    batch_size: int, reducer: Callable[[Any], Any],
-                   threads: int = 1, device_reducer: bool = False) -> list[np.ndarray]:
+                   threads: int = 1, device_reducer: bool = False, out: np.ndarray | None = None) -> list[np.ndarray]:
     """Exit-wave intensities for every position, passed batch by batch through ``reducer``.
 
     probe_k: (ny, nx) complex probe at the origin (FFT order, sum |Psi|^2 = ny nx).
@@ -102,7 +102,8 @@ def run_multislice(probe_k: np.ndarray, positions_A: np.ndarray, sampling: tuple
     backend; propagators: per slice (the last one is not used; ``final_mask`` band-limits the exit).
     reducer: maps (b, ny, nx) float32 intensities (FFT order) to what is kept per batch: a numpy
     array, or with ``device_reducer`` an array on the backend (the reduction then runs on the device
-    and only its result is copied home). Returns the list of reducer outputs (numpy) in position order.
+    and only its result is copied home). Returns the list of reducer outputs (numpy) in position order:
+    views of ``out`` when given (the batches are written straight into it, no concatenation).
     """
     gpts = probe_k.shape
     xp = backend.xp
@@ -141,7 +142,7 @@ def run_multislice(probe_k: np.ndarray, positions_A: np.ndarray, sampling: tuple
         intensity = exit_k.real ** 2
         intensity += exit_k.imag ** 2
         intensity *= inv_n
-        return backend.reduce(intensity, reducer, device_reducer)
+        return backend.reduce(intensity, reducer, device_reducer, None if out is None else out[start:start + used])
 
     starts = range(0, len(positions_A), batch_size)
     if threads <= 1 or backend.xp is not np or len(starts) == 1:

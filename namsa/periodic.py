@@ -95,13 +95,14 @@ class PeriodicSimulation:
     transmission_loss: float
 
     def run(self, positions_A: np.ndarray, reducer, threads: int = 1, batch: int = 128,
-            device_reducer: bool = False) -> list:
+            device_reducer: bool = False, out: np.ndarray | None = None) -> list:
         """Reducer outputs for batches of probe positions [y, x] (Angstrom), in order (see
-        :func:`namsa.multislice.run_multislice` for ``device_reducer``)."""
+        :func:`namsa.multislice.run_multislice` for ``device_reducer`` and ``out``)."""
         starts = range(0, len(positions_A), batch)
 
         def one(start: int):
-            return self.backend.reduce(self.intensities(positions_A[start:start + batch]), reducer, device_reducer)
+            rows = None if out is None else out[start:start + batch]
+            return self.backend.reduce(self.intensities(positions_A[start:start + batch]), reducer, device_reducer, rows)
 
         if threads > 1 and self.backend.xp is np and len(starts) > 1:
             with ThreadPoolExecutor(max_workers=threads) as pool:

@@ -159,16 +159,19 @@ def _configuration_mean(configurations: list, cfg: SimulationConfig, positions: 
             return reducer(intensity)
 
         fwhm = target_fwhm_A(sim.grid, fov, cfg.target_px, cfg.energy_kv, cfg.semiangle_mrad)
-        parts = (np.concatenate(sim.run(positions, reduce_and_count, device_reducer=True), axis=0),
-                 projected_potential_map(sim.potential, fov, cfg.target_px, fwhm),
+        cbed = np.empty((len(positions), cfg.pattern_px, cfg.pattern_px), np.float32)
+        sim.run(positions, reduce_and_count, device_reducer=True, out=cbed)   # batches written in place
+        parts = (cbed, projected_potential_map(sim.potential, fov, cfg.target_px, fwhm),
                  projected_density_map(sim.potential, fov, cfg.target_px, fwhm))
         sums = parts if len(configurations) == 1 else \
             [p.astype(np.float64) + (sums[i] if sums else 0.0) for i, p in enumerate(parts)]
         loss = max(loss, float(sim.transmission_loss))
     if len(configurations) == 1:
-        # x + 0 in x's dtype equals the float64 round trip below (x -> float64, + 0.0, / 1 -> float32 is
-        # exact; both turn -0 into +0) bit for bit, in one pass over a 1 GiB paper-size stack instead of four
-        cbed, potential, density = (np.add(a, a.dtype.type(0), out=a).astype(np.float32, copy=False) for a in sums)
+        # equal to the float64 round trip below bit for bit (x -> float64, + 0.0, / 1 -> float32 is exact
+        # but turns -0 into +0, as x + 0 does), without four passes over a 1 GiB paper-size stack: the
+        # patterns are sums of products of non-negative numbers, never -0, so they need no pass at all
+        cbed = sums[0]
+        potential, density = (np.add(a, a.dtype.type(0), out=a).astype(np.float32, copy=False) for a in sums[1:])
     else:
         cbed, potential, density = ((a / len(configurations)).astype(np.float32) for a in sums)
     stats = {"intensity_kept_min": float(np.concatenate(kept).min()), "transmission_bandlimit_loss": loss,

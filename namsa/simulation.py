@@ -90,18 +90,19 @@ class Simulation:
         return self._potential
 
     def run(self, positions_A: np.ndarray, reducer: Callable[[Any], Any],
-            device_reducer: bool = False) -> list[np.ndarray]:
+            device_reducer: bool = False, out: np.ndarray | None = None) -> list[np.ndarray]:
         """Patterns for every position [y, x] (Angstrom); ``reducer`` maps each FFT-order batch of
         intensities: numpy ones, or with ``device_reducer`` the backend's arrays (then the reduction runs
         on the device and only its result comes home, e.g. :func:`namsa.detector.pattern_rebinner`
-        given the backend)."""
+        given the backend). With ``out`` (numpy, (n, ...) of the reducer's per-probe shape) the batches are
+        written into it and the returned list holds views of it."""
         positions_A = np.asarray(positions_A, float).reshape(-1, 2)
         with single_threaded_blas():
             if self.periodic is not None:
-                return self.periodic.run(positions_A, reducer, self.threads, self.batch_size, device_reducer)
+                return self.periodic.run(positions_A, reducer, self.threads, self.batch_size, device_reducer, out)
             return run_multislice(self.probe_k, positions_A, self.grid.sampling, self.transmissions,
                                   self.propagators, self.final_mask, self.backend, self.batch_size, reducer,
-                                  self.threads, device_reducer)
+                                  self.threads, device_reducer, out)
 
 
 def _choose_periodic(atoms: _Atoms, structure: Any, grid: Grid, probe: Any, cutoff: float,
