@@ -141,6 +141,8 @@ def _configuration_mean(configurations: list, cfg: SimulationConfig, positions: 
     """Mean (S, P, P) patterns and (T, T) projected potential and density over ``configurations``
     (incoherent frozen-phonon average of intensities), the last Simulation, and the worst
     intensity kept / band-limit loss over all of them. One configuration is returned unchanged."""
+    from concurrent.futures import ThreadPoolExecutor
+
     sums: list[np.ndarray] = []
     kept: list[np.ndarray] = []
     loss = 0.0
@@ -160,9 +162,17 @@ def _configuration_mean(configurations: list, cfg: SimulationConfig, positions: 
 
         fwhm = target_fwhm_A(sim.grid, fov, cfg.target_px, cfg.energy_kv, cfg.semiangle_mrad)
         cbed = np.empty((len(positions), cfg.pattern_px, cfg.pattern_px), np.float32)
-        sim.run(positions, reduce_and_count, device_reducer=True, out=cbed)   # batches written in place
-        parts = (cbed, projected_potential_map(sim.potential, fov, cfg.target_px, fwhm),
-                 projected_density_map(sim.potential, fov, cfg.target_px, fwhm))
+
+        def targets(sim=sim):
+            return (projected_potential_map(sim.potential, fov, cfg.target_px, fwhm),
+                    projected_density_map(sim.potential, fov, cfg.target_px, fwhm))
+
+        # on a GPU the host computes the targets (numpy, GIL released) while the device runs the probes;
+        # on CPU one after the other, as the probes already use every core
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            maps = pool.submit(targets) if sim.backend.on_device else None
+            sim.run(positions, reduce_and_count, device_reducer=True, out=cbed)   # batches written in place
+            parts = (cbed, *(maps.result() if maps is not None else targets()))
         sums = parts if len(configurations) == 1 else \
             [p.astype(np.float64) + (sums[i] if sums else 0.0) for i, p in enumerate(parts)]
         loss = max(loss, float(sim.transmission_loss))
