@@ -117,7 +117,8 @@ class SimulationConfig(BaseModel):
     #: ``variations.frozen_phonon``); 1 is one thermal snapshot per sample
     phonon_configs: int = Field(1, ge=1, le=1000)
     #: make every grid side a 2^a 3^b 5^c pixel count (namsa.potential.make_grid), as cuFFT and FFTW
-    #: are fastest on those; changes the grid, so the samples (part of the physics hash when on)
+    #: are fastest on those, when the grid comes from sampling_A (an explicit gpts is used as given);
+    #: changes the grid, so the samples (part of the physics hash when on)
     fft_friendly_grid: bool = False
     seed: int = Field(0, ge=0, le=MAX_SEED)
 

@@ -155,3 +155,23 @@ def test_the_paper_and_gpu_node_configs_use_fft_friendly_grids():
     for name in ("paper.yaml", "gpu-node.yaml"):
         simulation = yaml.safe_load((root / "configs" / name).read_text())["simulation"]
         assert simulation["fft_friendly_grid"] is True, name
+
+
+def test_probe_and_phase_ramps_are_made_on_the_device(monkeypatch):
+    """probe_fourier(backend=GPU) and the probes' phase ramps stay on the device and equal the host's."""
+    from namsa.backend import get_backend
+    from namsa.multislice import shift_phases_on
+    from namsa.optics import probe_fourier, shift_phases
+
+    gpts, sampling = (96, 80), (0.11, 0.13)
+    positions = np.array([[0.0, 0.0], [3.3, 7.9], [10.5, 10.3]])
+    host_probe = probe_fourier(gpts, sampling, 200.0, 20.0, C1_A=-40.0, C3_mm=1.0)
+    host_y, host_x = shift_phases(positions, gpts, sampling)
+    strict_cupy.install(monkeypatch)
+    backend = get_backend("cuda")
+    probe = probe_fourier(gpts, sampling, 200.0, 20.0, C1_A=-40.0, C3_mm=1.0, backend=backend)
+    dev_y, dev_x = shift_phases_on(backend, positions, gpts, sampling)
+    assert all(isinstance(a, strict_cupy.DeviceArray) for a in (probe, dev_y, dev_x))
+    np.testing.assert_allclose(backend.asnumpy(probe), host_probe, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(backend.asnumpy(dev_y), host_y, rtol=0, atol=2e-6)
+    np.testing.assert_allclose(backend.asnumpy(dev_x), host_x, rtol=0, atol=2e-6)
