@@ -21,11 +21,21 @@ Also measured: peak RSS of the paper-size case (512^2 grid, 1024 positions, patt
 
 GPU (``--device cuda``): measures the device copy bandwidth in the same run and reports
 patterns/s as a fraction of the bandwidth bound of the multislice kernel (bytes per slice per
-probe counted below).
+probe counted in :func:`bytes_per_slice_per_probe`, with one and with two passes over memory per
+FFT), and each run's host preparation time apart from its device (FFT/multiply) time.
+
+Host against device (``--host-vs-device``, runs on a CPU): the per-sample host work of the device
+path at the sizes of configs/gpu-node.yaml and configs/paper.yaml, against the modelled HBM-bound
+device time of the same sample. The device path runs on the strict cupy stand-in
+(tests/strict_cupy.py); the wall time spent inside its array operations is what a GPU would do
+and is left out, the rest (atoms, slicing, probe, propagators, rebinning matrices, targets, phase
+ramps, copying the patterns out of the pinned buffer) is host time, plus a modelled 5 us per
+kernel launch. Each variant runs in its own fresh process.
 
     .venv/bin/python benchmarks/bench_simulate.py --repeats 2   # full run (~40 min on 2 busy cores)
     .venv/bin/python benchmarks/bench_simulate.py --quick        # 16 x 16 scan, 256^2 only
     .venv/bin/python benchmarks/bench_simulate.py --fft-plans    # FFT variants alone, fresh processes
+    .venv/bin/python benchmarks/bench_simulate.py --host-vs-device   # host time vs modelled HBM time
 """
 from __future__ import annotations
 
@@ -80,10 +90,13 @@ def run_namsa(cell, pos, gpts: int, method: str, device: str = "cpu", fft: str =
     sim = prepare_simulation(cell, energy_kv=CASE["energy_kv"], semiangle_mrad=CASE["semiangle_mrad"], gpts=gpts,
                              slice_thickness_A=CASE["slice_thickness_A"], n_positions=len(pos), method=method,
                              device=device, fft=fft)
+    sim.backend.synchronize()
+    prepared = time.perf_counter()
     out = sim.run(pos, cutoff_crop(sim.grid.gpts, sim.grid.sampling))
     sim.backend.synchronize()
-    elapsed = time.perf_counter() - start
-    return len(pos) / elapsed, dict(sim.info, pattern_shape=list(out[0].shape[1:]))
+    end = time.perf_counter()
+    return len(pos) / (end - start), dict(sim.info, pattern_shape=list(out[0].shape[1:]), prepare_s=prepared - start,
+                                          run_s=end - prepared)
 
 
 def run_abtem(cell, pos, gpts: int, max_batch: int) -> float:
@@ -171,14 +184,30 @@ def peak_rss(method: str, budget_gb: float, cache: str | None) -> dict:
     return in_fresh_process(["--rss-child", method, "--budget-gb", str(budget_gb)], cache)
 
 
-def gpu_bound(gpts: int, n_slices: int, device: str) -> dict:
-    """Copy bandwidth of the device (GB/s) and the multislice kernel's bandwidth bound (patterns/s).
+#: passes over memory per 2-D FFT: one (the whole transform in shared memory / cache) or two (a row
+#: pass and a column pass, as cuFFT does for large 2-D sizes)
+FFT_PASSES = (1, 2)
+#: an H100 SXM's HBM3 bandwidth (bytes/s), the bound the issue's goal is stated against
+H100_HBM_BPS = 3.35e12
 
-    Bytes per slice per probe (complex64 wave of N pixels, 8 N bytes): transmission multiply
-    (read + write 16 N), forward FFT (>= one read + one write, 16 N), propagator multiply (16 N),
-    inverse FFT (16 N): 64 N bytes; the shared transmission function and propagator reads are
-    amortised over the batch and left out, so the bound is optimistic.
-    """
+
+def bytes_per_slice_per_probe(n_pixels: int, fft_passes: int) -> int:
+    """HBM bytes per slice per probe of the multislice kernel (complex64 wave, 8 bytes/pixel): the
+    transmission and propagator multiplies read + write the wave (16 N each), each of the two FFTs
+    reads + writes it ``fft_passes`` times (16 N per pass); the shared transmission function and
+    propagator reads are amortised over the batch and left out, so the bound is optimistic."""
+    return (2 * 16 + 2 * fft_passes * 16) * n_pixels
+
+
+def hbm_bound_s(n_pixels: int, n_slices: int, n_positions: int, bandwidth: float) -> dict:
+    """Modelled device seconds of one sample's multislice at the bandwidth bound, per FFT-pass count."""
+    return {f"{p}_pass_fft": n_positions * n_slices * bytes_per_slice_per_probe(n_pixels, p) / bandwidth
+            for p in FFT_PASSES}
+
+
+def gpu_bound(gpts: int, n_slices: int, device: str) -> dict:
+    """Copy bandwidth of the device (GB/s) and the multislice kernel's bandwidth bound (patterns/s)
+    with one and with two passes per FFT (:func:`bytes_per_slice_per_probe`)."""
     import cupy
 
     n_bytes = 1 << 30
@@ -191,9 +220,120 @@ def gpu_bound(gpts: int, n_slices: int, device: str) -> dict:
         cupy.copyto(b, a)
     cupy.cuda.Device().synchronize()
     bandwidth = 2 * n_bytes * 10 / (time.perf_counter() - start)   # read + write
-    per_pattern = 64 * gpts * gpts * n_slices
-    return {"copy_bandwidth_GBps": bandwidth / 1e9, "bytes_per_slice_per_probe": 64 * gpts * gpts,
-            "bound_patterns_per_s": bandwidth / per_pattern}
+    bound = {"copy_bandwidth_GBps": bandwidth / 1e9}
+    for p in FFT_PASSES:
+        per_pattern = bytes_per_slice_per_probe(gpts * gpts, p) * n_slices
+        bound[f"bound_patterns_per_s[{p}_pass_fft]"] = bandwidth / per_pattern
+    return bound
+
+
+#: kernel launches cost host time even when they overlap the GPU's work (cupy: ~5-10 us each)
+LAUNCH_S = 5e-6
+
+
+def host_child(config: str, fft_friendly: bool, material: str, zone_axis: tuple[int, int, int], repeats: int) -> None:
+    """Runs in a fresh process: one sample of ``config``'s sizes through the device path on the strict
+    cupy stand-in; prints JSON with its host seconds by step and the modelled HBM-bound device seconds."""
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "tests"))
+    import strict_cupy
+
+    sys.modules.update(strict_cupy.modules())
+    from namsa.config import SimulationConfig
+    from namsa.detector import pattern_rebinner
+    from namsa.library import get
+    from namsa.multislice import shift_phases_on
+    from namsa.optics import scan_positions
+    from namsa.simulate import resolve_fov
+    from namsa.simulation import prepare_simulation
+    from namsa.supercell import orient_supercell
+    from namsa.targets import projected_density_map, projected_potential_map, target_fwhm_A
+    from namsa.variations import phonon_configurations, sample_seed, specimen_thickness_A
+
+    fields = yaml.safe_load((root / "configs" / f"{config}.yaml").read_text())["simulation"]
+    cfg = SimulationConfig(**{**fields, "device": "cuda", "fft_friendly_grid": fft_friendly})
+    host: dict[str, float] = {}
+    clock = strict_cupy.DeviceClock
+
+    def timed(step: str, func):
+        clock.reset()
+        start = time.perf_counter()
+        result = func()
+        host[step] = time.perf_counter() - start - clock.seconds
+        host["launches"] = host.get("launches", 0.0) + clock.calls * LAUNCH_S
+        return result
+
+    best: dict | None = None
+    for variant in range(repeats + 1):   # sample 0 warms up (imports, caches); the least disturbed warm one counts
+        host.clear()
+        seed = sample_seed(cfg, material, list(zone_axis), variant)
+        rng = np.random.default_rng(seed)
+        cell = timed("supercell", lambda: phonon_configurations(
+            orient_supercell(get(material), zone_axis, cfg.cell_lateral_A, specimen_thickness_A(cfg, seed)),
+            cfg, rng, seed)[0])
+        fov = resolve_fov(cfg, cell.cell_A)
+        pos = scan_positions(fov, cfg.scan_shape)
+        sim = timed("prepare", lambda: prepare_simulation(
+            cell, energy_kv=cfg.energy_kv, semiangle_mrad=cfg.semiangle_mrad, sampling_A=cfg.sampling_A,
+            gpts=cfg.gpts, slice_thickness_A=cfg.slice_thickness_A, band_limit=cfg.band_limit, device="cuda",
+            n_positions=len(pos), memory_budget_gb=cfg.memory_budget_gb, fft_friendly_grid=fft_friendly))
+        timed("rebinner", lambda: pattern_rebinner(sim.grid, cfg.band_limit, cfg.pattern_px, sim.backend))
+        fwhm = target_fwhm_A(sim.grid, fov, cfg.target_px, cfg.energy_kv, cfg.semiangle_mrad)
+        timed("targets", lambda: (projected_potential_map(sim.potential, fov, cfg.target_px, fwhm),
+                                  projected_density_map(sim.potential, fov, cfg.target_px, fwhm)))
+        timed("phase_ramps", lambda: shift_phases_on(sim.backend, pos, sim.grid.gpts, sim.grid.sampling))
+        # what the host does with the patterns (simulate._configuration_mean): each batch copied out of
+        # the pinned staging buffer into the sample's (S, P, P) stack
+        staged = np.ones((sim.batch_size, cfg.pattern_px, cfg.pattern_px), np.float32)
+        sizes = [min(sim.batch_size, len(pos) - i) for i in range(0, len(pos), sim.batch_size)]
+        timed("patterns_home", lambda: _patterns_home(staged, sizes))
+        host["launches"] += -(-len(pos) // sim.batch_size) * sim.info["n_slices"] * 4 * LAUNCH_S   # 2 multiplies + 2 FFTs
+        if variant and (best is None or sum(host.values()) < best["host_total_s"]):
+            best = {"host_s": dict(host), "host_total_s": sum(host.values())}
+    device = hbm_bound_s(sim.grid.gpts[0] * sim.grid.gpts[1], sim.info["n_slices"], len(pos), H100_HBM_BPS)
+    print(json.dumps({"config": config, "fft_friendly_grid": fft_friendly, "material": material,
+                      "gpts": sim.grid.gpts, "n_slices": sim.info["n_slices"], "positions": len(pos),
+                      "batch_size": sim.batch_size, "atoms": len(cell.numbers), "warm_samples": repeats, **best,
+                      "hbm_bound_s": device,
+                      "host_fraction": {k: best["host_total_s"] / v for k, v in device.items()},
+                      # simulate._configuration_mean computes the targets on the host while the GPU runs
+                      "host_serial_s": best["host_total_s"] - best["host_s"]["targets"],
+                      "host_serial_fraction": {k: (best["host_total_s"] - best["host_s"]["targets"]) / v
+                                               for k, v in device.items()}}))
+
+
+def _patterns_home(staged: np.ndarray, sizes: list[int]) -> np.ndarray:
+    """Each batch copied out of the pinned staging buffer into its rows of the sample's stack."""
+    stack = np.empty((sum(sizes), *staged.shape[1:]), staged.dtype)
+    for start, n in zip(np.cumsum([0, *sizes[:-1]]), sizes):
+        stack[start:start + n] = staged[:n]
+    return stack
+
+
+def host_vs_device(configs: list[str], repeats: int) -> list[dict]:
+    """Per config, with its own fft_friendly_grid and with it off, each in a fresh process."""
+    import yaml
+
+    rows = []
+    for config in configs:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs", f"{config}.yaml")
+        on = bool(yaml.safe_load(open(path))["simulation"].get("fft_friendly_grid", False))
+        for fft_friendly in dict.fromkeys((on, False)):
+            row = in_fresh_process(["--host-child", config, str(int(fft_friendly)), str(repeats)])
+            rows.append(row)
+            frac = ", ".join(f"{k.replace('_', ' ')}: {v:.1%}" for k, v in row["host_fraction"].items())
+            steps = ", ".join(f"{k} {v:.2f}" for k, v in row["host_s"].items())
+            print(f"[{config}, fft_friendly_grid={fft_friendly}] grid {row['gpts']} x {row['n_slices']} slices, "
+                  f"{row['atoms']} atoms, {row['positions']} positions: host {row['host_total_s']:.2f} s ({steps}) vs "
+                  f"H100 HBM bound {row['hbm_bound_s']['1_pass_fft']:.2f} s (1 pass/FFT) / "
+                  f"{row['hbm_bound_s']['2_pass_fft']:.2f} s (2 passes/FFT): host = {frac} of device; without the "
+                  f"targets (overlapping the device run) {row['host_serial_s']:.2f} s = "
+                  + ", ".join(f"{v:.1%}" for v in row["host_serial_fraction"].values()), flush=True)
+    return rows
 
 
 FFT_SHAPES = ((16, 128, 128), (4, 256, 256), (1, 512, 512))
@@ -258,6 +398,11 @@ def plan_child(method: str, fft: str, gpts: int, scan: int) -> None:
     print(json.dumps({"prepare_and_plan_s": time.perf_counter() - start}))
 
 
+def _split(info: dict) -> str:
+    """The host preparation and the device (FFT/multiply) run of one timing, apart."""
+    return f"preparation {info['prepare_s']:.2f} s, run {info['run_s']:.2f} s"
+
+
 def case_row(gpts: int, scan: int, probe_scan: int, ffts: list[str], args, cache_root: str, planned: set) -> dict:
     """One repeat at one grid: abTEM, namsa auto and namsa multislice per FFT variant, each in a fresh
     process; namsa's one-time planning runs first in a process of its own and is reported apart."""
@@ -277,11 +422,13 @@ def case_row(gpts: int, scan: int, probe_scan: int, ffts: list[str], args, cache
     auto = case("namsa", "auto", "auto" if args.device == "cpu" else "-", scan)
     row["namsa_auto"], row["auto_info"] = auto["patterns_per_s"], auto["info"]
     print(f"[{gpts}^2] namsa auto ({auto['info']['method']}): {row['namsa_auto']:.1f} patterns/s over {scan ** 2} "
-          f"positions", flush=True)
+          f"positions ({_split(auto['info'])})", flush=True)
     for fft in ffts:
-        rate = case("namsa", "multislice", fft, probe_scan)["patterns_per_s"]
-        row[f"namsa_multislice[{fft}]"] = rate
-        print(f"[{gpts}^2] namsa multislice, {fft}: {rate:.1f} patterns/s over {probe_scan ** 2} positions"
+        done = case("namsa", "multislice", fft, probe_scan)
+        rate = row[f"namsa_multislice[{fft}]"] = done["patterns_per_s"]
+        row[f"namsa_multislice_info[{fft}]"] = done["info"]
+        print(f"[{gpts}^2] namsa multislice, {fft}: {rate:.1f} patterns/s over {probe_scan ** 2} positions "
+              f"({_split(done['info'])})"
               + (f" = {rate / row['abtem']:.2f} x abTEM" if "abtem" in row else ""), flush=True)
     if "abtem" in row:
         print(f"[{gpts}^2] ratio namsa auto / abTEM = {row['namsa_auto'] / row['abtem']:.2f}", flush=True)
@@ -306,6 +453,11 @@ def main() -> None:
     parser.add_argument("--budget-gb", type=float, default=2.0, help="memory budget for the RSS runs (GB)")
     parser.add_argument("--fft-plans", action="store_true",
                         help="only the FFT variants: planning and execution time, each in fresh processes")
+    parser.add_argument("--host-vs-device", action="store_true",
+                        help="only the host time of the device path vs the modelled HBM-bound device time")
+    parser.add_argument("--configs", nargs="+", default=["gpu-node", "paper"], help="configs for --host-vs-device")
+    parser.add_argument("--host-repeats", type=int, default=3, help="warm samples per --host-vs-device variant")
+    parser.add_argument("--host-child", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--rss-child", help=argparse.SUPPRESS)
     parser.add_argument("--fft-child", help=argparse.SUPPRESS)
     parser.add_argument("--shape", type=int, nargs=3, help=argparse.SUPPRESS)
@@ -322,11 +474,16 @@ def main() -> None:
         return plan_child(method, fft, int(gpts), int(scan))
     if args.rss_child:
         return peak_rss_child(args.rss_child, args.budget_gb)
+    if args.host_child:
+        config, fft_friendly, repeats = args.host_child
+        return host_child(config, bool(int(fft_friendly)), "Si-diamond", (1, 1, 0), int(repeats))
     from namsa.backend import CPU_FFTS
 
     ffts = args.ffts or list(CPU_FFTS)
     cache_root = tempfile.mkdtemp(prefix="bench_simulate_fftw_")   # every variant measures its own wisdom
-    if args.fft_plans:
+    if args.host_vs_device:
+        results = {"host_vs_device": host_vs_device(args.configs, args.host_repeats)}
+    elif args.fft_plans:
         results = {"fft_plans": fft_plans(ffts, cache_root)}
     else:
         results = run_cases(args, ffts, cache_root)
@@ -348,13 +505,15 @@ def run_cases(args, ffts: list[str], cache_root: str) -> dict:
                 for _ in range(args.repeats)]
         results["grids"][gpts] = rows
         if "abtem" in rows[0]:
-            for key in [k for k in rows[0] if k.startswith("namsa_") and not k.endswith("info")]:
+            for key in [k for k in rows[0] if k.startswith("namsa_") and "info" not in k]:
                 ratios = [r[key] / r["abtem"] for r in rows]
                 print(f"[{gpts}^2] {key} / abTEM over {len(rows)} repeats: {min(ratios):.2f}-{max(ratios):.2f}")
     if args.device.startswith("cuda") and results["grids"]:
         for gpts, rows in results["grids"].items():
             bound = gpu_bound(gpts, rows[0]["auto_info"]["n_slices"], args.device)
-            bound["fraction_of_bound"] = rows[-1]["namsa_multislice[-]"] / bound["bound_patterns_per_s"]
+            for p in FFT_PASSES:
+                key = f"bound_patterns_per_s[{p}_pass_fft]"
+                bound[f"fraction_of_bound[{p}_pass_fft]"] = rows[-1]["namsa_multislice[-]"] / bound[key]
             print(f"[{gpts}^2] GPU: {bound}")
     if not args.quick and not args.no_rss:
         for method in ("auto", "multislice"):

@@ -12,12 +12,16 @@ no wisdom) ran 8-16x slower at 256^2-512^2 here and are kept only for comparison
 (pocketfft, no plans, deterministic, about 2x slower) is the fallback without pyFFTW
 (benchmarks/RESULTS.md, "FFT plans and probe-by-probe speed").
 cupy is imported lazily so that CPU machines never need it; its FFT plans are cached by cupy.
+On CUDA, ``fft`` is cupyx.scipy.fft (scipy.fft on CPU) for the one-off transforms of building the
+potential, ``free_bytes()`` is the device's free memory (batch planning) and ``to_host`` brings a
+result home through a pinned staging buffer, so the device-to-host copy runs at full bus speed.
 """
 from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -51,6 +55,13 @@ class Backend:
     xp: Any
     workspace: Callable[[tuple[int, int, int]], FFTWorkspace]   # (batch, ny, nx) -> FFTWorkspace
     device_index: int | None = None
+    fft: Any = scipy.fft        # scipy.fft-style module for one-off transforms on this device
+    _pinned: threading.local = field(default_factory=threading.local, repr=False)
+
+    @property
+    def on_device(self) -> bool:
+        """Whether arrays live on a GPU (so results must be copied home)."""
+        return self.xp is not np
 
     def asnumpy(self, a: Any) -> np.ndarray:
         if self.xp is np:
@@ -63,6 +74,46 @@ class Backend:
     def synchronize(self) -> None:
         if self.xp is not np:
             self.xp.cuda.Device().synchronize()
+
+    def free_bytes(self) -> int | None:
+        """Free memory on the device (bytes), None on CPU (where memory_budget_gb alone decides)."""
+        if self.xp is np:
+            return None
+        return int(self.xp.cuda.Device(self.device_index or 0).mem_info[0])
+
+    def to_host(self, a: Any, out: np.ndarray | None = None) -> np.ndarray:
+        """A device result as a numpy array of its own, or copied into ``out``: on CUDA through a pinned
+        staging buffer kept per thread, shape and dtype (pinned allocations are slow; pageable copies run
+        at a fraction of the bus speed), on CPU the array itself (or one copy into ``out``)."""
+        if self.xp is np:
+            if out is None:
+                return np.asarray(a)
+            out[...] = a
+            return out
+        import cupyx
+
+        key = (tuple(a.shape), str(a.dtype))
+        buffers = self._pinned.__dict__.setdefault("buffers", {})
+        if key not in buffers:
+            buffers[key] = cupyx.empty_pinned(key[0], dtype=a.dtype)
+        staged = a.get(out=buffers[key])
+        if out is None:
+            return staged.copy()
+        out[...] = staged
+        return out
+
+    def reduce(self, intensity: Any, reducer: Callable[[Any], Any], device_reducer: bool,
+               out: np.ndarray | None = None) -> Any:
+        """``reducer`` applied to a batch of intensities on the backend: on the device, then only its
+        result comes home (``device_reducer``), or on a host copy (a numpy-only reducer); copied into
+        ``out`` (this batch's rows of the caller's result) when given."""
+        if device_reducer:
+            return self.to_host(reducer(intensity), out)
+        result = reducer(self.asnumpy(intensity))
+        if out is None:
+            return result
+        out[...] = result
+        return out
 
 
 def single_threaded_blas():
@@ -149,7 +200,12 @@ def _cuda_backend(index: int) -> Backend:
     if index >= count:
         raise DeviceError(f"device='cuda:{index}' does not exist ({count} CUDA devices); pick 0..{count - 1}")
     cupy.cuda.Device(index).use()
-    backend = Backend(name=f"cuda:{index}", xp=cupy, workspace=_cupy_workspace, device_index=index)
+    try:
+        import cupyx.scipy.fft as cufft
+    except Exception as exc:  # a cupy without its cuFFT bindings cannot simulate anything
+        raise DeviceError(f"cupy cannot load cupyx.scipy.fft ({type(exc).__name__}); install the cupy wheel of "
+                          "this machine's CUDA or use device='cpu'") from None
+    backend = Backend(name=f"cuda:{index}", xp=cupy, workspace=_cupy_workspace, device_index=index, fft=cufft)
     _check_one_fft(backend)
     return backend
 

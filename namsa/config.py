@@ -116,6 +116,10 @@ class SimulationConfig(BaseModel):
     #: many thermal configurations, as abTEM's FrozenPhonons averages them (needs
     #: ``variations.frozen_phonon``); 1 is one thermal snapshot per sample
     phonon_configs: int = Field(1, ge=1, le=1000)
+    #: make every grid side a 2^a 3^b 5^c pixel count (namsa.potential.make_grid), as cuFFT and FFTW
+    #: are fastest on those, when the grid comes from sampling_A (an explicit gpts is used as given);
+    #: changes the grid, so the samples (part of the physics hash when on)
+    fft_friendly_grid: bool = False
     seed: int = Field(0, ge=0, le=MAX_SEED)
 
     # -- execution (does not change a sample) ---------------------------------------------------
@@ -186,5 +190,7 @@ class SimulationConfig(BaseModel):
                 del payload["variations"][key]
         if payload["phonon_configs"] == 1:   # one snapshot, as before the key existed
             del payload["phonon_configs"]
+        if not payload["fft_friendly_grid"]:   # the grid as before the key existed
+            del payload["fft_friendly_grid"]
         payload["physics_schema"] = PHYSICS_SCHEMA
         return config_hash(payload)

@@ -2,10 +2,11 @@
 and the Poisson shot noise of a finite dose."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
+from .backend import Backend
 from .optics import band_limit_frequency
 from .potential import Grid
 
@@ -21,11 +22,14 @@ def overlap_matrix(source_edges: np.ndarray, target_edges: np.ndarray) -> np.nda
     return np.clip(hi - lo, 0.0, None) / width
 
 
-def pattern_rebinner(grid: Grid, band_limit: float, pattern_px: int) -> tuple[Callable[[np.ndarray], np.ndarray], float]:
+def pattern_rebinner(grid: Grid, band_limit: float, pattern_px: int,
+                     backend: Backend | None = None) -> tuple[Callable[[Any], Any], float]:
     """Reducer mapping (b, ny, nx) FFT-order intensities to (b, P, P) around k = 0 at index P // 2.
 
     The P x P pattern spans the band-limited disc: pixel size dk = 2 k_max / P (1/Angstrom),
     pixel p covering [(p - P//2 - 1/2) dk, (p - P//2 + 1/2) dk). Returns the reducer and dk.
+    With ``backend`` the reducer takes and returns that backend's arrays (the rebinning matrices
+    live on its device, so a GPU batch is rebinned there); on CPU the numbers are the same either way.
     """
     k_max = band_limit_frequency(grid.sampling, band_limit)
     dk_out = 2.0 * k_max / pattern_px
@@ -40,9 +44,13 @@ def pattern_rebinner(grid: Grid, band_limit: float, pattern_px: int) -> tuple[Ca
         fft_order[:, (np.arange(n) - n // 2) % n] = shifted
         mats.append(fft_order.astype(np.float32))
     wy, wx = mats
+    xp = np if backend is None else backend.xp
+    if backend is not None:
+        wy, wx = backend.asarray(wy), backend.asarray(wx)
+    wx_t = wx.T
 
-    def reduce(intensity: np.ndarray) -> np.ndarray:
-        return np.matmul(np.matmul(wy, intensity), wx.T)
+    def reduce(intensity: Any) -> Any:
+        return xp.matmul(xp.matmul(wy, intensity), wx_t)
 
     return reduce, dk_out
 

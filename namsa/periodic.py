@@ -33,7 +33,8 @@ import scipy.fft
 
 from .backend import Backend
 from .optics import in_band
-from .potential import Grid, SlicedPotential, build_potential, fast_fft_length, fourier_series_to_real
+from .potential import (Grid, SlicedPotential, build_potential, device_transmissions, fast_fft_length,
+                        fourier_series_to_real)
 
 
 def tile_atoms(positions_A: np.ndarray, numbers: np.ndarray, cell_A, tiling,
@@ -93,12 +94,15 @@ class PeriodicSimulation:
     n_beams: int
     transmission_loss: float
 
-    def run(self, positions_A: np.ndarray, reducer, threads: int = 1, batch: int = 128) -> list:
-        """Reducer outputs for batches of probe positions [y, x] (Angstrom), in order."""
+    def run(self, positions_A: np.ndarray, reducer, threads: int = 1, batch: int = 128,
+            device_reducer: bool = False, out: np.ndarray | None = None) -> list:
+        """Reducer outputs for batches of probe positions [y, x] (Angstrom), in order (see
+        :func:`namsa.multislice.run_multislice` for ``device_reducer`` and ``out``)."""
         starts = range(0, len(positions_A), batch)
 
         def one(start: int):
-            return reducer(self.intensities(positions_A[start:start + batch]))
+            rows = None if out is None else out[start:start + batch]
+            return self.backend.reduce(self.intensities(positions_A[start:start + batch]), reducer, device_reducer, rows)
 
         if threads > 1 and self.backend.xp is np and len(starts) > 1:
             with ThreadPoolExecutor(max_workers=threads) as pool:
@@ -106,7 +110,7 @@ class PeriodicSimulation:
         return [one(s) for s in starts]
 
     def intensities(self, positions_A: np.ndarray) -> np.ndarray:
-        """(b, ny, nx) float32 intensities in FFT order for probe positions [y, x] (Angstrom)."""
+        """(b, ny, nx) float32 intensities in FFT order, on the backend, for probe positions [y, x] (Angstrom)."""
         xp = self.backend.xp
         pos = np.asarray(positions_A, float).reshape(-1, 2)
         n_pixels = self.gpts[0] * self.gpts[1]
@@ -115,7 +119,7 @@ class PeriodicSimulation:
             phase = np.exp(-2j * np.pi * (pos @ cls.beam_k.T)) * cls.beam_amp[None, :]
             waves = self.backend.asarray(phase.astype(np.complex64)) @ cls.exit
             out[:, cls.target] = (waves.real ** 2 + waves.imag ** 2) * np.float32(1.0 / n_pixels)
-        return self.backend.asnumpy(out).reshape(len(pos), *self.gpts)
+        return out.reshape(len(pos), *self.gpts)
 
 
 def tile_grid_for(cell_A, tiling, cutoff: float, gpts: tuple[int, int] | None = None) -> Grid:
@@ -153,11 +157,9 @@ def build_periodic(tile_positions: np.ndarray, tile_numbers: np.ndarray, cell_A,
     """Propagate every aperture beam through the tile's slices (see module docstring)."""
     tx, ty = int(tiling[0]), int(tiling[1])
     slice_dz = float(edges_A[1] - edges_A[0]) if len(edges_A) > 1 else float(edges_A[-1])
-    tile_pot = build_potential(tile_positions, tile_numbers, (tile.extent[1], tile.extent[0], cell_A[2]),
-                               tile, slice_dz)
     xp = backend.xp
-    t_host, loss = _tile_transmissions(tile_pot, sigma, cutoff)
-    t_tile = backend.asarray(t_host)
+    t_tile, loss, dz = _tile_transmissions_on(backend, tile_positions, tile_numbers,
+                                              (tile.extent[1], tile.extent[0], cell_A[2]), tile, slice_dz, sigma, cutoff)
     ny, nx = grid.gpts
     my_int, mx_int = _signed(ny), _signed(nx)
     ly, lx = grid.extent
@@ -167,7 +169,6 @@ def build_periodic(tile_positions: np.ndarray, tile_numbers: np.ndarray, cell_A,
         classes.setdefault((my_int[iy] % ty, mx_int[ix] % tx), []).append((iy, ix))
     gy_tile, gx_tile = _signed(tile.gpts[0]), _signed(tile.gpts[1])
     ty_, tx_ = (math.tan(t * 1e-3) for t in tilt_mrad)
-    dz = np.diff(tile_pot.edges_A)
     local = threading.local()
     max_beams = max(len(v) for v in classes.values())
 
@@ -217,6 +218,20 @@ def build_periodic(tile_positions: np.ndarray, tile_numbers: np.ndarray, cell_A,
         done = [run_class(item) for item in items]
     return PeriodicSimulation(gpts=grid.gpts, classes=done, backend=backend, tile_gpts=tile.gpts,
                               n_beams=len(beams), transmission_loss=loss)
+
+
+def _tile_transmissions_on(backend: Backend, positions_A: np.ndarray, numbers: np.ndarray, tile_cell_A, tile: Grid,
+                           slice_dz: float, sigma: float, cutoff: float) -> tuple[Any, float, np.ndarray]:
+    """(transmission functions on the backend, worst band-limit loss, slice thicknesses) of the tile:
+    built on a GPU in complex64 (:func:`namsa.potential.device_transmissions`), on CPU in complex128."""
+    if backend.on_device:
+        ky, kx = (np.fft.fftfreq(n, d) for n, d in zip(tile.gpts, tile.sampling))
+        mask = in_band(ky[:, None] ** 2 + kx[None, :] ** 2, cutoff)
+        built = device_transmissions(positions_A, numbers, tile_cell_A, tile, slice_dz, sigma, mask, backend)
+        return built.transmissions, built.loss, np.diff(built.edges_A)
+    tile_pot = build_potential(positions_A, numbers, tile_cell_A, tile, slice_dz)
+    t_host, loss = _tile_transmissions(tile_pot, sigma, cutoff)
+    return backend.asarray(t_host), loss, np.diff(tile_pot.edges_A)
 
 
 def _tile_transmissions(potential: SlicedPotential, sigma: float, cutoff: float) -> tuple[np.ndarray, float]:

@@ -19,8 +19,9 @@ import numpy as np
 import scipy.fft
 
 from . import kirkland
+from .constants import FE_TO_POTENTIAL_V_A2
 from .errors import UserError
-from .optics import band_limit_mask, spatial_frequencies
+from .optics import band_limit_mask, plane_wave_rows, spatial_frequencies
 
 
 class CellError(UserError):
@@ -57,24 +58,52 @@ def fast_fft_length(n: int) -> int:
     return best
 
 
+def smooth_fft_length(n: int) -> int:
+    """Smallest m >= n of the form 2^a 3^b 5^c (cuFFT and FFTW run these in their fastest kernels;
+    a factor 13 or 19 falls back to slower generic code)."""
+    m = max(1, n)
+    while True:
+        rest = m
+        for p in (2, 3, 5):
+            while rest % p == 0:
+                rest //= p
+        if rest == 1:
+            return m
+        m += 1
+
+
 def make_grid(cell_A: tuple[float, float, float] | np.ndarray, sampling_A: float | None = None,
-              gpts: int | tuple[int, int] | None = None, tiling: tuple[int, ...] | None = None) -> Grid:
+              gpts: int | tuple[int, int] | None = None, tiling: tuple[int, ...] | None = None,
+              fft_friendly: bool = False) -> Grid:
     """Grid covering the cell (Lx, Ly, Lz) exactly: ``gpts`` wins, else the smallest pixel count
     with pixels no larger than ``sampling_A``, made a multiple of the supercell's ``tiling``
     (nx, ny, ...) when given (so each tile holds a whole number of pixels), with a per-tile count
-    that is a product of 2s and 3s (:func:`fast_fft_length`)."""
+    that is a product of 2s and 3s (:func:`fast_fft_length`).
+
+    ``fft_friendly``: every side a 2^a 3^b 5^c count (:func:`smooth_fft_length`), for GPUs: still a
+    multiple of the tiling when the tile count itself is 5-smooth; a tiling of 13 or 19 repeats
+    gives up whole tiles (the periodic path then samples its tile on a grid of its own)."""
     lx, ly = float(cell_A[0]), float(cell_A[1])
     if gpts is not None:
         ny, nx = (gpts, gpts) if np.isscalar(gpts) else (int(gpts[0]), int(gpts[1]))
     elif sampling_A is not None:
         reps = (1, 1) if tiling is None else (int(tiling[1]), int(tiling[0]))
-        ny, nx = (rep * fast_fft_length(int(np.ceil(length / (sampling_A * rep) - 1e-9)))
-                  for length, rep in zip((ly, lx), reps))
+        ny, nx = (_side(length, sampling_A, rep, fft_friendly) for length, rep in zip((ly, lx), reps))
     else:
         raise CellError("give sampling_A (Angstrom/pixel) or gpts (pixels per side)")
     if min(ny, nx) < 8:
         raise CellError(f"grid {ny}x{nx} is too small; use at least 8 pixels per side (smaller sampling_A)")
     return Grid(gpts=(int(ny), int(nx)), sampling=(ly / ny, lx / nx))
+
+
+def _side(length: float, sampling_A: float, rep: int, fft_friendly: bool) -> int:
+    """Pixels along one side of ``length`` Angstrom tiled ``rep`` times (see :func:`make_grid`)."""
+    per_tile = int(np.ceil(length / (sampling_A * rep) - 1e-9))
+    if not fft_friendly:
+        return rep * fast_fft_length(per_tile)
+    if smooth_fft_length(rep) == rep:
+        return rep * smooth_fft_length(per_tile)
+    return smooth_fft_length(int(np.ceil(length / sampling_A - 1e-9)))
 
 
 def slice_edges_A(thickness_A: float, slice_thickness_A: float) -> np.ndarray:
@@ -200,3 +229,93 @@ def transmission_functions(potential: SlicedPotential, sigma: float, band_limit:
         worst_loss = max(worst_loss, 1.0 - float((np.abs(t_k) ** 2).sum()) / total)
         out[s] = scipy.fft.ifft2(t_k)
     return out, worst_loss
+
+
+# --------------------------------------------------------------------------------------------
+# the same potential and transmission functions built on a device (CUDA: cupy, complex64)
+
+
+@dataclass
+class DeviceSlices:
+    """Transmission functions built on the backend: (n_slices, ny, nx) complex64 ``transmissions``
+    there, the slice ``edges_A``, the worst band-limit ``loss`` and the host ``projection`` (one slice
+    through the whole thickness plus the species structure factors, for the targets)."""
+
+    transmissions: object
+    edges_A: np.ndarray
+    loss: float
+    projection: SlicedPotential
+
+
+def _species_factors_on(numbers: np.ndarray, grid: Grid, backend) -> dict:
+    """Each species' Kirkland potential coefficient / cell area on the grid, evaluated on the backend
+    (float64 there, float32 kept): at 1080^2 the host took ~0.5 s per species."""
+    xp = backend.xp
+    ky, kx = spatial_frequencies(grid.gpts, grid.sampling)
+    q2 = backend.asarray(ky ** 2)[:, None] + backend.asarray(kx ** 2)[None, :]
+    factors = {}
+    for z in np.unique(numbers):
+        a, b, c, d = kirkland.parameters(int(z))
+        f = xp.zeros(grid.gpts, dtype=np.float64)
+        for i in range(len(a)):
+            f += float(a[i]) / (q2 + float(b[i])) + float(c[i]) * xp.exp(-float(d[i]) * q2)
+        factors[int(z)] = (f * (FE_TO_POTENTIAL_V_A2 / grid.area)).astype(np.float32)
+    return factors
+
+
+def _slice_coefficients(positions_A: np.ndarray, numbers: np.ndarray, grid: Grid, factors: dict, backend):
+    """V_s(k) of one slice's atoms on the backend (complex64, / area) and each species' structure factor."""
+    xp = backend.xp
+    ly, lx = grid.extent
+    v_k = xp.zeros(grid.gpts, dtype=np.complex64)
+    sfs = {}
+    for z, factor in factors.items():
+        mine = numbers == z
+        if not mine.any():
+            continue
+        # the separable structure factor as one complex GEMM on the device (cuBLAS on CUDA)
+        sf = plane_wave_rows(positions_A[mine, 1] / ly, grid.gpts[0], backend).T @ \
+            plane_wave_rows(positions_A[mine, 0] / lx, grid.gpts[1], backend)
+        sfs[z] = sf
+        v_k += factor * sf
+    return v_k, sfs
+
+
+def device_transmissions(positions_A: np.ndarray, numbers: np.ndarray, cell_A, grid: Grid,
+                         slice_thickness_A: float, sigma: float, mask: np.ndarray, backend) -> DeviceSlices:
+    """exp(i sigma V_s) per slice, band-limited by ``mask`` (FFT order), built on ``backend`` in
+    complex64/float32: structure factors, potential slices and transmission functions never touch
+    the host, one CPU core only sorts atoms into slices. The same physics as
+    :func:`build_potential` + :func:`transmission_functions` (complex128 on the host) to float32
+    round-off; used where the backend is a GPU, so the CPU path keeps its numbers."""
+    xp = backend.xp
+    positions_A = np.asarray(positions_A, dtype=float)
+    numbers = np.asarray(numbers, dtype=int)
+    check_elements(numbers)
+    edges = slice_edges_A(float(cell_A[2]), slice_thickness_A)
+    slice_of = assign_slices(positions_A[:, 2], edges)
+    factors = _species_factors_on(numbers, grid, backend)
+    band = backend.asarray(np.asarray(mask, dtype=np.float32))
+    n_slices, n = len(edges) - 1, grid.gpts[0] * grid.gpts[1]
+    out = xp.empty((n_slices, *grid.gpts), dtype=np.complex64)
+    losses = xp.zeros(n_slices, dtype=np.float32)
+    projected = xp.zeros(grid.gpts, dtype=np.complex64)
+    species_sf = {z: xp.zeros(grid.gpts, dtype=np.complex64) for z in factors}
+    for s in range(n_slices):
+        here = slice_of == s
+        v_k, sfs = _slice_coefficients(positions_A[here], numbers[here], grid, factors, backend)
+        projected += v_k
+        for z, sf in sfs.items():
+            species_sf[z] += sf
+        phase = backend.fft.ifft2(v_k).real * np.float32(n * sigma)
+        t_k = backend.fft.fft2(xp.exp(phase.astype(np.complex64) * np.complex64(1j)), overwrite_x=True)
+        total = (t_k.real ** 2 + t_k.imag ** 2).sum()
+        t_k *= band
+        losses[s] = 1.0 - (t_k.real ** 2 + t_k.imag ** 2).sum() / total
+        out[s] = backend.fft.ifft2(t_k, overwrite_x=True)
+    # one transfer home for the losses and the targets' projection, not one per slice
+    projection = SlicedPotential(grid=grid, edges_A=np.array([0.0, float(cell_A[2])]),
+                                 slices_k=backend.asnumpy(projected).astype(np.complex128)[None],
+                                 species_sf={z: backend.asnumpy(sf).astype(np.complex128) for z, sf in species_sf.items()})
+    return DeviceSlices(transmissions=out, edges_A=edges, loss=max(0.0, float(backend.asnumpy(losses).max(initial=0.0))),
+                        projection=projection)

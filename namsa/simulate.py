@@ -141,6 +141,8 @@ def _configuration_mean(configurations: list, cfg: SimulationConfig, positions: 
     """Mean (S, P, P) patterns and (T, T) projected potential and density over ``configurations``
     (incoherent frozen-phonon average of intensities), the last Simulation, and the worst
     intensity kept / band-limit loss over all of them. One configuration is returned unchanged."""
+    from concurrent.futures import ThreadPoolExecutor
+
     sums: list[np.ndarray] = []
     kept: list[np.ndarray] = []
     loss = 0.0
@@ -149,21 +151,39 @@ def _configuration_mean(configurations: list, cfg: SimulationConfig, positions: 
                                  sampling_A=cfg.sampling_A, gpts=cfg.gpts, slice_thickness_A=cfg.slice_thickness_A,
                                  aberrations=aberrations, band_limit=cfg.band_limit, tilt_mrad=tilt,
                                  device=cfg.device, memory_budget_gb=cfg.memory_budget_gb, workers=cfg.workers,
-                                 n_positions=len(positions))
-        reducer, dk_out = pattern_rebinner(sim.grid, cfg.band_limit, cfg.pattern_px)
+                                 n_positions=len(positions), fft_friendly_grid=cfg.fft_friendly_grid)
+        # rebinning and the kept-sum run where the intensities are (the GPU on CUDA): only the
+        # (b, P, P) patterns and b sums come home
+        reducer, dk_out = pattern_rebinner(sim.grid, cfg.band_limit, cfg.pattern_px, sim.backend)
 
-        def reduce_and_count(intensity: np.ndarray) -> np.ndarray:
-            kept.append(intensity.sum(axis=(-2, -1)))
+        def reduce_and_count(intensity):
+            kept.append(sim.backend.asnumpy(intensity.sum(axis=(-2, -1))))
             return reducer(intensity)
 
-        # float64 sums: float32 -> float64 -> / 1 -> float32 is exact, so one configuration is unchanged
         fwhm = target_fwhm_A(sim.grid, fov, cfg.target_px, cfg.energy_kv, cfg.semiangle_mrad)
-        parts = (np.concatenate(sim.run(positions, reduce_and_count), axis=0).astype(np.float32),
-                 projected_potential_map(sim.potential, fov, cfg.target_px, fwhm),
-                 projected_density_map(sim.potential, fov, cfg.target_px, fwhm))
-        sums = [p.astype(np.float64) + (sums[i] if sums else 0.0) for i, p in enumerate(parts)]
+        cbed = np.empty((len(positions), cfg.pattern_px, cfg.pattern_px), np.float32)
+
+        def targets(sim=sim):
+            return (projected_potential_map(sim.potential, fov, cfg.target_px, fwhm),
+                    projected_density_map(sim.potential, fov, cfg.target_px, fwhm))
+
+        # on a GPU the host computes the targets (numpy, GIL released) while the device runs the probes;
+        # on CPU one after the other, as the probes already use every core
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            maps = pool.submit(targets) if sim.backend.on_device else None
+            sim.run(positions, reduce_and_count, device_reducer=True, out=cbed)   # batches written in place
+            parts = (cbed, *(maps.result() if maps is not None else targets()))
+        sums = parts if len(configurations) == 1 else \
+            [p.astype(np.float64) + (sums[i] if sums else 0.0) for i, p in enumerate(parts)]
         loss = max(loss, float(sim.transmission_loss))
-    cbed, potential, density = ((a / len(configurations)).astype(np.float32) for a in sums)
+    if len(configurations) == 1:
+        # equal to the float64 round trip below bit for bit (x -> float64, + 0.0, / 1 -> float32 is exact
+        # but turns -0 into +0, as x + 0 does), without four passes over a 1 GiB paper-size stack: the
+        # patterns are sums of products of non-negative numbers, never -0, so they need no pass at all
+        cbed = sums[0]
+        potential, density = (np.add(a, a.dtype.type(0), out=a).astype(np.float32, copy=False) for a in sums[1:])
+    else:
+        cbed, potential, density = ((a / len(configurations)).astype(np.float32) for a in sums)
     stats = {"intensity_kept_min": float(np.concatenate(kept).min()), "transmission_bandlimit_loss": loss,
              "pattern_dk_inv_A": float(dk_out), "target_fwhm_A": fwhm}
     return cbed, potential, density, sim, stats

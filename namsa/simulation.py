@@ -13,7 +13,8 @@ from .errors import UserError
 from .multislice import balanced_batch, cpu_batch_cap, fresnel_propagator, plan_batch, run_multislice
 from .optics import band_limit_frequency, band_limit_mask, check_sampling, probe_fourier
 from .periodic import PeriodicSimulation, build_periodic, estimated_cost, tile_atoms, tile_grid_for
-from .potential import CellError, Grid, SlicedPotential, build_potential, make_grid, transmission_functions
+from .potential import (CellError, Grid, SlicedPotential, build_potential, device_transmissions, make_grid,
+                        transmission_functions)
 
 
 # --------------------------------------------------------------------------------------------
@@ -69,7 +70,7 @@ class Simulation:
     backend: Backend
     threads: int
     batch_size: int
-    probe_k: np.ndarray
+    probe_k: Any   # (ny, nx) complex128, FFT order, on the backend
     method: str
     transmission_loss: float
     transmissions: Any = None
@@ -88,18 +89,23 @@ class Simulation:
                                               self.grid, float(self.atoms.cell_A[2]))
         return self._potential
 
-    def run(self, positions_A: np.ndarray, reducer: Callable[[np.ndarray], np.ndarray]) -> list[np.ndarray]:
-        """Patterns for every position [y, x] (Angstrom); ``reducer`` maps each FFT-order batch."""
+    def run(self, positions_A: np.ndarray, reducer: Callable[[Any], Any],
+            device_reducer: bool = False, out: np.ndarray | None = None) -> list[np.ndarray]:
+        """Patterns for every position [y, x] (Angstrom); ``reducer`` maps each FFT-order batch of
+        intensities: numpy ones, or with ``device_reducer`` the backend's arrays (then the reduction runs
+        on the device and only its result comes home, e.g. :func:`namsa.detector.pattern_rebinner`
+        given the backend). With ``out`` (numpy, (n, ...) of the reducer's per-probe shape) the batches are
+        written into it and the returned list holds views of it."""
         positions_A = np.asarray(positions_A, float).reshape(-1, 2)
         with single_threaded_blas():
             if self.periodic is not None:
-                return self.periodic.run(positions_A, reducer, self.threads, self.batch_size)
+                return self.periodic.run(positions_A, reducer, self.threads, self.batch_size, device_reducer, out)
             return run_multislice(self.probe_k, positions_A, self.grid.sampling, self.transmissions,
                                   self.propagators, self.final_mask, self.backend, self.batch_size, reducer,
-                                  self.threads)
+                                  self.threads, device_reducer, out)
 
 
-def _choose_periodic(atoms: _Atoms, structure: Any, grid: Grid, probe: np.ndarray, cutoff: float,
+def _choose_periodic(atoms: _Atoms, structure: Any, grid: Grid, probe: Any, cutoff: float,
                      n_positions: int, method: str):
     """(tile atoms, tile grid) when the periodic path applies and pays off (or is forced), else None."""
     if method == "multislice":
@@ -111,7 +117,7 @@ def _choose_periodic(atoms: _Atoms, structure: Any, grid: Grid, probe: np.ndarra
                             "orient_supercell output, no frozen-phonon displacement); use method='auto'")
         return None
     tile_grid = tile_grid_for(atoms.cell_A, structure.tiling, cutoff, grid.gpts)
-    direct, periodic = estimated_cost(n_positions, grid, tile_grid, int((np.abs(probe) > 0).sum()))
+    direct, periodic = estimated_cost(n_positions, grid, tile_grid, int((abs(probe) > 0).sum()))
     if method == "auto" and periodic >= direct:
         return None
     return tile, tile_grid
@@ -128,16 +134,18 @@ def _prepare(structure: Any, *, energy_kv: float, semiangle_mrad: float,
                        slice_thickness_A: float = 2.0, aberrations: dict[str, float] | None = None,
                        band_limit: float = 2.0 / 3.0, tilt_mrad: tuple[float, float] = (0.0, 0.0),
                        device: str = "cpu", memory_budget_gb: float = 2.0, workers: int | None = None,
-                       n_positions: int = 1, max_batch: int = 64, method: str = "auto",
-                       fft: str = "auto") -> Simulation:
+                       n_positions: int = 1, max_batch: int | None = None, method: str = "auto",
+                       fft: str = "auto", fft_friendly_grid: bool = False) -> Simulation:
     """Build what all probe positions share: probe, and transmission functions + propagators
     (multislice) or the exit waves of every aperture beam (periodic). ``method``: "auto" picks the
     cheaper exact path, "multislice" or "periodic" force one; ``fft`` picks the CPU FFT
-    (:func:`namsa.backend.get_backend`)."""
+    (:func:`namsa.backend.get_backend`). ``max_batch`` caps the probes per batch (default: the CPU's
+    cache-sized cap, on a GPU only its free memory). ``fft_friendly_grid`` makes every grid side a
+    2^a 3^b 5^c count (:func:`namsa.potential.make_grid`)."""
     if method not in ("auto", "multislice", "periodic"):
         raise UserError(f"method must be 'auto', 'multislice' or 'periodic', got {method!r}")
     atoms = _as_atoms(structure)
-    grid = make_grid(atoms.cell_A, sampling_A, gpts, getattr(structure, "tiling", None))
+    grid = make_grid(atoms.cell_A, sampling_A, gpts, getattr(structure, "tiling", None), fft_friendly_grid)
     check_sampling(grid.sampling, energy_kv, semiangle_mrad, band_limit)
     ab = {"C1_A": 0.0, "C3_mm": 0.0, **(aberrations or {})}
     unknown = set(ab) - {"C1_A", "C3_mm"}
@@ -145,16 +153,10 @@ def _prepare(structure: Any, *, energy_kv: float, semiangle_mrad: float,
         raise UserError(f"unknown aberrations {sorted(unknown)}; supported: C1_A (Angstrom), C3_mm (mm)")
     edges_n = max(1, int(round(atoms.cell_A[2] / slice_thickness_A)))
     threads = workers or (cpu_threads() if device == "cpu" else 1)
-    budget = memory_budget_gb * 1e9
-    # complex128 slice coefficients are held while building: count them against the budget too
-    potential_bytes = edges_n * grid.gpts[0] * grid.gpts[1] * 16
-    if device == "cpu":
-        max_batch = min(max_batch, cpu_batch_cap(grid.gpts))
-    batch = plan_batch(n_positions, grid.gpts, edges_n, budget / threads if threads > 1 else budget,
-                       fixed_bytes=potential_bytes / threads, max_batch=max_batch)
     backend = get_backend(device, fft)
-    batch = balanced_batch(n_positions, batch, threads)
-    probe = probe_fourier(grid.gpts, grid.sampling, energy_kv, semiangle_mrad, ab["C1_A"], ab["C3_mm"], band_limit)
+    batch = _batch_size(backend, grid, edges_n, n_positions, memory_budget_gb * 1e9, threads, max_batch)
+    probe = probe_fourier(grid.gpts, grid.sampling, energy_kv, semiangle_mrad, ab["C1_A"], ab["C3_mm"], band_limit,
+                          backend if backend.on_device else None)
     sigma, lam = interaction_constant(energy_kv), wavelength_A(energy_kv)
     cutoff = band_limit_frequency(grid.sampling, band_limit)
     common = dict(grid=grid, atoms=atoms, slice_thickness_A=slice_thickness_A, energy_kv=energy_kv,
@@ -167,28 +169,72 @@ def _prepare(structure: Any, *, energy_kv: float, semiangle_mrad: float,
     if chosen is not None:
         (tile_pos, tile_num), tile_grid = chosen
         periodic = build_periodic(tile_pos, tile_num, atoms.cell_A, structure.tiling, grid,
-                                  np.linspace(0.0, atoms.cell_A[2], edges_n + 1), probe, sigma, lam, cutoff,
+                                  np.linspace(0.0, atoms.cell_A[2], edges_n + 1), backend.asnumpy(probe), sigma, lam, cutoff,
                                   tilt_mrad, backend, threads, tile_grid)
         # periodic batches: per probe one float32 pattern plus the reducer's copy (12 bytes/pixel)
-        common["batch_size"] = int(max(1, min(256, n_positions, budget / (threads * 12 * grid.gpts[0] * grid.gpts[1]))))
+        common["batch_size"] = _periodic_batch(backend, grid, n_positions, memory_budget_gb * 1e9, threads)
         info.update(method="periodic", tile_gpts=list(tile_grid.gpts), n_beams=periodic.n_beams,
                     transmission_bandlimit_loss=periodic.transmission_loss, batch_size=common["batch_size"])
         return Simulation(**common, method="periodic", transmission_loss=periodic.transmission_loss,
                           periodic=periodic, info=info)
-    potential = build_potential(atoms.positions_A, atoms.numbers, atoms.cell_A, grid, slice_thickness_A)
-    t, loss = transmission_functions(potential, sigma, band_limit)
     mask = band_limit_mask(grid.gpts, grid.sampling, band_limit)
+    t, loss, dz_all, projected = _transmissions(atoms, grid, slice_thickness_A, sigma, band_limit, mask, backend)
     cache: dict[float, Any] = {}
     propagators = []
-    for dz in potential.slice_thickness_A:
+    for dz in dz_all:
         key = round(float(dz), 9)
         if key not in cache:
             cache[key] = backend.asarray(fresnel_propagator(grid.gpts, grid.sampling, float(dz), lam, mask, tilt_mrad))
         propagators.append(cache[key])
-    info.update(method="multislice", transmission_bandlimit_loss=loss)
+    info.update(method="multislice", transmission_bandlimit_loss=loss,
+                potential_built_on="device" if backend.on_device else "host")
+    return Simulation(**common, method="multislice", transmission_loss=loss, transmissions=t,
+                      propagators=propagators, final_mask=backend.asarray(mask), info=info, _potential=projected)
+
+
+def _transmissions(atoms: _Atoms, grid: Grid, slice_thickness_A: float, sigma: float, band_limit: float,
+                   mask: np.ndarray, backend: Backend):
+    """(transmission functions on the backend, worst band-limit loss, slice thicknesses, the targets'
+    projection). On a GPU all of it is built there in complex64 (:func:`device_transmissions`); on
+    CPU in complex128 as always, so CPU samples keep their numbers bit for bit."""
+    if backend.on_device:
+        built = device_transmissions(atoms.positions_A, atoms.numbers, atoms.cell_A, grid, slice_thickness_A,
+                                     sigma, mask, backend)
+        return built.transmissions, built.loss, np.diff(built.edges_A), built.projection
+    potential = build_potential(atoms.positions_A, atoms.numbers, atoms.cell_A, grid, slice_thickness_A)
+    t, loss = transmission_functions(potential, sigma, band_limit)
     # keep only the projection (targets) from here on: the per-slice coefficients are 2x the
     # transmission functions' memory and no longer needed
     projected = SlicedPotential(grid=grid, edges_A=np.array([0.0, float(atoms.cell_A[2])]),
                                 slices_k=potential.projected_k()[None], species_sf=potential.species_sf)
-    return Simulation(**common, method="multislice", transmission_loss=loss, transmissions=backend.asarray(t),
-                      propagators=propagators, final_mask=backend.asarray(mask), info=info, _potential=projected)
+    return backend.asarray(t), loss, potential.slice_thickness_A, projected
+
+
+#: share of a GPU's free memory a simulation may plan for (the rest: cuFFT plans, the pools' slack)
+GPU_MEMORY_SHARE = 0.8
+
+
+def _batch_size(backend: Backend, grid: Grid, n_slices: int, n_positions: int, budget: float, threads: int,
+                max_batch: int | None) -> int:
+    """Probes per batch of the multislice path: on CPU the cache-sized cap (at most 64), on a GPU as
+    many as its free memory (and memory_budget_gb) allows, so small grids are not launch-bound."""
+    if backend.on_device:
+        budget = min(budget, GPU_MEMORY_SHARE * backend.free_bytes())
+        fixed = 8 * grid.gpts[0] * grid.gpts[1] * 8   # complex64 temporaries of building the potential
+        cap = n_positions if max_batch is None else max_batch
+    else:
+        # complex128 slice coefficients are held while building: count them against the budget too
+        fixed = n_slices * grid.gpts[0] * grid.gpts[1] * 16
+        cap = min(64 if max_batch is None else max_batch, cpu_batch_cap(grid.gpts))
+    batch = plan_batch(n_positions, grid.gpts, n_slices, budget / threads if threads > 1 else budget,
+                       fixed_bytes=fixed / threads, max_batch=cap)
+    return balanced_batch(n_positions, batch, threads)
+
+
+def _periodic_batch(backend: Backend, grid: Grid, n_positions: int, budget: float, threads: int) -> int:
+    """Probes per batch of the periodic path: per probe one float32 pattern plus the reducer's copy
+    (12 bytes/pixel); at most 256 on CPU, as the free memory allows on a GPU."""
+    per_probe = 12 * grid.gpts[0] * grid.gpts[1]
+    if backend.on_device:
+        return int(max(1, min(n_positions, min(budget, GPU_MEMORY_SHARE * backend.free_bytes()) / per_probe)))
+    return int(max(1, min(256, n_positions, budget / (threads * per_probe))))
