@@ -26,6 +26,7 @@ for name in ${VARIANTS:-adam larc relative physics}; do
       $cfg --data "$data" --out "$run" --no-progress "${parallel[@]}" ${variants[$name]} > "$out/$name.train.log" 2>&1
   fi
   [ -f "$run/eval-dev/metrics.json" ] || namsa evaluate $cfg --data "$data" --model "$run" --out "$run/eval-dev" \
-    --no-progress --set evaluation.split=dev --set evaluation.n_bootstrap=200 > "$out/$name.eval.log" 2>&1
+    --no-progress --set evaluation.split=dev --set evaluation.n_bootstrap=200 \
+    --set evaluation.ptycho=false --set evaluation.multislice_ptycho=null > "$out/$name.eval.log" 2>&1
 done
 python benchmarks/study_selection_table.py "$out"
