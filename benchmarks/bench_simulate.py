@@ -33,7 +33,7 @@ ramps, copying the patterns out of the pinned buffer) is host time, plus a model
 kernel launch. Each variant runs in its own fresh process. The host phase of a sample
 (namsa.simulate.prepare_sample: supercell, prepare, rebinner, targets, stack) runs ahead on
 ``simulation.host_threads`` pool threads (namsa.pipelined); the device waits for the driving thread's
-own work plus whatever the pool cannot deliver within one sample's cycle, modelled for k = 1, 2, 4
+own work plus whatever the pool cannot deliver within one sample's cycle, modelled for k = 1, 2, 3, 4
 host threads with at most 3 of them running at once (a 16-core node with 4 GPUs, one worker per
 GPU: 4 cores per worker, one of which drives the device).
 
@@ -311,24 +311,30 @@ def host_child(config: str, fft_friendly: bool, material: str, zone_axis: tuple[
                       "hbm_bound_s": device,
                       "host_fraction": {k: best["host_total_s"] / v for k, v in device.items()},
                       "pool_s": pool, "serial_s": serial,
-                      "pipelined": {str(k): pipelined_wait(pool, serial, device, k) for k in HOST_THREADS}}))
+                      "pipelined": {str(k): pipelined_wait(pool, serial, device, k, len(sizes))
+                                    for k in HOST_THREADS}}))
 
 
 #: the host phase (namsa.simulate.prepare_sample), run ahead on the pool's threads; the rest
 #: (phase ramps, patterns home, kernel launches) is on the thread that drives the device
 POOL_STEPS = ("supercell", "prepare", "rebinner", "targets", "stack", "pool_launches")
 #: host threads per worker the bench reports (simulation.host_threads)
-HOST_THREADS = (1, 2, 4)
+HOST_THREADS = (1, 2, 3, 4)
 #: configs/gpu-node.yaml: 16 cores and 4 GPUs, one simulation worker per GPU, so 4 cores per worker:
 #: one drives the device, at most 3 run host threads in parallel (more only take turns on them)
 CORES_PER_GPU = 4
 
 
-def pipelined_wait(pool_s: float, serial_s: float, device: dict, host_threads: int) -> dict:
+def pipelined_wait(pool_s: float, serial_s: float, device: dict, host_threads: int, batches: int) -> dict:
     """Modelled device wait per sample with ``host_threads`` preparing ahead: the serial host work
-    on the driving thread, plus whatever the pool cannot deliver in one cycle (device + serial
-    seconds) with min(host_threads, CORES_PER_GPU - 1) cores; as seconds and fraction of the device time."""
+    on the driving thread, the GIL taken back after each of its two device syncs per batch (worst
+    case: a whole namsa.pipelined.GIL_SWITCH_S each), plus whatever the pool cannot deliver in one
+    cycle (device + serial seconds) with min(host_threads, CORES_PER_GPU - 1) cores; as seconds and
+    fraction of the device time."""
+    from namsa.pipelined import GIL_SWITCH_S
+
     cores = min(host_threads, CORES_PER_GPU - 1)
+    serial_s += 2 * batches * GIL_SWITCH_S
     out = {}
     for passes, device_s in device.items():
         wait = serial_s + max(0.0, pool_s / cores - (device_s + serial_s))

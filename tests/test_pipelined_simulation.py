@@ -110,3 +110,18 @@ def test_the_store_loop_with_host_threads_writes_the_same_samples_in_the_same_or
     assert two.failed == one.failed and len(one.failed) == 1 and "\n" not in one.failed[0][1]
     for a, b in zip(samples_one, samples_two):
         _assert_same(a, b)
+
+
+def test_the_gil_switch_interval_is_short_while_threads_prepare_ahead_and_restored_after():
+    import sys
+
+    from namsa.pipelined import GIL_SWITCH_S
+
+    before = sys.getswitchinterval()
+    seen = []
+    for slot in prepared_in_order(JOBS[:2], _config(host_threads=2)):
+        seen.append(sys.getswitchinterval())
+        slot.discard()
+    assert seen == [GIL_SWITCH_S] * 2 and sys.getswitchinterval() == before
+    for slot in prepared_in_order(JOBS[:1], _config()):   # nothing ahead: nothing changed
+        assert sys.getswitchinterval() == before
