@@ -108,6 +108,8 @@ def _device_smoothed_map(coeffs: np.ndarray, grid: Grid, fov_A, target_px: int, 
     """:func:`smoothed_map` on a GPU backend: the Gaussian and the two complex128 GEMMs (the targets'
     bulk, ~0.7 s of host time at paper size) run there, the same formulas in the same precision."""
     xp = backend.xp
+    # the caller may be a pool thread (namsa.pipelined), whose current CUDA device is still device 0
+    xp.cuda.Device(backend.device_index or 0).use()
     ky, kx = (xp.asarray(k) for k in spatial_frequencies(grid.gpts, grid.sampling))
     sigma = fwhm_A / FWHM_PER_SIGMA
     filtered = xp.asarray(coeffs) * xp.exp(-2.0 * math.pi ** 2 * sigma ** 2 * (ky[:, None] ** 2 + kx[None, :] ** 2))
