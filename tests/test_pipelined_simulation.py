@@ -125,3 +125,31 @@ def test_the_gil_switch_interval_is_short_while_threads_prepare_ahead_and_restor
     assert seen == [GIL_SWITCH_S] * 2 and sys.getswitchinterval() == before
     for slot in prepared_in_order(JOBS[:1], _config()):   # nothing ahead: nothing changed
         assert sys.getswitchinterval() == before
+
+
+class _StopAfter(threading.Event):
+    """A stop event (the DAG's Ctrl-C) that is set once ``n`` samples have been looked at."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.n = n
+
+    def is_set(self) -> bool:
+        self.n -= 1
+        return self.n < 0
+
+
+def test_a_stop_with_samples_prepared_ahead_closes_the_store_and_the_pool(tmp_path):
+    import namsa
+    import stage
+    from workflow.data_runners import simulate_specs
+
+    specs = [namsa.SampleSpec(m, axis, v) for m, axis, v in JOBS]
+    sources = {"Si-diamond": "Si-diamond", "NaCl-rocksalt": "NaCl-rocksalt"}
+    summary = simulate_specs(_config(host_threads=2), stage.DataConfig(), tmp_path / "store-000", specs, sources,
+                             progress=False, stop=_StopAfter(1))
+    assert summary.stopped and summary.written == 1
+    assert not [t for t in threading.enumerate() if t.name.startswith("namsa-prepare")]
+    with stage.open_store(summary.store) as reader:
+        assert len(reader) == 1
+        assert reader.ids() == [simulate_sample(*JOBS[0][:2], _config(), JOBS[0][2]).id]   # the first, whole

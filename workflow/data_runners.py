@@ -6,6 +6,7 @@ the Parsl driver stay light.
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -197,14 +198,23 @@ def _simulate_into(writer: Any, sim_cfg: "SimulationConfig", specs: Sequence[Any
     """The sample loop of `simulate_specs`: claim, simulate, store, mark stored. The host phase of
     the next ``sim_cfg.host_threads`` samples runs ahead in a thread pool (`namsa.pipelined`); samples
     are still stored in order, and a sample whose preparation raised is recorded as failed here."""
-    import stage
     from namsa.pipelined import prepared_in_order
     from stage.claims import ClaimBook
 
     claims = ClaimBook(writer.path)
     ids = [spec.sample_id(sim_cfg) for spec in specs]
     jobs = [(sources[spec.material_id], tuple(spec.zone_axis), spec.variant) for spec in specs]
-    for sid, slot in zip(ids, prepared_in_order(jobs, sim_cfg, wanted=lambda i: not writer.has(ids[i]))):
+    slots = prepared_in_order(jobs, sim_cfg, wanted=lambda i: not writer.has(ids[i]))
+    with contextlib.closing(slots):   # leaving early (stop, a store error) stops the pool at once
+        _store_in_order(writer, claims, ids, slots, summary, bar, progress_path, stop)
+
+
+def _store_in_order(writer: Any, claims: Any, ids: Sequence[str], slots: Any, summary: SimulateSummary, bar: Any,
+                    progress_path: str | Path | None, stop: threading.Event) -> None:
+    """Claim, finish (`namsa.pipelined.PreparedSlot.sample`), store and mark stored each sample in order."""
+    import stage
+
+    for sid, slot in zip(ids, slots):
         if stop.is_set():
             summary.stopped = True
             break
