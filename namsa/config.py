@@ -126,6 +126,10 @@ class SimulationConfig(BaseModel):
     device: str = "cpu"
     memory_budget_gb: float = Field(2.0, gt=0.0)
     workers: int | None = Field(None, ge=1)
+    #: host threads that prepare the next samples (structure, supercell, potential, targets) while the
+    #: current one runs (namsa.pipelined); on CPU 1 = one after the other, as the run uses every core;
+    #: on a GPU at least one thread prepares ahead. Each holds one prepared sample in memory.
+    host_threads: int = Field(1, ge=1, le=64)
 
     # -- dataset plan ---------------------------------------------------------------------------
     materials: list[str] | Literal["library"] = "library"
@@ -180,8 +184,8 @@ class SimulationConfig(BaseModel):
         return self
 
     def physics_hash(self) -> str:
-        """sha256 over every field that changes a sample (not device, memory, workers or the plan)."""
-        payload = self.model_dump(mode="json", exclude={"device", "memory_budget_gb", "workers", "materials",
+        """sha256 over every field that changes a sample (not device, memory, workers, host_threads or the plan)."""
+        payload = self.model_dump(mode="json", exclude={"device", "memory_budget_gb", "workers", "host_threads", "materials",
                                                         "cif_dir", "generator", "zone_axes", "max_zone_axes",
                                                         "variants"})
         # Keys added later enter the hash only when set, so earlier stores keep their ids.

@@ -11,6 +11,8 @@ index N // 2 of every pattern, each pattern normalised so the incident probe car
 from __future__ import annotations
 
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -136,46 +138,83 @@ def resolve_fov(cfg: SimulationConfig, cell_A: Sequence[float]) -> tuple[float, 
     f = cfg.scan_fov_fraction
     return ((1 - f) * ly / 2, (1 - f) * lx / 2, f * ly, f * lx)
 
-def _configuration_mean(configurations: list, cfg: SimulationConfig, positions: np.ndarray,
-                        fov: Sequence[float], tilt: tuple[float, float], aberrations: dict[str, float]):
-    """Mean (S, P, P) patterns and (T, T) projected potential and density over ``configurations``
-    (incoherent frozen-phonon average of intensities), the last Simulation, and the worst
-    intensity kept / band-limit loss over all of them. One configuration is returned unchanged."""
-    from concurrent.futures import ThreadPoolExecutor
+@dataclass
+class PreparedConfiguration:
+    """One phonon configuration ready for the device: its Simulation, the rebinner, the targets (a
+    Future while another thread computes them, else the (potential, density) maps) and the sample's
+    output stack (pre-faulted on a GPU, so the host copies batches into mapped memory)."""
 
+    sim: Any
+    reducer: Any
+    dk_out: float
+    fwhm: float
+    maps: Any
+    cbed: np.ndarray
+
+
+def prepare_configuration(supercell: Any, cfg: SimulationConfig, positions: np.ndarray, fov: Sequence[float],
+                          tilt: tuple[float, float], aberrations: dict[str, float],
+                          targets_pool: Any = None) -> PreparedConfiguration:
+    """Everything of one configuration but the probes' run: Simulation (on a GPU its potential and
+    transmissions are built there), rebinner, targets (submitted to ``targets_pool`` when given, so
+    they overlap the run) and the output stack."""
+    sim = prepare_simulation(supercell, energy_kv=cfg.energy_kv, semiangle_mrad=cfg.semiangle_mrad,
+                             sampling_A=cfg.sampling_A, gpts=cfg.gpts, slice_thickness_A=cfg.slice_thickness_A,
+                             aberrations=aberrations, band_limit=cfg.band_limit, tilt_mrad=tilt,
+                             device=cfg.device, memory_budget_gb=cfg.memory_budget_gb, workers=cfg.workers,
+                             n_positions=len(positions), fft_friendly_grid=cfg.fft_friendly_grid)
+    # rebinning and the kept-sum run where the intensities are (the GPU on CUDA): only the
+    # (b, P, P) patterns and b sums come home
+    reducer, dk_out = pattern_rebinner(sim.grid, cfg.band_limit, cfg.pattern_px, sim.backend)
+    fwhm = target_fwhm_A(sim.grid, fov, cfg.target_px, cfg.energy_kv, cfg.semiangle_mrad)
+    backend = sim.backend if sim.backend.on_device else None   # the CPU keeps its host targets bit for bit
+
+    def targets():
+        return (projected_potential_map(sim.potential, fov, cfg.target_px, fwhm, backend),
+                projected_density_map(sim.potential, fov, cfg.target_px, fwhm, backend))
+
+    cbed = np.empty((len(positions), cfg.pattern_px, cfg.pattern_px), np.float32)
+    if sim.backend.on_device:
+        cbed.fill(0.0)   # first touches of a 1 GiB stack cost ~0.3 s: paid here, off the device's path
+    maps = targets_pool.submit(targets) if targets_pool is not None else targets()
+    return PreparedConfiguration(sim, reducer, float(dk_out), fwhm, maps, cbed)
+
+
+def _run_configuration(prep: PreparedConfiguration, positions: np.ndarray, kept: list) -> tuple:
+    """(patterns, potential, density) of one prepared configuration; the kept sums appended to ``kept``."""
+    sim = prep.sim
+
+    def reduce_and_count(intensity):
+        kept.append(sim.backend.asnumpy(intensity.sum(axis=(-2, -1))))
+        return prep.reducer(intensity)
+
+    sim.run(positions, reduce_and_count, device_reducer=True, out=prep.cbed)   # batches written in place
+    maps = prep.maps.result() if isinstance(prep.maps, Future) else prep.maps
+    return (prep.cbed, *maps)
+
+
+def _configuration_mean(prepared: PreparedSample, cfg: SimulationConfig, pool: Any = None):
+    """Mean (S, P, P) patterns and (T, T) projected potential and density over the sample's
+    configurations (incoherent frozen-phonon average of intensities), the last Simulation, and the
+    worst intensity kept / band-limit loss over all of them. One configuration is returned unchanged.
+    With ``pool`` configuration c + 1 is prepared there while c runs."""
     sums: list[np.ndarray] = []
     kept: list[np.ndarray] = []
     loss = 0.0
-    for supercell in configurations:
-        sim = prepare_simulation(supercell, energy_kv=cfg.energy_kv, semiangle_mrad=cfg.semiangle_mrad,
-                                 sampling_A=cfg.sampling_A, gpts=cfg.gpts, slice_thickness_A=cfg.slice_thickness_A,
-                                 aberrations=aberrations, band_limit=cfg.band_limit, tilt_mrad=tilt,
-                                 device=cfg.device, memory_budget_gb=cfg.memory_budget_gb, workers=cfg.workers,
-                                 n_positions=len(positions), fft_friendly_grid=cfg.fft_friendly_grid)
-        # rebinning and the kept-sum run where the intensities are (the GPU on CUDA): only the
-        # (b, P, P) patterns and b sums come home
-        reducer, dk_out = pattern_rebinner(sim.grid, cfg.band_limit, cfg.pattern_px, sim.backend)
-
-        def reduce_and_count(intensity):
-            kept.append(sim.backend.asnumpy(intensity.sum(axis=(-2, -1))))
-            return reducer(intensity)
-
-        fwhm = target_fwhm_A(sim.grid, fov, cfg.target_px, cfg.energy_kv, cfg.semiangle_mrad)
-        cbed = np.empty((len(positions), cfg.pattern_px, cfg.pattern_px), np.float32)
-
-        def targets(sim=sim):
-            return (projected_potential_map(sim.potential, fov, cfg.target_px, fwhm),
-                    projected_density_map(sim.potential, fov, cfg.target_px, fwhm))
-
-        # on a GPU the host computes the targets (numpy, GIL released) while the device runs the probes;
-        # on CPU one after the other, as the probes already use every core
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            maps = pool.submit(targets) if sim.backend.on_device else None
-            sim.run(positions, reduce_and_count, device_reducer=True, out=cbed)   # batches written in place
-            parts = (cbed, *(maps.result() if maps is not None else targets()))
+    configurations = prepared.configurations
+    prep = prepared.first
+    for c in range(len(configurations)):
+        following = None
+        if c + 1 < len(configurations):
+            args = (configurations[c + 1], cfg, prepared.positions, prepared.fov, prepared.tilt, prepared.aberrations)
+            following = pool.submit(prepare_configuration, *args) if pool is not None else None
+        parts = _run_configuration(prep, prepared.positions, kept)
         sums = parts if len(configurations) == 1 else \
             [p.astype(np.float64) + (sums[i] if sums else 0.0) for i, p in enumerate(parts)]
-        loss = max(loss, float(sim.transmission_loss))
+        loss = max(loss, float(prep.sim.transmission_loss))
+        last = prep
+        if c + 1 < len(configurations):
+            prep = following.result() if following is not None else prepare_configuration(*args)
     if len(configurations) == 1:
         # equal to the float64 round trip below bit for bit (x -> float64, + 0.0, / 1 -> float32 is exact
         # but turns -0 into +0, as x + 0 does), without four passes over a 1 GiB paper-size stack: the
@@ -185,18 +224,32 @@ def _configuration_mean(configurations: list, cfg: SimulationConfig, positions: 
     else:
         cbed, potential, density = ((a / len(configurations)).astype(np.float32) for a in sums)
     stats = {"intensity_kept_min": float(np.concatenate(kept).min()), "transmission_bandlimit_loss": loss,
-             "pattern_dk_inv_A": float(dk_out), "target_fwhm_A": fwhm}
-    return cbed, potential, density, sim, stats
+             "pattern_dk_inv_A": last.dk_out, "target_fwhm_A": last.fwhm}
+    return cbed, potential, density, last.sim, stats
 
 
-def simulate_sample(structure_or_id: Any, zone_axis: Sequence[int], cfg: SimulationConfig,
-                    variant: int = 0) -> Sample:
-    """Simulate one sample: (S, P, P) CBED stack plus (T, T) projected potential and density.
+@dataclass
+class PreparedSample:
+    """The host phase of one sample (:func:`prepare_sample`): all :func:`run_prepared` needs."""
 
-    structure_or_id: library id, CIF path, pymatgen Structure / ase Atoms (any load_structure input).
-    Raises UserError (one line) for bad input. Deterministic for a given (material, axis, variant,
-    cfg.physics_hash()).
-    """
+    structure: Any
+    material_id: str
+    axis: list[int]
+    variant: int
+    seed: int
+    configurations: list
+    tilt: tuple[float, float]
+    aberrations: dict[str, float]
+    fov: tuple[float, float, float, float]
+    positions: np.ndarray
+    first: PreparedConfiguration
+
+
+def prepare_sample(structure_or_id: Any, zone_axis: Sequence[int], cfg: SimulationConfig, variant: int = 0,
+                   targets_pool: Any = None) -> PreparedSample:
+    """Host phase of :func:`simulate_sample`: structure, orientation, supercell, phonon
+    configurations, variations, scan positions and the first configuration prepared
+    (:func:`prepare_configuration`; its targets go to ``targets_pool`` when given)."""
     from .structure_io import load_structure
     from .supercell import normalize_zone_axis, orient_supercell
 
@@ -209,13 +262,39 @@ def simulate_sample(structure_or_id: Any, zone_axis: Sequence[int], cfg: Simulat
     supercell = orient_supercell(structure, axis, cfg.cell_lateral_A, specimen_thickness_A(cfg, seed),
                                  material_id=material_id)
     configurations = phonon_configurations(supercell, cfg, rng, seed)
-    supercell = configurations[0]
-    var = cfg.variations
     tilt, aberrations = tilt_and_aberrations(cfg, rng)
-    cell = tuple(float(c) for c in supercell.cell_A)
-    fov = resolve_fov(cfg, cell)
+    fov = resolve_fov(cfg, tuple(float(c) for c in configurations[0].cell_A))
     positions = scan_positions(fov, cfg.scan_shape)
-    cbed, potential, density, sim, stats = _configuration_mean(configurations, cfg, positions, fov, tilt, aberrations)
+    first = prepare_configuration(configurations[0], cfg, positions, fov, tilt, aberrations, targets_pool)
+    return PreparedSample(structure, material_id, axis, int(variant), seed, configurations, tilt, aberrations,
+                          fov, positions, first)
+
+
+def simulate_sample(structure_or_id: Any, zone_axis: Sequence[int], cfg: SimulationConfig,
+                    variant: int = 0) -> Sample:
+    """Simulate one sample: (S, P, P) CBED stack plus (T, T) projected potential and density.
+
+    structure_or_id: library id, CIF path, pymatgen Structure / ase Atoms (any load_structure input).
+    Raises UserError (one line) for bad input. Deterministic for a given (material, axis, variant,
+    cfg.physics_hash()).
+    """
+    if not cfg.device.startswith("cuda"):
+        return run_prepared(prepare_sample(structure_or_id, zone_axis, cfg, variant), cfg)
+    # on a GPU the host computes the targets (and the next configuration) while the device runs the probes
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return run_prepared(prepare_sample(structure_or_id, zone_axis, cfg, variant, targets_pool=pool), cfg, pool)
+
+
+def run_prepared(prepared: PreparedSample, cfg: SimulationConfig, pool: Any = None) -> Sample:
+    """Device phase of :func:`simulate_sample`: the probes of every configuration run, averaged,
+    noised and wrapped in a validated Sample. With ``pool`` the next configuration is prepared there."""
+    structure, material_id, axis, variant, seed = (prepared.structure, prepared.material_id, prepared.axis,
+                                                   prepared.variant, prepared.seed)
+    configurations, tilt, aberrations = prepared.configurations, prepared.tilt, prepared.aberrations
+    fov, positions, supercell = prepared.fov, prepared.positions, prepared.configurations[0]
+    var = cfg.variations
+    cell = tuple(float(c) for c in supercell.cell_A)
+    cbed, potential, density, sim, stats = _configuration_mean(prepared, cfg, pool)
     if var.dose_e_per_A2 is not None:
         cbed = poisson_noise(cbed, var.dose_e_per_A2 * fov[2] * fov[3] / len(positions), seed)
     config_hash = cfg.physics_hash()

@@ -143,6 +143,8 @@ CASES: list[Case] = [
     Case("device-unknown", sim("simulation.device=tpu"), "device must be 'cpu', 'cuda' or 'cuda:<index>'"),
     Case("grid-absurd", sim("simulation.cell_lateral_A=20000"), "shrink the grid"),
     Case("workers-zero", sim("execution.workers=0"), "execution.workers: Input should be greater than or equal to 1"),
+    Case("host-threads-zero", sim("simulation.host_threads=0"),
+         "simulation.host_threads: Input should be greater than or equal to 1"),
     Case("success-fraction-above-one", sim("execution.min_success_fraction=2"), "execution.min_success_fraction"),
     Case("retries-negative", sim("execution.retries=-1"), "execution.retries"),
     Case("dose-range-reversed", sim("data.dose_augmentation.dose_range_e_per_A2=[1000000,100]"),

@@ -175,3 +175,24 @@ def test_probe_and_phase_ramps_are_made_on_the_device(monkeypatch):
     np.testing.assert_allclose(backend.asnumpy(probe), host_probe, rtol=0, atol=1e-12)
     np.testing.assert_allclose(backend.asnumpy(dev_y), host_y, rtol=0, atol=2e-6)
     np.testing.assert_allclose(backend.asnumpy(dev_x), host_x, rtol=0, atol=2e-6)
+
+
+def test_the_targets_are_computed_on_the_device_and_equal_the_hosts(monkeypatch, si110):
+    """targets.smoothed_map(backend=GPU): the Gaussian and the Fourier-series GEMMs run there (complex128,
+    the host's formulas), only the (T, T) float32 maps come home; without a backend the host path."""
+    from namsa.backend import get_backend
+    from namsa.potential import build_potential, make_grid
+    from namsa.targets import projected_density_map, projected_potential_map
+
+    potential = build_potential(si110.positions_A, si110.numbers, si110.cell_A, make_grid(si110.cell_A, 0.1),
+                                float(si110.cell_A[2]))
+    fov = (1.0, 0.5, 6.0, 7.0)
+    host = [f(potential, fov, 24, 0.9) for f in (projected_potential_map, projected_density_map)]
+    strict_cupy.install(monkeypatch)
+    backend = get_backend("cuda")
+    strict_cupy.DeviceClock.reset()
+    device = [f(potential, fov, 24, 0.9, backend) for f in (projected_potential_map, projected_density_map)]
+    assert strict_cupy.DeviceClock.calls > 0   # the stand-in's device ran the work
+    for d, h in zip(device, host):
+        assert type(d) is np.ndarray and d.dtype == np.float32 and d.shape == (24, 24)
+        np.testing.assert_allclose(d, h, rtol=0, atol=1e-6 * np.abs(h).max())

@@ -6,6 +6,7 @@ the Parsl driver stay light.
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -194,24 +195,35 @@ def open_free_writer(store_dir: str | Path, physics_hash: str, data_cfg: "DataCo
 def _simulate_into(writer: Any, sim_cfg: "SimulationConfig", specs: Sequence[Any], sources: Mapping[str, str],
                    summary: SimulateSummary, bar: Any, progress_path: str | Path | None,
                    stop: threading.Event) -> None:
-    """The sample loop of `simulate_specs`: claim, simulate, store, mark stored."""
-    import namsa
-    import stage
+    """The sample loop of `simulate_specs`: claim, simulate, store, mark stored. The host phase of
+    the next ``sim_cfg.host_threads`` samples runs ahead in a thread pool (`namsa.pipelined`); samples
+    are still stored in order, and a sample whose preparation raised is recorded as failed here."""
+    from namsa.pipelined import prepared_in_order
     from stage.claims import ClaimBook
 
     claims = ClaimBook(writer.path)
-    for spec in specs:
+    ids = [spec.sample_id(sim_cfg) for spec in specs]
+    jobs = [(sources[spec.material_id], tuple(spec.zone_axis), spec.variant) for spec in specs]
+    slots = prepared_in_order(jobs, sim_cfg, wanted=lambda i: not writer.has(ids[i]))
+    with contextlib.closing(slots):   # leaving early (stop, a store error) stops the pool at once
+        _store_in_order(writer, claims, ids, slots, summary, bar, progress_path, stop)
+
+
+def _store_in_order(writer: Any, claims: Any, ids: Sequence[str], slots: Any, summary: SimulateSummary, bar: Any,
+                    progress_path: str | Path | None, stop: threading.Event) -> None:
+    """Claim, finish (`namsa.pipelined.PreparedSlot.sample`), store and mark stored each sample in order."""
+    import stage
+
+    for sid, slot in zip(ids, slots):
         if stop.is_set():
             summary.stopped = True
             break
-        sid = spec.sample_id(sim_cfg)
         if writer.has(sid) or claims.claim(sid) is not None:
+            slot.discard()
             summary.skipped += 1  # stored here, or stored / being written by another store
         else:
             try:
-                sample = namsa.simulate_sample(sources[spec.material_id], tuple(spec.zone_axis),
-                                               sim_cfg, variant=spec.variant)
-                writer.put(sample)
+                writer.put(slot.sample())
                 claims.stored(sid)
                 summary.written += 1
             except stage.StoreError:
