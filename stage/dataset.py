@@ -75,7 +75,7 @@ class SampleDataset(Dataset):
         self.symmetry = SymmetryAugmentation(symmetry_augmentation) if turn else None
         if turn:  # refuse data whose grids rotations cannot map onto themselves before training starts
             reader, j = self.stores.locate(self.global_indices[0])
-            allowed_ops(reader.meta(j), self.cbed_shape, self.target_shape[1:])
+            allowed_ops(reader.meta(j), self.stack_shape, self.target_shape[1:])   # the stack is what turns
         augment = augment or turn
         self._epoch = torch.zeros((), dtype=torch.int64)
         if augment:  # shared memory: workers forked (or spawned) before a set_epoch read the new value
@@ -94,8 +94,14 @@ class SampleDataset(Dataset):
         self._epoch.fill_(int(epoch))
 
     @property
-    def cbed_shape(self) -> tuple[int, ...]:
+    def stack_shape(self) -> tuple[int, ...]:
+        """(S, P, P): the diffraction stack as stored."""
         return tuple(self.stores.manifest["arrays"]["cbed"]["shape"])
+
+    @property
+    def cbed_shape(self) -> tuple[int, ...]:
+        """The delivered input: the stack itself here (a subclass may append planes)."""
+        return self.stack_shape
 
     @property
     def target_shape(self) -> tuple[int, ...]:

@@ -35,11 +35,6 @@ class PhysicsSampleDataset(SampleDataset):
         self._calibrations: dict[int, ScanCalibration] = {}  # by store index: a meta read once per sample
 
     @property
-    def stack_shape(self) -> tuple[int, ...]:
-        """(S, P, P): the diffraction stack alone, as stored."""
-        return super().cbed_shape
-
-    @property
     def cbed_shape(self) -> tuple[int, ...]:
         s, p, p2 = self.stack_shape
         return (s + len(self.physics_inputs), p, p2)

@@ -162,3 +162,21 @@ def test_default_is_off_and_bad_data_is_refused_when_the_dataset_is_built(tmp_pa
         stage.SampleDataset(path, "train", None, symmetry_augmentation=ON)
     with pytest.raises(ValidationError):
         SymmetryAugmentationConfig(seed=-1)
+
+
+def test_physics_input_planes_are_computed_from_the_turned_stack(store):
+    """Physics inputs with symmetry augmentation (the study's combination): the dataset builds (the
+    grid check looks at the stored stack, not the stack plus its extra planes), and the CoM / iCoM
+    planes are those of the turned patterns, so the vector components turn with the specimen."""
+    from stage.physics_dataset import PhysicsSampleDataset
+    from stage.physics_inputs import physics_maps
+
+    names = ("com_y", "com_x", "icom")
+    turned = PhysicsSampleDataset(store, "train", None, ("potential", "density"), physics_inputs=names,
+                                  symmetry_augmentation=ON)
+    assert turned.stack_shape == (64, 8, 8) and turned.cbed_shape == (67, 8, 8)
+    for epoch in range(2):
+        turned.set_epoch(epoch)
+        item = turned[0]["cbed"].numpy()
+        maps = physics_maps(item[:64].copy(), turned._calibration(0), names, (8, 8))
+        np.testing.assert_allclose(item[64:], maps, rtol=1e-5, atol=1e-6)
