@@ -82,11 +82,10 @@ def test_small_runs_point_to_the_full_study_result_from_its_card():
 
     scores = models.pretrained_card(STUDY_PRETRAINED)["held_out_evaluation"]["aggregates"]["potential"]
     sentence = study_reference("potential")
-    for method, name in (("network", "network"), ("icom", "iCoM"), ("mean", "mean training target")):
+    for method, name in (("network", "network"), ("icom", "iCoM"), ("ptycho", "ptychography"),
+                         ("mean", "mean training target")):
         assert f"{name} {scores[method]['physical']['rel_l2']['value']:.3f}" in sentence
-    assert f"pretrained:{STUDY_PRETRAINED}" in sentence
-    # the shipped card predates the Gaussian targets and the prototype split: said, not compared
-    assert "earlier study" in sentence and "Not comparable with the figures above" in sentence
+    assert f"pretrained:{STUDY_PRETRAINED}" in sentence and "structure types it never saw" in sentence
     assert study_reference("no-such-target") is None
 
 

@@ -187,8 +187,8 @@ def check_after_inference(maps: Mapping[str, np.ndarray], card: Mapping[str, Any
             _warn(report, f"{name}-too-large", f"the {name} map reaches {top:.4g} {units.get(name, '')}, above the "
                                                f"training mean + {MAP_SIGMAS:g} sd ({limit:.4g}): implausible")
     dose = ((before or {}).get("measured") or {}).get("dose_e_per_A2")
-    if dose and dose["value"] < NOISE_FREE_DOSE_E_PER_A2:
-        _warn(report, "dose", dose_message(dose["value"], card))
+    if dose:
+        _check_dose(report, dose["value"], card)
     return report
 
 
@@ -198,13 +198,30 @@ def check_after_inference(maps: Mapping[str, np.ndarray], card: Mapping[str, Any
 NOISE_FREE_DOSE_E_PER_A2 = 1e8
 
 
-def dose_message(dose: float, card: Mapping[str, Any]) -> str:
-    """What a measured dose (e/Angstrom^2) means against the card's training dose."""
-    trained = ((card.get("expects_input") or {}).get("variations") or {}).get("dose_e_per_A2")
+def trained_dose_range(card: Mapping[str, Any]) -> tuple[float, float] | None:
+    """(low, high) electrons/Angstrom^2 the model saw in training (the loader's dose augmentation, or
+    one fixed simulated dose), or None when it was trained noise-free only."""
+    augmentation = (card.get("trained_on") or {}).get("dose_augmentation") or {}
+    if augmentation.get("enabled"):
+        low, high = augmentation["dose_range_e_per_A2"]
+        return float(low), float(high)
+    fixed = ((card.get("expects_input") or {}).get("variations") or {}).get("dose_e_per_A2")
+    return None if fixed is None else (float(fixed), float(fixed))
+
+
+def _check_dose(report: dict[str, Any], dose: float, card: Mapping[str, Any]) -> None:
+    """Warn when a measured dose (e/Angstrom^2) lies below what the model was trained at; above the
+    noise-free threshold, or inside the trained range, there is nothing to say."""
+    trained = trained_dose_range(card)
+    if dose >= NOISE_FREE_DOSE_E_PER_A2 or (trained is not None and dose >= trained[0]):
+        return
     if trained is None:
-        return (f"the data carry about {dose:.3g} e/Angstrom^2 but the model was trained noise-free; expect "
-                "more error at low dose")
-    return f"the data carry about {dose:.3g} e/Angstrom^2; the model was trained at {trained} e/Angstrom^2"
+        message = (f"the data carry about {dose:.3g} e/Angstrom^2 but the model was trained noise-free; expect "
+                   "more error at low dose")
+    else:
+        message = (f"the data carry about {dose:.3g} e/Angstrom^2, below the {trained[0]:g}-{trained[1]:g} "
+                   "e/Angstrom^2 the model was trained at; expect more error")
+    _warn(report, "dose", message)
 
 
 def input_report(cbed: np.ndarray, card: Mapping[str, Any]) -> dict[str, Any]:
@@ -239,8 +256,7 @@ def _dose_from_quanta(report: dict[str, Any], sample: np.ndarray, card: Mapping[
     if step > 0:
         dose = electrons / step ** 2
         _measure(report, "dose_e_per_A2", dose, "electrons/Angstrom^2", electrons_per_pattern=electrons)
-        if dose < NOISE_FREE_DOSE_E_PER_A2:
-            _warn(report, "dose", dose_message(dose, card))
+        _check_dose(report, dose, card)
 
 
 def _disc_against_card(report: dict[str, Any], mean: np.ndarray, card: Mapping[str, Any]) -> None:
