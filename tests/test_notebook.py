@@ -66,9 +66,9 @@ def test_reconstruct_notebook_simulates_a_sample(tiny_trained_model, tiny_sim_co
 
 def test_reconstruct_notebook_defaults_reconstruct_a_material_never_seen(tmp_path, monkeypatch):
     """As a scientist opens it: the shipped reconstructor, a fresh simulation of a held-out material
-    with the physics its card declares, and a faithful map. Not "ahead of iCoM": against today's
-    Gaussian targets (issue 22, item 9) the shipped model, trained on the old hard-cutoff targets and
-    compared at the targets' resolution, gives 0.069 on Ag [011] where iCoM gives 0.029."""
+    with the physics its card declares, and a map as good as the study's held-out figures say (network
+    0.261 on average). Not "ahead of iCoM": the default sample is BN (hexagonal) [010], a light material,
+    where the study's model ties with iCoM at best (0.255 each here; docs/evaluation.md, "The study")."""
     import re
 
     for key in ("NAMSA_MODEL_DIR", "NAMSA_SIMULATE", "NAMSA_CONFIG", "NAMSA_MATERIAL", "NAMSA_ZONE_AXIS"):
@@ -77,4 +77,4 @@ def test_reconstruct_notebook_defaults_reconstruct_a_material_never_seen(tmp_pat
     text = _check_outputs(nb)
     assert "was never seen in training" in text
     rel_l2 = {m: float(v) for m, v in re.findall(r"potential\s+(network|iCoM) .*?'rel_l2': ([0-9.]+)", text)}
-    assert rel_l2["network"] < 0.15 and rel_l2["iCoM"] < 1.0, rel_l2
+    assert rel_l2["network"] < 0.4 and rel_l2["iCoM"] < 1.0, rel_l2
