@@ -309,11 +309,17 @@ def test_a_negative_scan_scale_is_a_flipped_axis_read_back_in_order(sample, tiny
         assert any("step is negative" in note for note in info["resampling"]), info["resampling"]
 
 
+def _reconstructed_hspy(sample: Any, tiny_model: Any, tmp_path: Path) -> Any:
+    """`namsa reconstruct` of the sample written as .hspy into tmp_path/out; returns the reconstructor."""
+    model_dir, rec = tiny_model
+    assert _run("reconstruct", _write(tmp_path / "scan.hspy", sample), "--model", model_dir, "--out",
+                tmp_path / "out") == 0
+    return rec
+
+
 def test_calibrated_hspy_output_opens_in_hyperspy(sample, tiny_model, tmp_path):
     hs = pytest.importorskip("hyperspy.api")
-    model_dir, rec = tiny_model
-    path = _write(tmp_path / "scan.hspy", sample)
-    assert _run("reconstruct", path, "--model", model_dir, "--out", tmp_path / "out") == 0
+    rec = _reconstructed_hspy(sample, tiny_model, tmp_path)
     signal = hs.load(str(tmp_path / "out" / "reconstruction.hspy"))
     names = signal.metadata.Signal.map_names
     assert names[0] == rec.targets[0] and names[-1] == "icom_potential"
@@ -326,9 +332,7 @@ def test_calibrated_hspy_output_opens_in_hyperspy(sample, tiny_model, tmp_path):
 
 def test_the_maps_open_in_py4dstem_with_their_pixel_size(sample, tiny_model, tmp_path):
     py4dstem = pytest.importorskip("py4DSTEM")
-    model_dir, rec = tiny_model
-    path = _write(tmp_path / "scan.hspy", sample)
-    assert _run("reconstruct", path, "--model", model_dir, "--out", tmp_path / "out") == 0
+    rec = _reconstructed_hspy(sample, tiny_model, tmp_path)
     image = py4dstem.read(str(tmp_path / "out" / "reconstruction_py4dstem.h5"))
     info = json.loads((tmp_path / "out" / "reconstruction.json").read_text())
     np.testing.assert_array_equal(image.data[..., 0], np.load(tmp_path / "out" / f"{rec.targets[0]}.npy"))
