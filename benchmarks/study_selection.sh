@@ -17,6 +17,8 @@ declare -A variants=(
   [larc]="--set training.optimizer=larc_adam"
   [relative]="--set training.optimizer=adam --set training.loss_weighting=relative"
   [physics]="--set training.optimizer=adam --set model.physics_inputs=[com_y,com_x,icom]"
+  [residual]="--set training.optimizer=adam --set model.physics_inputs=[com_y,com_x,icom] --set model.icom_residual=true"
+  [long]="--set training.optimizer=adam --set training.max_steps=4800 --set training.decay_every=1600"
 )
 for name in ${VARIANTS:-adam larc relative physics}; do
   run=$out/$name

@@ -16,6 +16,11 @@ from .verdict import HEADLINE_METRICS
 IMAGE_METRICS: dict[str, bool] = HEADLINE_METRICS
 #: column-position metrics (physical units only: positions do not depend on normalisation).
 COLUMN_METRICS: dict[str, bool] = {"mean_error_A": False, "recall": True}
+#: the relative L2 split into the error of the map's mean and of its contrast (`metrics.level_and_contrast`;
+#: physical units only: the standardised map's mean is shifted by the standardisation).
+ERROR_PARTS: dict[str, bool] = {"rel_l2_level": False, "rel_l2_contrast": False}
+#: what physical units add to `IMAGE_METRICS`
+PHYSICAL_ONLY: dict[str, bool] = {**ERROR_PARTS, **COLUMN_METRICS}
 UNITS: tuple[str, ...] = ("physical", "normalized")
 
 
@@ -39,7 +44,7 @@ def aggregate(records: list[dict], target: str, cfg: EvaluationConfig) -> dict[s
         out[method] = {}
         materials = _materials(records, target, method)
         for units in UNITS:
-            names = list(IMAGE_METRICS) + (list(COLUMN_METRICS) if units == "physical" else [])
+            names = list(IMAGE_METRICS) + (list(PHYSICAL_ONLY) if units == "physical" else [])
             out[method][units] = {name: _interval(_values(records, target, method, units, name), materials, cfg)
                                   for name in names}
     return out
@@ -78,7 +83,7 @@ def breakdown(records: list[dict], target: str, key: str, cfg: EvaluationConfig)
         table[name] = {"n": len(rows)}
         for method in methods_present(rows, [target])[target]:
             table[name][method] = {m: _mean_finite(_values(rows, target, method, "physical", m))
-                                   for m in list(IMAGE_METRICS) + list(COLUMN_METRICS)}
+                                   for m in list(IMAGE_METRICS) + list(PHYSICAL_ONLY)}
     return table
 
 

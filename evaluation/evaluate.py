@@ -144,6 +144,10 @@ CONVENTIONS = {
                        "density": "electrons/Angstrom^2 (projected electron density)"},
     "normalized_units": "(y - mean) / std with the target statistics of the training split (the model's Normalizer)",
     "rel_l2": "||pred - true||_2 / ||true||_2",
+    "rel_l2_level": ("the part of rel_l2 from the map's mean, |mean(pred) - mean(true)| sqrt(N) / ||true||; "
+                     "rel_l2^2 = level^2 + contrast^2. Intensities barely fix a map's mean (a uniform phase "
+                     "changes no pattern): the fitted baselines take it from the truth, the network infers it"),
+    "rel_l2_contrast": "the rest of rel_l2: ||(pred - mean(pred)) - (true - mean(true))|| / ||true||",
     "psnr_db": "10 log10(R^2 / MSE), R = max(true) - min(true) of each sample's truth",
     "ssim": "Wang et al. 2004, Gaussian window sigma 1.5 px (11 taps), K1 0.01, K2 0.03, periodic borders, "
             "R as for PSNR",

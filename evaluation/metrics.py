@@ -71,6 +71,25 @@ def relative_l2(pred: np.ndarray, true: np.ndarray) -> float:
     return err / ref
 
 
+def level_and_contrast(pred: np.ndarray, true: np.ndarray) -> dict[str, float]:
+    """The relative L2 error split into its two orthogonal parts, ``rel_l2**2 = level**2 + contrast**2``.
+
+    ``rel_l2_level``: the error of the map's mean, ``|mean(pred) - mean(true)| sqrt(N) / ||true||``;
+    ``rel_l2_contrast``: the error of what is left, ``||(pred - mean) - (true - mean)|| / ||true||``.
+    A uniform phase leaves every diffraction intensity unchanged, so a map's mean (thickness times
+    the mean inner potential) is what intensities determine least: the fitted baselines take it from
+    the truth (their level part is ~0 by construction), the network must infer it. Both parts are
+    dimensionless fractions of the truth's norm.
+    """
+    pred, true = _pair(pred, true)
+    ref = float(np.linalg.norm(true))
+    if ref == 0.0:
+        return {"rel_l2_level": math.inf, "rel_l2_contrast": math.inf}
+    level = abs(float(pred.mean() - true.mean())) * math.sqrt(true.size) / ref
+    contrast = float(np.linalg.norm((pred - pred.mean()) - (true - true.mean()))) / ref
+    return {"rel_l2_level": level, "rel_l2_contrast": contrast}
+
+
 def mse(pred: np.ndarray, true: np.ndarray) -> float:
     """Mean squared error (units of the maps squared)."""
     pred, true = _pair(pred, true)

@@ -166,7 +166,8 @@ def _score_sample(cfg: EvaluationConfig, index: int, sample: Any, maps: dict[str
             cols = M.column_position_error(est, truth, pixel, min_distance_px=cfg.column_min_distance_px,
                                            threshold_rel=cfg.column_threshold_rel)
             per_method[method] = {
-                "physical": {**M.image_metrics(est, truth), "mean_error_A": cols.mean_error_A,
+                "physical": {**M.image_metrics(est, truth), **M.level_and_contrast(est, truth),
+                             "mean_error_A": cols.mean_error_A,
                              "recall": cols.recall, "n_columns": cols.n_true},
                 "normalized": M.image_metrics(np.asarray(normalizer.target(est, t)), truth_n),
             }

@@ -67,6 +67,7 @@ class ArchitectureSpec(BaseModel):
     scan_shape: Annotated[list[Annotated[int, Field(ge=0, le=1 << 20)]], Field(min_length=2, max_length=2)] = [0, 0]
     stem_kernel: Annotated[int, Field(ge=0, le=31)] = 0
     physics_inputs: Annotated[list[Literal["com_y", "com_x", "icom"]], Field(max_length=3)] = []
+    icom_residual: Annotated[int, Field(ge=-1, le=1)] = -1
 
     @model_validator(mode="after")
     def _consistent(self) -> "ArchitectureSpec":

@@ -69,6 +69,11 @@ class Architecture:
                       patterns: the input is (B, S + K, P, P). The patterns layout takes them as
                       K more channels; the scan layout resamples them to the scan grid and
                       appends them to the binned-pattern channels.
+    icom_residual:    output channel (the potential's) that adds the iCoM input plane, gated: the
+                      head predicts one more map ``g`` and that channel becomes ``head + (1 + g) *
+                      gain * icom`` (``gain`` learned, started at the ratio of the plane's and the
+                      target's standardisations), so the network starts from the classical answer
+                      and learns where and how much to correct it (channelling, noise); -1 = off.
     """
 
     in_channels: int
@@ -94,6 +99,7 @@ class Architecture:
     scan_shape: tuple[int, int] = (0, 0)
     stem_kernel: int = 0
     physics_inputs: tuple[str, ...] = ()
+    icom_residual: int = -1
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -125,6 +131,11 @@ class Architecture:
         plus the K physics input maps."""
         base = self.in_channels if self.input_layout == "patterns" else self.pattern_bins ** 2
         return base + len(self.physics_inputs)
+
+    @property
+    def head_channels(self) -> int:
+        """Maps the head predicts: one per target, plus the iCoM gate with ``icom_residual``."""
+        return self.out_channels + (1 if self.icom_residual >= 0 else 0)
 
     @property
     def input_planes(self) -> int:
@@ -219,6 +230,9 @@ class ModelConfig(BaseModel):
     scan_shape: tuple[int, int] | None = None
     stem_kernel: int | None = Field(None, ge=0)
     physics_inputs: list[PhysicsInputName] | None = None   # None (like []): no physics input channels
+    # the potential starts from the iCoM input plane and the network learns its correction
+    # (Architecture.icom_residual); needs "icom" in physics_inputs and "potential" in targets
+    icom_residual: bool = False
 
     @field_validator("targets")
     @classmethod
@@ -244,6 +258,11 @@ class ModelConfig(BaseModel):
         if values.get("input_layout") == "scan":
             values.setdefault("pattern_bins", 16)
             values["scan_shape"] = values.get("scan_shape") or _square_scan(values["in_channels"])
+        if self.icom_residual:
+            if "potential" not in self.targets or "icom" not in (values.get("physics_inputs") or ()):
+                raise ModelConfigError("model.icom_residual needs 'potential' in model.targets and 'icom' in "
+                                       "model.physics_inputs (the plane it starts from); add them or turn it off")
+        values["icom_residual"] = self.targets.index("potential") if self.icom_residual else -1
         arch = Architecture(out_channels=len(self.targets), **values)
         _check_architecture(arch)
         return arch

@@ -132,6 +132,34 @@ class ScanSpaceInput(nn.Module):
         return binned.reshape(b, *self.scan_shape, self.bins ** 2).permute(0, 3, 1, 2).contiguous()
 
 
+class ICoMResidual(nn.Module):
+    """The potential as a correction of the classical answer (``Architecture.icom_residual``):
+    ``out[:, c] = head[:, c] + (1 + gate) * gain * icom``, with ``icom`` the standardised iCoM input
+    plane (on the output grid) and ``gate`` the head's extra map. ``gain`` converts the plane's
+    standardisation to the target's; `init_gain` starts it at the physical ratio, so an untrained
+    network already returns iCoM's contrast, and the gate can turn it off where iCoM fails
+    (channelling, shot noise)."""
+
+    def __init__(self, channel: int, plane: int):
+        super().__init__()
+        self.channel, self.plane = channel, plane
+        self.gain = nn.Parameter(torch.ones(()))
+
+    def init_gain(self, icom_std: float, target_std: float) -> None:
+        """Start ``gain`` at ``icom_std / target_std`` (V*Angstrom per standardised unit, each)."""
+        with torch.no_grad():
+            self.gain.fill_(float(icom_std) / float(target_std))
+
+    def forward(self, head: Tensor, x: Tensor) -> Tensor:
+        out, gate = head[:, :-1], head[:, -1:]
+        icom = x[:, self.plane:self.plane + 1].to(out.dtype)
+        if icom.shape[-2:] != out.shape[-2:]:
+            icom = nn.functional.interpolate(icom, size=tuple(out.shape[-2:]), mode="area")
+        add = (1.0 + gate) * self.gain * icom
+        c = self.channel
+        return torch.cat([out[:, :c], out[:, c:c + 1] + add, out[:, c + 1:]], dim=1)
+
+
 class FCDenseNet(nn.Module):
     """The reconstructor network; ``arch`` fixes every size (see `models.config.Architecture`)."""
 
@@ -165,10 +193,18 @@ class FCDenseNet(nn.Module):
             self.up_blocks.append(block)
             new = block.new_channels
         head_in = block.out_channels if arch.head_input == "all" else block.new_channels
-        self.head = nn.Conv2d(head_in, arch.out_channels, 1, bias=False)
+        self.head = nn.Conv2d(head_in, arch.head_channels, 1, bias=False)
+        # the iCoM plane's index in the input stack: after the S patterns, in physics_inputs order
+        self.icom_residual = (ICoMResidual(arch.icom_residual, arch.in_channels + arch.physics_inputs.index("icom"))
+                              if arch.icom_residual >= 0 else None)
 
     def forward(self, x: Tensor) -> Tensor:
         self._check_input(x)
+        y = self._features(x)
+        return y if self.icom_residual is None else self.icom_residual(y, x)
+
+    def _features(self, x: Tensor) -> Tensor:
+        """The head's maps: one per target (plus the iCoM gate with ``icom_residual``)."""
         x = self.stem(x if self.layout is None else self.layout(x))
         skips: list[Tensor] = []
         for block, td in zip(self.down_blocks, self.transitions_down):
@@ -212,6 +248,8 @@ class FCDenseNet(nn.Module):
         for i, (tu, block) in enumerate(zip(self.transitions_up, self.up_blocks)):
             named += [(f"tu{i}", tu), (f"up{i}", block)]
         named.append(("head", self.head))
+        if self.icom_residual is not None:
+            named.append(("icom_residual", self.icom_residual))
         out = [(name, [p for p in module.parameters()]) for name, module in named]
         return [(name, params) for name, params in out if params]
 

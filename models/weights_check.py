@@ -55,7 +55,7 @@ def estimate_parameters(arch: Architecture) -> int:
         params, out, new = _block(new + skips[-1 - level], layers, arch)
         total += params
     head_in = out if arch.head_input == "all" else new
-    return total + head_in * arch.out_channels
+    return total + head_in * arch.head_channels + (1 if arch.icom_residual >= 0 else 0)
 
 
 def check_size(arch: Architecture, where: str) -> int:

@@ -81,6 +81,13 @@ def test_per_sample_metrics_match_an_independent_recomputation(evaluated, tiny_t
     net = record["metrics"]["potential"]["network"]
     assert net["physical"]["rel_l2"] == pytest.approx(M.relative_l2(pred, sample.potential), rel=1e-4)
     assert net["physical"]["ssim"] == pytest.approx(M.ssim(pred, sample.potential), rel=1e-4, abs=1e-6)
+    # the error split into the map's mean and its contrast adds up; a fitted baseline's level is ~0
+    parts = M.level_and_contrast(pred, sample.potential)
+    assert net["physical"]["rel_l2_level"] == pytest.approx(parts["rel_l2_level"], rel=1e-4, abs=1e-7)
+    assert net["physical"]["rel_l2_level"] ** 2 + net["physical"]["rel_l2_contrast"] ** 2 == pytest.approx(
+        net["physical"]["rel_l2"] ** 2, rel=1e-4)
+    assert record["metrics"]["potential"]["icom"]["physical"]["rel_l2_level"] < 1e-5
+    assert "from the map&#x27;s mean" in result.report_html.read_text()  # the headline table's row (escaped)
     norm = rec.normalizer
     assert net["normalized"]["rel_l2"] == pytest.approx(
         M.relative_l2(norm.target(pred, "potential"), norm.target(sample.potential, "potential")), rel=1e-4)

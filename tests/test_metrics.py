@@ -216,3 +216,20 @@ def test_bootstrap_over_materials_edge_cases():
         M.bootstrap_ci([1.0, 2.0], groups=["a"])
     with pytest.raises(ValueError, match="mean only"):
         M.bootstrap_ci([1.0, 2.0], statistic="median", groups=["a", "b"])
+
+
+def test_level_and_contrast_split_the_relative_error():
+    """rel_l2^2 = level^2 + contrast^2; a uniform offset is all level, a zero-mean error all contrast,
+    and an affinely fitted map (the baselines') has no level error left."""
+    rng = np.random.default_rng(3)
+    truth = 5.0 + rng.random((16, 16))
+    pred = truth + 0.3 + 0.2 * rng.standard_normal((16, 16))
+    parts = M.level_and_contrast(pred, truth)
+    assert parts["rel_l2_level"] ** 2 + parts["rel_l2_contrast"] ** 2 == pytest.approx(M.relative_l2(pred, truth) ** 2)
+    offset = M.level_and_contrast(truth + 0.5, truth)
+    assert offset["rel_l2_contrast"] == pytest.approx(0.0, abs=1e-12)
+    assert offset["rel_l2_level"] == pytest.approx(M.relative_l2(truth + 0.5, truth))
+    wiggle = rng.standard_normal((16, 16))
+    assert M.level_and_contrast(truth + wiggle - wiggle.mean(), truth)["rel_l2_level"] == pytest.approx(0.0, abs=1e-12)
+    scale, off, _ = M.fit_affine_nonnegative(pred, truth)
+    assert M.level_and_contrast(scale * pred + off, truth)["rel_l2_level"] == pytest.approx(0.0, abs=1e-9)

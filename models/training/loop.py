@@ -133,6 +133,9 @@ class Trainer:
         cfg = self.cfg
         _seed_everything(cfg.seed)  # identical initial weights on every rank
         self.model = build_model(self.arch).to(self.device)
+        if self.model.icom_residual is not None:  # start from iCoM's physical amplitude (a resume loads its own)
+            norm = self.data.normalizer
+            self.model.icom_residual.init_gain(norm.physics_stats["icom"][1], norm.targets["potential"][1])
         if cfg.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
         self.model.set_activation_checkpointing(cfg.activation_checkpointing)
