@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from _models_fixture import tiny_trained_model  # noqa: F401  (session fixture)
+from _train_helpers import DATA_CFG, one_thread, tiny_train_cfg  # noqa: F401
 
 pytest.importorskip("rsciio")
 tifffile = pytest.importorskip("tifffile")
@@ -450,3 +451,28 @@ def test_pretrained_study_scan_on_a_simulated_file_correlates_with_the_truth(tmp
     info = json.loads((tmp_path / "out" / "reconstruction.json").read_text())
     assert info["model_expects"]["source"] == "model card expects_input"
     assert len(info["resampling"]) == (1 if scan_px == 32 else 4), info["resampling"]
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_physics_input_model_gets_the_files_own_calibration(sample, tiny_data_dir, tmp_path):
+    """A model with CoM/iCoM input planes computes them with the file's detector sampling and scan
+    step (not the training set's typical ones), for a window (not periodic); the JSON records it."""
+    import models
+    from namsa.icom import ScanCalibration, calibration_from_meta
+
+    model_cfg = models.ModelConfig(preset="tiny", physics_inputs=["com_y", "com_x", "icom"], icom_residual=True)
+    result = models.train(model_cfg, tiny_train_cfg(max_steps=2, eval_every=2, checkpoint_every=2), None, DATA_CFG,
+                          [tiny_data_dir], tmp_path / "run")
+    rec = models.load_reconstructor(result.model_dir, device="cpu")
+    assert _run("reconstruct", _write(tmp_path / "scan.hspy", sample), "--model", result.model_dir, "--out",
+                tmp_path / "out") == 0
+    info = json.loads((tmp_path / "out" / "reconstruction.json").read_text())
+    used = ScanCalibration.from_dict(info["physics_input_calibration"])
+    simulated = calibration_from_meta(sample.meta)
+    assert used.scan_step_A == pytest.approx(simulated.scan_step_A, rel=1e-6) and not used.periodic
+    assert used.k_sampling_invA == pytest.approx(simulated.k_sampling_invA, rel=1e-6)
+    got = np.load(tmp_path / "out" / f"{rec.targets[0]}.npy")
+    np.testing.assert_allclose(got, rec.predict(sample.cbed, calibration=used)[0], rtol=1e-5,
+                               atol=1e-5 * float(np.abs(got).max()))
+    typical = rec.predict(sample.cbed)[0]  # the card's typical calibration: another input, another answer
+    assert not np.allclose(got, typical, rtol=1e-4, atol=1e-4 * float(np.abs(got).max()))

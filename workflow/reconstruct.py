@@ -72,9 +72,10 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     grid = ex.tile_grid(plan.shape, expect.scan_shape, expect.target_px)
     correction = from_data.descan_correction(scan.data.shape[:2]) if transform is None else None
     transform = correction or transform
+    tile_cal = _tile_calibration(rec, plan, expect, cal.energy_kv)
     with warnings.catch_warnings():  # predict's OutsideTrainingWarning: recorded in the JSON (checks.predict)
         warnings.simplefilter("ignore", ex.OutsideTrainingWarning)
-        stitched, com, scales = _stream(scan, plan, grid, rec, budget, transform)
+        stitched, com, scales = _stream(scan, plan, grid, rec, budget, transform, tile_cal)
     pixel = (plan.step_A[0] * expect.scan_shape[0] / expect.target_px,
              plan.step_A[1] * expect.scan_shape[1] / expect.target_px)
     maps = dict(zip(rec.targets, stitched))
@@ -83,6 +84,8 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     notes += ["patterns recentred on the direct beam (the descan plane fitted to the data: "
               "calibration_from_data)"] if correction else []
     info = _reconstruct_info(scan.path, model, cal, expect, plan, grid, scales, notes, memory_gb)
+    if tile_cal is not None:  # what the model's CoM/iCoM input planes were computed with
+        info["physics_input_calibration"] = tile_cal.to_dict()
     after = ex.check_after_inference(maps, rec.card, checks)
     info.update(checks={"before": checks, "predict": rec.last_report, "after": after},
                 calibration_from_data=from_data.report())
@@ -91,11 +94,24 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
             "notes": notes, "warnings": [w["message"] for w in checks["warnings"] + after["warnings"]]}
 
 
-def _stream(scan: Any, plan: Any, grid: Any, rec: Any, budget: int,
-            transform: Any) -> tuple[np.ndarray, np.ndarray, list[float]]:
-    """Blocks of tiles read, fitted, normalised per tile, predicted and blended; the centre of
-    mass of every fitted pattern gathered on the way. Returns (C, H, W) maps, the (Y, X, 2) CoM
-    (1/Angstrom) over the covered scan and the intensity factor of each tile."""
+def _tile_calibration(rec: Any, plan: Any, expect: Any, energy_kv: float) -> Any:
+    """The calibration every tile's physics input planes are computed with (`namsa.icom.ScanCalibration`),
+    for a model that takes them: the file's own detector sampling and scan step after the fit, and not
+    periodic (a tile is a window inside the specimen); None for a model without physics inputs."""
+    if not rec.model.arch.physics_inputs:
+        return None
+    from namsa.icom import ScanCalibration
+
+    return ScanCalibration(scan_shape=tuple(expect.scan_shape), k_sampling_invA=(plan.dk_inv_A, plan.dk_inv_A),
+                           energy_kv=energy_kv, scan_step_A=plan.step_A, periodic=False)
+
+
+def _stream(scan: Any, plan: Any, grid: Any, rec: Any, budget: int, transform: Any,
+            tile_calibration: Any = None) -> tuple[np.ndarray, np.ndarray, list[float]]:
+    """Blocks of tiles read, fitted, normalised per tile, predicted (with ``tile_calibration`` for
+    a model with physics inputs) and blended; the centre of mass of every fitted pattern gathered on
+    the way. Returns (C, H, W) maps, the (Y, X, 2) CoM (1/Angstrom) over the covered scan and the
+    intensity factor of each tile."""
     from namsa.icom import center_of_mass
     from stage import microscope as ex
 
@@ -115,7 +131,7 @@ def _stream(scan: Any, plan: Any, grid: Any, rec: Any, budget: int,
             tile, scale = ex.normalise_tile(tile, f"{scan.path}: the tile at scan position (y={oy}, x={ox})")
             tiles.append(tile)
             scales.append(scale)
-        for origin, maps in zip(block.origins, rec.predict(np.stack(tiles))):
+        for origin, maps in zip(block.origins, rec.predict(np.stack(tiles), calibration=tile_calibration)):
             stitcher.add(maps, origin)
     return stitcher.result(), com, scales
 
