@@ -1,6 +1,7 @@
 """Table of the dev-split recipe choice (benchmarks/study_selection.sh): per variant, the potential's
-relative L2 (network, fitted iCoM, mean image; overall and on light materials), the density's (network,
-mean image), and the network against iCoM on the same shot-noised patterns at each evaluated dose,
+relative L2 (network, fitted iCoM, mean image; overall and on light materials), the network's error split
+into its mean level and its contrast (rel_l2^2 = level^2 + contrast^2; evaluations before that split show -),
+the density's (network, mean image), and the network against iCoM on the same shot-noised patterns at each evaluated dose,
 read from each run's eval-dev/metrics.json.
     python benchmarks/study_selection_table.py OUT"""
 from __future__ import annotations
@@ -9,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from physics_inputs_table import row
+from physics_inputs_table import LIGHT, row
 
 
 def dose_cells(metrics: dict) -> list[str]:
@@ -26,17 +27,29 @@ def density_cells(metrics: dict) -> list[str]:
     return [f"{head[m]['rel_l2']:.3f}" for m in ("network", "mean")] if head else ["-", "-"]
 
 
+def level_contrast_cells(metrics: dict) -> list[str]:
+    """'level / contrast' of the network's potential error, overall and on light materials."""
+    cells = []
+    for agg in (metrics["aggregates"]["potential"],
+                metrics.get("class_aggregates", {}).get("potential", {}).get(LIGHT)):
+        phys = (agg or {}).get("network", {}).get("physical", {})
+        level, contrast = phys.get("rel_l2_level"), phys.get("rel_l2_contrast")
+        cells.append(f"{level['value']:.3f} / {contrast['value']:.3f}" if level and contrast else "-")
+    return cells
+
+
 def main(out: Path) -> None:
     runs = sorted(out.glob("*/eval-dev/metrics.json"))
     doses = [f"{e['dose_e_per_A2']:g} net / iCoM" for e in json.loads(runs[0].read_text()).get("dose_sweep") or []] \
         if runs else []
     header = ["variant", "net all", "iCoM all", "mean all", "net light", "iCoM light", "mean light",
-              "density net", "density mean", *doses]
+              "net level / contrast", "light level / contrast", "density net", "density mean", *doses]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for path in runs:
         metrics = json.loads(path.read_text())
-        cells = [f"{v:.3f}" for v in row(metrics)] + density_cells(metrics) + dose_cells(metrics)
+        cells = ([f"{v:.3f}" for v in row(metrics)] + level_contrast_cells(metrics) + density_cells(metrics)
+                 + dose_cells(metrics))
         print(f"| {path.parent.parent.name} | " + " | ".join(cells) + " |")
 
 

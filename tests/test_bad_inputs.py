@@ -100,6 +100,7 @@ CASES: list[Case] = [
     Case("set-physics-input-unknown", sim("model.physics_inputs=[dpc]"),
          "model.physics_inputs.0: Input should be 'com_y', 'com_x' or 'icom'"),
     Case("set-physics-input-twice", sim("model.physics_inputs=[icom,icom]"), "names a channel twice"),
+    Case("set-icom-residual-without-icom", sim("model.icom_residual=true"), "icom_residual needs 'potential'"),
     Case("set-loss-weighting-unknown", sim("training.loss_weighting=per_sample"),
          "training.loss_weighting: Input should be 'absolute' or 'relative'"),
     Case("set-multislice-no-samples", sim("evaluation.multislice_ptycho={{max_samples: 0}}"),
