@@ -19,8 +19,10 @@ declare -A variants=(
   [physics]="--set training.optimizer=adam --set model.physics_inputs=[com_y,com_x,icom]"
   [residual]="--set training.optimizer=adam --set model.physics_inputs=[com_y,com_x,icom] --set model.icom_residual=true"
   [long]="--set training.optimizer=adam --set training.max_steps=4800 --set training.decay_every=1600"
+  [light4]="--set training.optimizer=adam --set training.max_steps=4800 --set training.decay_every=1600 --set data.light_oversample=4"
+  [longer]="--set training.optimizer=adam --set training.max_steps=7200 --set training.decay_every=2400"
 )
-for name in ${VARIANTS:-adam larc relative physics}; do
+for name in ${VARIANTS:-adam larc relative physics residual long longer light4}; do
   run=$out/$name
   if [ ! -f "$run/model/model_card.json" ]; then
     # shellcheck disable=SC2086

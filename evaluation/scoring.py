@@ -9,6 +9,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from namsa.kirkland import LIGHT_MAX_Z
 from namsa.icom import calibration_from_meta
 from namsa.targets import TARGETS_VERSION, to_target_resolution
 
@@ -214,7 +215,7 @@ def _element_class(zs: list[int]) -> str:
     """`LIGHT_CLASS` when every element has Z <= 14, `HEAVY_CLASS` otherwise; "unknown" without elements."""
     if not zs or min(zs) == 0:
         return "unknown"
-    return LIGHT_CLASS if max(zs) <= 14 else HEAVY_CLASS
+    return LIGHT_CLASS if max(zs) <= LIGHT_MAX_Z else HEAVY_CLASS
 
 
 def _formula_elements(formula: str) -> list[str]:

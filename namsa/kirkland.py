@@ -23,6 +23,10 @@ from .constants import BOHR_RADIUS_A, COULOMB_V_A, FE_TO_POTENTIAL_V_A2
 from .errors import UserError
 
 MAX_Z = 103
+#: a "light" material has every element at or below this Z (B, C, N, O, F, Mg, Al, Si, ...): the
+#: weak-phase regime where iCoM and ptychography are nearly exact; the evaluation's element classes
+#: and the loader's light oversampling (``data.light_oversample``) both use it
+LIGHT_MAX_Z = 14
 
 
 @lru_cache(maxsize=1)
@@ -54,6 +58,19 @@ def symbol(z: int) -> str:
     """Element symbol of atomic number ``z``."""
     parameters(z)
     return _table()[1][int(z)]
+
+
+def atomic_number(element: str) -> int:
+    """Atomic number of the element symbol ``element``; UserError for an unknown symbol."""
+    try:
+        return _table()[1].index(element)
+    except ValueError:
+        raise UserError(f"{element!r} is not an element symbol (H..Lr)") from None
+
+
+def is_light(elements: list[str] | tuple[str, ...]) -> bool:
+    """True when there are elements and every one has Z <= `LIGHT_MAX_Z`."""
+    return bool(elements) and max(atomic_number(e) for e in elements) <= LIGHT_MAX_Z
 
 
 def electron_scattering_factor(z: int, q: np.ndarray) -> np.ndarray:

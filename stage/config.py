@@ -120,6 +120,11 @@ class DataConfig(BaseModel):
                        samples (`DoseAugmentationConfig`; off by default).
     symmetry_augmentation: rotations/mirrors of scan, patterns and targets together for training
                        samples (`SymmetryAugmentationConfig`; off by default).
+    light_oversample:  each training sample of a light material (every element Z <= 14,
+                       `namsa.kirkland.is_light`) is drawn this many times per epoch, each copy
+                       with its own noise and symmetry draws (1 = as stored). Light materials are
+                       few in generated data (8% of the study's) and their maps mostly their mean,
+                       which a network that rarely sees them underestimates.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -142,6 +147,7 @@ class DataConfig(BaseModel):
     manifest_every_s: float = Field(30.0, gt=0)
     dose_augmentation: DoseAugmentationConfig = DoseAugmentationConfig()
     symmetry_augmentation: SymmetryAugmentationConfig = SymmetryAugmentationConfig()
+    light_oversample: int = Field(1, ge=1, le=16)
 
     @field_validator("split_fractions")
     @classmethod

@@ -44,13 +44,16 @@ class SampleDataset(Dataset):
     `SymmetryAugmentationConfig`, enabled): training-split samples get one of the square group's
     rotations/mirrors, drawn the same way, applied to scan, patterns and targets together after
     the noise (`stage.symmetry`); data whose grids do not allow it is refused here.
+    ``light_oversample`` k > 1: every training-split sample of a light material
+    (`namsa.kirkland.is_light`) appears k times; copy c > 0 draws its noise and symmetry as the
+    sample id with ``#c`` appended, so the copies differ (and stay reproducible).
     """
 
     def __init__(self, paths: Any, split: str | None, normalizer: Normalizer | None,
                  targets: Sequence[str] = ("potential",), max_samples: int | None = None, *,
                  raw_cbed: bool = False, skip_corrupt: bool = False, verify: bool = True,
                  readahead: bool | None = None, dose_augmentation: DoseAugmentationConfig | None = None,
-                 symmetry_augmentation: SymmetryAugmentationConfig | None = None):
+                 symmetry_augmentation: SymmetryAugmentationConfig | None = None, light_oversample: int = 1):
         if split is not None and split not in SPLITS:
             raise UserError(f"unknown split {split!r}; use one of {SPLITS} (or None for all samples)")
         bad = [t for t in targets if t not in ("potential", "density")]
@@ -68,6 +71,10 @@ class SampleDataset(Dataset):
         if not self.global_indices:
             raise EmptyStoreError(f"no {split} samples in {self.stores.describe()}; simulate more materials "
                                   f"or change data.split_fractions")
+        #: which copy of its sample each position is (0: the sample itself; see light_oversample)
+        self.copies = [0] * len(self.global_indices)
+        if light_oversample > 1 and split == "train":
+            self._oversample_light(int(light_oversample))
         self.storage_scale = self.stores.storage_scale
         augment = dose_augmentation is not None and dose_augmentation.enabled and split == "train"
         self.dose = DoseAugmentation(dose_augmentation) if augment else None
@@ -84,6 +91,19 @@ class SampleDataset(Dataset):
 
     def __len__(self) -> int:
         return len(self.global_indices)
+
+    def _oversample_light(self, k: int) -> None:
+        """Append copies 1..k-1 of every light-material sample (read from each sample's meta)."""
+        from namsa.kirkland import is_light
+
+        light = []
+        for g in self.global_indices:
+            reader, j = self.stores.locate(g)
+            if is_light(reader.meta(j).get("elements") or []):
+                light.append(g)
+        for c in range(1, k):
+            self.global_indices = self.global_indices + light
+            self.copies = self.copies + [c] * len(light)
 
     @property
     def epoch(self) -> int:
@@ -127,6 +147,8 @@ class SampleDataset(Dataset):
         physical = self.normalizer is None and not self.raw_cbed
         arrays, meta = reader.read_arrays(j, names=("cbed", *self.targets), dtype=np.float32, out=out,
                                           physical=physical)
+        if self.copies[index]:  # an oversampled copy draws its own noise and symmetry
+            meta = {**meta, "sample_id": f"{meta['sample_id']}#{self.copies[index]}"}
         if self.dose is not None:
             self.dose.apply(arrays["cbed"], meta, self.epoch, 1.0 if physical else self.storage_scale)
         if self.symmetry is not None:

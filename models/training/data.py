@@ -97,7 +97,8 @@ class TrainingData:
             dose = getattr(self.data_cfg, "dose_augmentation", None)
             symmetry = getattr(self.data_cfg, "symmetry_augmentation", None)
             return _dataset_class(self.arch)(paths, split, self.normalizer, targets, raw_cbed=raw, max_samples=cap,
-                                             dose_augmentation=dose, symmetry_augmentation=symmetry)
+                                             dose_augmentation=dose, symmetry_augmentation=symmetry,
+                                             light_oversample=getattr(self.data_cfg, "light_oversample", 1))
         except EmptyStoreError:
             if allow_empty:
                 return None
