@@ -6,8 +6,13 @@ import numpy as np
 import pytest
 
 import stage
-from namsa.kirkland import LIGHT_MAX_Z, atomic_number, is_light
+import torch
+from _train_helpers import one_thread, tiny_train_cfg  # noqa: F401
+from models import ModelConfig
+from models.distributed.launch import DistContext
+from models.training.data import TrainingData
 from namsa.errors import UserError
+from namsa.kirkland import LIGHT_MAX_Z, atomic_number, is_light
 from stage.config import DoseAugmentationConfig
 
 NOISY = DoseAugmentationConfig(enabled=True, dose_range_e_per_A2=(1e3, 1e3), clean_fraction=0.0)
@@ -50,3 +55,14 @@ def test_light_means_every_element_at_most_silicon():
         atomic_number("Xx")
     with pytest.raises(ValueError, match="light_oversample"):
         stage.DataConfig(light_oversample=0)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_training_reads_the_oversampled_split(tiny_data_dir, tmp_path):
+    """The trainer passes data.light_oversample to its training dataset (and only to it)."""
+    data_cfg = stage.DataConfig(light_oversample=3, num_workers=0)
+    arch = ModelConfig(preset="tiny").architecture()
+    data = TrainingData(ModelConfig(preset="tiny"), tiny_train_cfg(max_steps=1), arch, data_cfg, DistContext(),
+                        torch.device("cpu"), [tiny_data_dir])
+    plain = stage.SampleDataset([tiny_data_dir], "train", None)
+    assert len(data.train_ds) > len(plain) and len(data.dev_ds) == len(stage.SampleDataset([tiny_data_dir], "dev", None))
