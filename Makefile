@@ -48,8 +48,8 @@ study-scaling: study
 	$(VENV)/bin/namsa scaling configs/study.yaml --data runs/study/data --out runs/study/scaling \
 	  --fractions 0.015625,0.0625,0.25,1 --set training.max_steps=$(SCALING_STEPS) \
 	  --set training.decay_every=$$(( $(SCALING_STEPS) / 3 ))
-# the study's own schedule (training.max_steps 2400, decay every 800): the full-size point is the study run
-SCALING_STEPS ?= 2400
+# the study's own schedule (training.max_steps 4800, decay every 1600): the full-size point is the study run
+SCALING_STEPS ?= 4800
 
 # Publish the study's reconstructor as the shipped pretrained:study-scan (models/pretrained/).
 pretrained: study
