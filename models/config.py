@@ -232,7 +232,7 @@ class ModelConfig(BaseModel):
     physics_inputs: list[PhysicsInputName] | None = None   # None (like []): no physics input channels
     # the potential starts from the iCoM input plane and the network learns its correction
     # (Architecture.icom_residual); needs "icom" in physics_inputs and "potential" in targets
-    icom_residual: bool = False
+    icom_residual: bool | None = None   # None (like false): off
 
     @field_validator("targets")
     @classmethod
