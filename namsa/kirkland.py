@@ -61,11 +61,13 @@ def symbol(z: int) -> str:
 
 
 def atomic_number(element: str) -> int:
-    """Atomic number of the element symbol ``element``; UserError for an unknown symbol."""
-    try:
-        return _table()[1].index(element)
-    except ValueError:
-        raise UserError(f"{element!r} is not an element symbol (H..Lr)") from None
+    """Atomic number of the element symbol ``element`` (ase's table, as the evaluation reads it);
+    UserError for an unknown symbol."""
+    from ase.data import atomic_numbers
+
+    if element not in atomic_numbers or atomic_numbers[element] == 0:   # ase maps "X" (a dummy atom) to 0
+        raise UserError(f"{element!r} is not an element symbol (H..Lr)")
+    return atomic_numbers[element]
 
 
 def is_light(elements: list[str] | tuple[str, ...]) -> bool:

@@ -81,8 +81,7 @@ class SampleDataset(Dataset):
         turn = symmetry_augmentation is not None and symmetry_augmentation.enabled and split == "train"
         self.symmetry = SymmetryAugmentation(symmetry_augmentation) if turn else None
         if turn:  # refuse data whose grids rotations cannot map onto themselves before training starts
-            reader, j = self.stores.locate(self.global_indices[0])
-            allowed_ops(reader.meta(j), self.stack_shape, self.target_shape[1:])   # the stack is what turns
+            allowed_ops(self._meta(self.global_indices[0]), self.stack_shape, self.target_shape[1:])   # the stack turns
         augment = augment or turn
         self._epoch = torch.zeros((), dtype=torch.int64)
         if augment:  # shared memory: workers forked (or spawned) before a set_epoch read the new value
@@ -96,14 +95,13 @@ class SampleDataset(Dataset):
         """Append copies 1..k-1 of every light-material sample (read from each sample's meta)."""
         from namsa.kirkland import is_light
 
-        light = []
-        for g in self.global_indices:
-            reader, j = self.stores.locate(g)
-            if is_light(reader.meta(j).get("elements") or []):
-                light.append(g)
-        for c in range(1, k):
-            self.global_indices = self.global_indices + light
-            self.copies = self.copies + [c] * len(light)
+        light = [g for g in self.global_indices if is_light(self._meta(g).get("elements") or [])]
+        self.global_indices = self.global_indices + light * (k - 1)
+        self.copies = self.copies + [c for c in range(1, k) for _ in light]
+
+    def _meta(self, global_index: int) -> dict[str, Any]:
+        reader, j = self.stores.locate(global_index)
+        return reader.meta(j)
 
     @property
     def epoch(self) -> int:
