@@ -294,6 +294,11 @@ CASES: list[Case] = [
     Case("run-out-under-proc", ("run", MICRO, "--out", "/proc/namsa-r", "--no-progress"), "--out /proc/namsa-r: cannot create the lock"),
     Case("simulate-out-under-proc", ("simulate", MICRO, "--out", "/proc/namsa-o", "--no-progress"), "/proc/namsa-o"),
     # (end of run directories and options)
+    # -- issue 32 (A): run directories, --out, locks, child processes -------------------------
+    # -- issue 32 (B): stores that resume after a kill or a repair -----------------------------
+    # -- issue 32 (C): config files and structures, bounded before validation ------------------
+    # -- issue 32 (D): microscope files and their readers --------------------------------------
+    # -- issue 32 (E): model directories, cards, weights and their maps ------------------------
     # -- neighbours that must succeed ---------------------------------------------------------
     Case("inspect-a-good-store", ("inspect", "--verify", "{data}"), "", "ok"),
     Case("simulate-one-bad-material", sim("simulation.materials=[Si-diamond,Unobtainium]",
