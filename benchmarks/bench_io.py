@@ -41,7 +41,8 @@ from pathlib import Path
 import numpy as np
 
 import stage
-from namsa.sample import Sample, sample_id
+from namsa.material_id import sample_id
+from namsa.sample import Sample
 
 GB = 1e9
 CONFIG_HASH = "bench" + "0" * 59

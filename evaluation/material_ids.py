@@ -1,8 +1,9 @@
 """What a material id and a sample id say, in words a reader of the report can check.
 
-The ids are made elsewhere: library ids ``<formula>-<prototype>`` in `namsa.library`, generated
-ids ``<template>:<new elements>:<lattice scale>`` in `namsa.generator` (the id is the recipe), and
-sample ids ``<material>__<u>_<v>_<w>__v<variant>__<hash>`` in `namsa.sample.sample_id`; the
+The ids are made elsewhere, in the grammar of `namsa.material_id`: library ids
+``<formula>-<prototype>`` in `namsa.library`, generated ids ``<template>:<new elements>:<lattice
+scale>`` in `namsa.generator` (the id is the recipe), and
+sample ids ``<material>__<u>_<v>_<w>__v<variant>__<hash>`` in `namsa.material_id.sample_id`; the
 variant indexes a sample's draws of thickness, phonons, tilt and defocus (`namsa.variations`).
 """
 from __future__ import annotations
@@ -11,7 +12,7 @@ from functools import lru_cache
 from typing import Any
 
 from namsa import library
-from namsa.generator import SEPARATOR, is_generated_id
+from namsa.material_id import is_generated_id, split_generated_id, split_sample_id
 
 #: the three id forms (kind, form, meaning), as the report's "Materials" section explains them.
 ID_FORMS: tuple[tuple[str, str, str], ...] = (
@@ -24,7 +25,7 @@ ID_FORMS: tuple[tuple[str, str, str], ...] = (
     ("sample", "<material>__<u>_<v>_<w>__v<variant>__<hash>",
      "that material seen along zone axis [u v w]; variant numbers the draws of thickness, frozen phonons, tilt "
      "and defocus for it (namsa/variations.py); hash is the first 12 hex digits of the physics configuration's "
-     "hash (namsa/sample.py)"),
+     "hash (namsa/material_id.py)"),
 )
 
 
@@ -42,13 +43,13 @@ def describe_material(material_id: str, formula: str = "") -> dict[str, str]:
 
 
 def _generated(material_id: str, formula: str) -> dict[str, str]:
-    template, new, scale = material_id.split(SEPARATOR)
+    template, new, scale = split_generated_id(material_id)
     old = _template_elements(template)
     proto = _prototype(template)
     if old is None or proto is None:
-        made = f"generated from template {template} with elements {new}, lattice × {scale}"
+        made = f"generated from template {template} with elements {','.join(new)}, lattice × {scale}"
         return {"id": material_id, "formula": formula or "–", "prototype": "–", "made": made}
-    swaps = ", ".join(f"{a}→{b}" for a, b in zip(old, new.split(",")))
+    swaps = ", ".join(f"{a}→{b}" for a, b in zip(old, new))
     return {"id": material_id, "formula": formula or "–", "prototype": proto,
             "made": f"library {template} with {swaps}, lattice × {scale}"}
 
@@ -75,8 +76,10 @@ def _template_elements(template: str) -> tuple[str, ...] | None:
 
 def describe_sample(sample_id: str) -> dict[str, Any]:
     """{material, zone_axis, variant, hash} parsed from a sample id ({} when it has another form)."""
-    parts = str(sample_id).split("__")
-    if len(parts) != 4 or not parts[2].startswith("v"):
+    try:
+        parts = split_sample_id(sample_id)
+    except ValueError:
         return {}
-    return {"material": parts[0], "zone_axis": "[" + parts[1].replace("_", " ") + "]", "variant": parts[2][1:],
-            "hash": parts[3]}
+    u, v, w = parts.zone_axis
+    return {"material": parts.material_id, "zone_axis": f"[{u} {v} {w}]", "variant": str(parts.variant),
+            "hash": parts.digest}

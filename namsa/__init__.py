@@ -1,10 +1,11 @@
 """namsa: multislice simulation of 4D-STEM CBED stacks and their projected targets (physics only)."""
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from .version import __version__
 
 from .errors import UserError
-from .sample import Sample, sample_id
+from .material_id import sample_id
+from .sample import Sample
 from .config import SimulationConfig
 from .plan import Plan, SampleSpec, plan_samples
 from .simulate import simulate_cbed, simulate_sample

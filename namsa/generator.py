@@ -32,17 +32,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pymatgen.core import Element, Structure
 
 from . import library, prototypes
+from .element_pool import DEFAULT_ELEMENTS
 from .errors import UserError
+from .material_id import GENERATED_FORM, generated_id, is_generated_id, split_generated_id
 
-#: Default substitution pool: Li (Z=3) to Bi (Z=83), without noble gases and the radioactive
-#: elements Tc and Pm (no stable isotope; nobody images their crystals routinely).
-DEFAULT_ELEMENTS: tuple[str, ...] = tuple(
-    Element.from_Z(z).symbol for z in range(3, 84) if Element.from_Z(z).symbol not in
-    {"Ne", "Ar", "Kr", "Xe", "Tc", "Pm"})
 #: lattice scale factors outside this range are refused (a typo or a broken recipe)
 SCALE_LIMITS: tuple[float, float] = (0.5, 2.5)
-#: separates the parts of a generated id
-SEPARATOR = ":"
 #: most generated materials one config may ask for: each recipe is drawn and checked one by one
 #: before the first sample is simulated (a few ms each), so more would stall planning silently
 MAX_GENERATED = 20_000
@@ -124,11 +119,6 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.3g} s"
 
 
-def is_generated_id(material_id: str) -> bool:
-    """True when ``material_id`` has the ``template:elements:scale`` form of a generated material."""
-    return isinstance(material_id, str) and material_id.count(SEPARATOR) == 2
-
-
 def generated_ids(cfg: GeneratorConfig) -> list[str]:
     """The ``cfg.count`` generated material ids, a pure function of ``cfg`` (no duplicates, none
     with the same prototype and formula as a library structure)."""
@@ -154,7 +144,7 @@ def generated_ids(cfg: GeneratorConfig) -> list[str]:
             new = [str(s) for s in rng.choice(pool, size=len(old), replace=False)]
             jitter = 1.0 + rng.uniform(-cfg.lattice_jitter, cfg.lattice_jitter)
             scale = float(np.clip(_radius_ratio(template, old, new) * jitter, *SCALE_LIMITS))
-        material_id = SEPARATOR.join((template, ",".join(new), f"{scale:.4f}"))
+        material_id = generated_id(template, new, scale)
         if _chemistry(template, new) in taken:
             continue
         taken.add(_chemistry(template, new))
@@ -214,14 +204,13 @@ def _build(material_id: str) -> Structure:
 
 
 def _parse(material_id: str) -> tuple[str, list[str], float]:
-    parts = material_id.split(SEPARATOR)
-    hint = "generated ids look like 'NaCl-rocksalt:K,Br:1.0731' (template id, new elements, lattice scale)"
-    if len(parts) != 3:
-        raise GeneratorError(f"{material_id!r} is not a generated material id; {hint}")
-    template, elements, scale_text = parts
+    hint = f"generated ids look like {GENERATED_FORM}"
+    try:
+        template, new, scale_text = split_generated_id(material_id)
+    except ValueError as exc:
+        raise GeneratorError(str(exc)) from None
     if template not in library.list_ids() and not prototypes.is_template_id(template):
         raise GeneratorError(f"{material_id!r}: template {template!r} is not a library id or AFLOW label; {hint}")
-    new = elements.split(",")
     old = _template_elements(template)
     if len(new) != len(old) or len(set(new)) != len(new) or not all(Element.is_valid_symbol(s) for s in new):
         raise GeneratorError(f"{material_id!r}: template {template} has elements {old}; give {len(old)} distinct "

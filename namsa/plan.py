@@ -8,7 +8,7 @@ from typing import Any
 
 from .config import SimulationConfig
 from .errors import UserError
-from .sample import sample_id
+from .material_id import is_generated_id, sample_id
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ def _plan_sources(cfg: SimulationConfig, plan: Plan) -> dict[str, Any]:
     ids = library.list_ids() if cfg.materials == "library" else list(cfg.materials)
     for material_id in ids + generator.generated_ids(cfg.generator):
         try:
-            structures[material_id] = (generator.build(material_id) if generator.is_generated_id(material_id)
+            structures[material_id] = (generator.build(material_id) if is_generated_id(material_id)
                                        else library.get(material_id))
             plan.sources[material_id] = material_id
         except library.UnknownStructureIdError:   # advice a config file can follow

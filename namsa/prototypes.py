@@ -32,6 +32,7 @@ from functools import lru_cache
 import numpy as np
 from pymatgen.core import Composition, Species, Structure
 
+from .element_pool import DEFAULT_ELEMENTS, POOL_IN_WORDS
 from .errors import UserError
 
 #: suffix that tells apart two pymatgen entries with the same AFLOW label
@@ -154,11 +155,9 @@ def _verdict(template_id: str) -> TemplateVerdict:
 def check_template(structure: Structure) -> str:
     """Why ``structure`` is not a usable template (one line), or '' when it passes every check
     of the module docstring."""
-    from .generator import DEFAULT_ELEMENTS
-
     outside = sorted({s.symbol for s in structure.composition} - set(DEFAULT_ELEMENTS))
     if outside:
-        return f"holds {', '.join(outside)}, outside the element pool (Li to Bi, no noble gases, Tc or Pm)"
+        return f"holds {', '.join(outside)}, outside the element pool ({POOL_IN_WORDS})"
     lo, hi = DENSITY_LIMITS_G_CM3
     if not lo <= structure.density <= hi:
         return f"density {structure.density:.2f} g/cm^3 is outside the plausible {lo:g}-{hi:g} g/cm^3"

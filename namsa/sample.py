@@ -17,7 +17,7 @@ from .errors import UserError
 
 #: keys every ``Sample.meta`` carries (JSON-serialisable values).
 REQUIRED_META_KEYS: tuple[str, ...] = (
-    "sample_id",          # str, from sample_id()
+    "sample_id",          # str, from namsa.material_id.sample_id()
     "material_id",        # str, stable id of the structure (library id or CIF stem)
     "formula",            # str, reduced formula
     "elements",           # list[str], element symbols present
@@ -35,31 +35,6 @@ REQUIRED_META_KEYS: tuple[str, ...] = (
     "code_version",       # str, namsa.__version__
     "config_hash",        # str, SimulationConfig.physics_hash()
 )
-
-
-def sample_id(material_id: str, zone_axis: tuple[int, int, int] | list[int], variant: int,
-              config_hash: str) -> str:
-    """Deterministic, human-readable sample identity.
-
-    The same (material, zone axis, variant, physics config) always gives the same id, so
-    writing a sample twice is a no-op and every stage is resumable.
-    """
-    u, v, w = (int(i) for i in zone_axis)
-    return f"{material_id}__{u}_{v}_{w}__v{int(variant)}__{config_hash[:12]}"
-
-
-def parse_sample_id(sid: str) -> tuple[str, tuple[int, int, int], int]:
-    """(material_id, zone_axis, variant) of an id made by :func:`sample_id`: what
-    ``simulate_sample(material_id, zone_axis, cfg, variant=variant)`` needs to make that sample again
-    (with the config whose physics hash the id ends in). ValueError for anything else."""
-    try:
-        material_id, axis, variant, digest = sid.rsplit("__", 3)
-        u, v, w = (int(i) for i in axis.split("_"))
-        if not (material_id and variant.startswith("v") and digest):
-            raise ValueError
-        return material_id, (u, v, w), int(variant[1:])
-    except ValueError:
-        raise ValueError(f"{sid!r} is not a sample id (MATERIAL__U_V_W__vN__HASH)") from None
 
 
 def config_hash(payload: dict[str, Any]) -> str:

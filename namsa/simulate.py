@@ -18,14 +18,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import __version__
+from .version import __version__
 from .config import SimulationConfig
 from .constants import wavelength_A
 from .detector import pattern_rebinner, poisson_noise
 from .errors import UserError
 from .optics import scan_positions
 from .potential import Grid
-from .sample import Sample, sample_id
+from .material_id import sample_id
+from .sample import Sample
 from .simulation import prepare_simulation
 from .targets import projected_density_map, projected_potential_map, target_fwhm_A
 from .variations import (phonon_configurations, sample_seed, specimen_thickness_A, tilt_and_aberrations,

@@ -23,7 +23,8 @@ import warnings
 from functools import lru_cache
 from typing import Any
 
-from . import generator, library, prototypes
+from . import library, prototypes
+from .material_id import is_generated_id, template_of
 
 #: library prototype tag -> AFLOW prototype label (AflowPrototypeMatcher on the library structures)
 LIBRARY_AFLOW: dict[str, str] = {
@@ -40,8 +41,8 @@ LIBRARY_AFLOW: dict[str, str] = {
 def prototype_label(material_id: str, structure: Any = None) -> str:
     """The structure-type label of ``material_id`` (see the module docstring for the rules)."""
     material_id = str(material_id)
-    if generator.is_generated_id(material_id):
-        template = material_id.split(generator.SEPARATOR, 1)[0]
+    if is_generated_id(material_id):
+        template = template_of(material_id)
         return _library_label(template) if template in _library_ids() else prototypes.aflow_label(template)
     if material_id in _library_ids():
         return _library_label(material_id)

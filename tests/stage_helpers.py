@@ -9,7 +9,8 @@ import zlib
 
 import numpy as np
 
-from namsa.sample import Sample, sample_id
+from namsa.material_id import sample_id
+from namsa.sample import Sample
 
 CONFIG_HASH = "c0ffee" * 10 + "abcd"
 

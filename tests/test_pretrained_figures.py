@@ -17,7 +17,7 @@ def test_the_flagship_scores_its_cards_figures_on_re_simulated_held_out_samples(
     from evaluation import EvaluationConfig, evaluate
     from evaluation.verdict import STUDY_PRETRAINED
     from models import pretrained_card
-    from namsa.sample import parse_sample_id
+    from namsa.material_id import parse_sample_id
 
     card = pretrained_card(STUDY_PRETRAINED)
     checks = card.get("check_samples")

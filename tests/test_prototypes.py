@@ -13,6 +13,7 @@ from pymatgen.core import Element
 
 from namsa import generator, library, prototypes
 from namsa.config import SimulationConfig
+from namsa.element_pool import DEFAULT_ELEMENTS
 from namsa.errors import UserError
 from namsa.structure_type import prototype_label
 from namsa.substitution import can_take, is_charge_balanced, template_charges
@@ -56,7 +57,7 @@ def test_every_accepted_template_has_bonds_and_density_within_tolerance() -> Non
         shortest = float((distances / (radii[:, None] + radii[None, :])).min())
         assert shortest >= prototypes.COVALENT_TOLERANCE, template_id
         assert lo <= structure.density <= hi, template_id
-        assert {s.symbol for s in structure.composition} <= set(generator.DEFAULT_ELEMENTS), template_id
+        assert {s.symbol for s in structure.composition} <= set(DEFAULT_ELEMENTS), template_id
 
 
 def test_unknown_template_is_a_user_error() -> None:
