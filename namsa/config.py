@@ -17,8 +17,10 @@ MAX_SLICES = 10_000
 
 #: bump when the simulator's physics changes in a way that changes samples (part of physics_hash, so of
 #: every sample id and store): 2 = the Gaussian targets of stated resolution (namsa.targets, version 2),
-#: so a store written with the old hard-cutoff targets is refused for new samples, never mixed with them
-PHYSICS_SCHEMA = 2
+#: so a store written with the old hard-cutoff targets is refused for new samples, never mixed with them;
+#: 3 = one stream per random draw (namsa.random_streams: the phonon configurations no longer reuse the
+#: thickness and shot-noise streams)
+PHYSICS_SCHEMA = 3
 
 
 class Aberrations(BaseModel):

@@ -9,6 +9,7 @@ import numpy as np
 from .backend import Backend
 from .optics import band_limit_frequency
 from .potential import Grid
+from .random_streams import SampleStream, sample_rng
 
 
 def overlap_matrix(source_edges: np.ndarray, target_edges: np.ndarray) -> np.ndarray:
@@ -58,7 +59,7 @@ def pattern_rebinner(grid: Grid, band_limit: float, pattern_px: int,
 def poisson_noise(cbed: np.ndarray, electrons_per_pattern: float, seed: int) -> np.ndarray:
     """Shot noise of a finite dose: each pattern (intensities summing to ~1) becomes Poisson counts
     of ``electrons_per_pattern`` incident electrons, divided by that number again, so noisy and
-    noise-free stacks share one intensity scale. Its own random stream (see `specimen_thickness_A`)."""
-    rng = np.random.default_rng([seed, 2])
+    noise-free stacks share one intensity scale. Its own random stream (namsa.random_streams)."""
+    rng = sample_rng(seed, SampleStream.SHOT_NOISE)
     counts = rng.poisson(np.clip(cbed, 0.0, None).astype(np.float64) * electrons_per_pattern)
     return (counts / electrons_per_pattern).astype(np.float32)

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .config import SimulationConfig
+from .random_streams import SampleStream, sample_rng
 
 
 def sample_seed(cfg: SimulationConfig, material_id: str, zone_axis: Sequence[int], variant: int) -> int:
@@ -18,23 +19,23 @@ def sample_seed(cfg: SimulationConfig, material_id: str, zone_axis: Sequence[int
 
 def specimen_thickness_A(cfg: SimulationConfig, seed: int) -> float:
     """The requested specimen thickness (Angstrom): ``thickness_A``, or a uniform draw from
-    ``variations.thickness_range_A`` on a stream of its own (the other draws stay as they were)."""
+    ``variations.thickness_range_A`` on a stream of its own (namsa.random_streams)."""
     lo_hi = cfg.variations.thickness_range_A
     if lo_hi is None:
         return cfg.thickness_A
-    return float(np.random.default_rng([seed, 1]).uniform(*lo_hi))
+    return float(sample_rng(seed, SampleStream.THICKNESS).uniform(*lo_hi))
 
 
 def uses_frozen_phonon(cfg: SimulationConfig, seed: int) -> bool:
     """Whether the sample with ``seed`` gets thermal displacements: every sample with
     ``variations.frozen_phonon``, or the ``frozen_phonon_fraction`` of them drawn on a stream of
-    its own (``[seed, 2]``), so the thickness, tilt and defocus draws stay as they were."""
+    its own (namsa.random_streams), so the thickness, tilt and defocus draws stay as they were."""
     var = cfg.variations
     if not var.frozen_phonon:
         return False
     if var.frozen_phonon_fraction is None:
         return True
-    return bool(np.random.default_rng([seed, 2]).uniform() < var.frozen_phonon_fraction)
+    return bool(sample_rng(seed, SampleStream.PHONON_FRACTION).uniform() < var.frozen_phonon_fraction)
 
 
 def phonon_configurations(supercell: Any, cfg: SimulationConfig, rng: np.random.Generator, seed: int) -> list:
@@ -42,7 +43,7 @@ def phonon_configurations(supercell: Any, cfg: SimulationConfig, rng: np.random.
     else ``cfg.phonon_configs`` thermal displacements of it (Angstrom RMS per axis from
     ``cfg.variations.thermal_sigma_A``). The first is drawn from the sample's own ``rng``, exactly
     as when each sample was one snapshot (so phonon_configs = 1 keeps those samples and ids); the
-    others from generators seeded (seed, k), which leaves ``rng``'s later draws (tilt, defocus)
+    others from their own streams (namsa.random_streams), which leaves ``rng``'s later draws (tilt, defocus)
     independent of how many configurations are averaged."""
     if not uses_frozen_phonon(cfg, seed):
         return [supercell]
@@ -53,7 +54,7 @@ def phonon_configurations(supercell: Any, cfg: SimulationConfig, rng: np.random.
     if isinstance(sigma, (int, float)):
         sigma = {symbol(int(z)): float(sigma) for z in np.unique(supercell.numbers)}
     first = thermal_displace(supercell, rng, sigma)
-    return [first] + [thermal_displace(supercell, np.random.default_rng([seed, k]), sigma)
+    return [first] + [thermal_displace(supercell, sample_rng(seed, SampleStream.PHONON_CONFIGURATION, k), sigma)
                       for k in range(1, cfg.phonon_configs)]
 
 

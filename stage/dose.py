@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from namsa.random_streams import AugmentationStream
+
 from .config import DoseAugmentationConfig
 
 #: detector pixels drawn per chunk: bounds the float64 temporaries of a paper-sized stack
@@ -29,9 +31,11 @@ from .config import DoseAugmentationConfig
 CHUNK_PIXELS = 1 << 20
 
 
-def augmentation_rng(seed: int, epoch: int, sample_id: str) -> np.random.Generator:
-    """The random stream of one sample in one epoch: a function of (seed, epoch, sample id) only."""
-    digest = hashlib.sha256(sample_id.encode()).digest()
+def augmentation_rng(seed: int, epoch: int, sample_id: str,
+                     stream: AugmentationStream = AugmentationStream.DOSE) -> np.random.Generator:
+    """The random ``stream`` of one sample in one epoch: a function of (seed, epoch, sample id) only
+    (the streams are numbered in namsa.random_streams)."""
+    digest = hashlib.sha256((stream.value + sample_id).encode()).digest()
     words = np.frombuffer(digest, dtype=np.uint32).tolist()
     return np.random.default_rng(np.random.SeedSequence([int(seed), int(epoch), *words]))
 

@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from namsa.errors import UserError
+from namsa.random_streams import AugmentationStream
 
 from .config import SymmetryAugmentationConfig
 from .dose import augmentation_rng
@@ -103,7 +104,7 @@ class SymmetryAugmentation:
 
     def draw(self, meta: dict[str, Any], epoch: int, ops: tuple[SymmetryOp, ...]) -> SymmetryOp:
         """This (epoch, sample)'s operation, uniform over ``ops``; its own stream, apart from the dose's."""
-        rng = augmentation_rng(self.cfg.seed, epoch, f"symmetry:{meta['sample_id']}")
+        rng = augmentation_rng(self.cfg.seed, epoch, meta["sample_id"], AugmentationStream.SYMMETRY)
         return ops[int(rng.integers(len(ops)))]
 
     def apply(self, cbed: np.ndarray, maps: list[np.ndarray], meta: dict[str, Any], epoch: int) -> SymmetryOp:

@@ -45,7 +45,7 @@ def _pipelined(cfg: SimulationConfig) -> list:
 def test_host_threads_stay_out_of_the_physics_hash_and_must_be_positive():
     from pydantic import ValidationError
 
-    pinned = "5e2e6a0f3defb983e5ef1e528e39b91937e762146608f23a5e236b8a251ed1ed"
+    pinned = "4ea27526f8f8206854b1024ec94cbe527119c7a11522c8037edd80faf8e32329"
     assert SimulationConfig(host_threads=4).physics_hash() == SimulationConfig().physics_hash() == pinned
     with pytest.raises(ValidationError, match="host_threads"):
         SimulationConfig(host_threads=0)

@@ -228,12 +228,13 @@ def test_phonon_configs_need_frozen_phonons_and_one_keeps_the_sample_ids():
         SimulationConfig(phonon_configs=0, variations={"frozen_phonon": True})
     fp = {"frozen_phonon": True}
     # the physics hashes pinned: phonon_configs=1 keeps the ids of a config without it. Values of
-    # PHYSICS_SCHEMA 2 (the Gaussian targets, 2026-11-24); under schema 1 (main at d6b7736 until then)
-    # they were e315230e6d1f... and 4795cca55e69..., which that bump changed on purpose.
-    assert SimulationConfig().physics_hash() == "5e2e6a0f3defb983e5ef1e528e39b91937e762146608f23a5e236b8a251ed1ed"
+    # PHYSICS_SCHEMA 3 (one stream per random draw, 2026-11-26); schema 2 (the Gaussian targets) had
+    # 5e2e6a0f3def... and 0750d777b89e..., schema 1 e315230e6d1f... and 4795cca55e69...: each bump
+    # changed them on purpose.
+    assert SimulationConfig().physics_hash() == "4ea27526f8f8206854b1024ec94cbe527119c7a11522c8037edd80faf8e32329"
     assert SimulationConfig(variations=fp, phonon_configs=1).physics_hash() == \
         SimulationConfig(variations=fp).physics_hash() == \
-        "0750d777b89e1a36a96aff88623bb2711f31142f93ae465b8cd4f5389193c20a"
+        "ee509a3020e0128d0c639317bffb02d8a708f1e1395d6b46e0079a42807487d8"
     assert SimulationConfig(variations=fp, phonon_configs=2).physics_hash() != \
         SimulationConfig(variations=fp).physics_hash()
 

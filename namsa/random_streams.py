@@ -1,0 +1,41 @@
+"""Every random stream of a sample, numbered in one table so that no two draws share a stream.
+
+A sample's draws are functions of its seed (`namsa.variations.sample_seed`) only, so any worker
+on any machine makes the same sample. The main stream, ``numpy.random.default_rng(seed)``, draws
+the first frozen-phonon configuration, then the beam tilt and the defocus (in that order:
+`namsa.variations`). Every other draw has a stream of its own, ``default_rng([seed, stream,
+*index])``, so turning one variation on or off leaves the others' draws as they were.
+
+Until physics schema 3 the thickness drew from [seed, 1], the phonon fraction and the shot noise
+both from [seed, 2], and phonon configuration k from [seed, k]: configuration 1 reused the thickness
+stream and configuration 2 the noise stream. The training-time augmentations (stage) draw from
+(seed, epoch, sample id) under a name of their own (`AugmentationStream`).
+"""
+from __future__ import annotations
+
+from enum import Enum, IntEnum
+
+import numpy as np
+
+
+class SampleStream(IntEnum):
+    """The streams of one simulated sample, besides its main stream."""
+
+    THICKNESS = 1                # the specimen thickness over variations.thickness_range_A
+    PHONON_FRACTION = 2          # whether this sample gets frozen phonons (frozen_phonon_fraction)
+    SHOT_NOISE = 3               # the Poisson counts of variations.dose_e_per_A2
+    PHONON_CONFIGURATION = 4     # configuration k >= 1 of the frozen-phonon average: [seed, 4, k]
+
+
+class AugmentationStream(str, Enum):
+    """The training-time draws of one sample in one epoch (stage.dose.augmentation_rng): the value
+    prefixes the sample id in the hash, so the two never share a stream."""
+
+    DOSE = ""
+    SYMMETRY = "symmetry:"
+
+
+def sample_rng(seed: int, stream: SampleStream, *index: int) -> np.random.Generator:
+    """The generator of ``stream`` (and its ``index``, e.g. the phonon configuration) of the sample
+    with ``seed``."""
+    return np.random.default_rng([int(seed), int(stream), *(int(i) for i in index)])
