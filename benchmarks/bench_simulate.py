@@ -89,7 +89,7 @@ def cutoff_crop(gpts, sampling, band_limit=2 / 3):
 
 
 def run_namsa(cell, pos, gpts: int, method: str, device: str = "cpu", fft: str = "auto") -> tuple[float, dict]:
-    from namsa.simulation import prepare_simulation
+    from namsa.scan_simulation import prepare_simulation
 
     start = time.perf_counter()
     sim = prepare_simulation(cell, energy_kv=CASE["energy_kv"], semiangle_mrad=CASE["semiangle_mrad"], gpts=gpts,
@@ -169,7 +169,7 @@ def vm_hwm_bytes() -> int:
 def peak_rss_child(method: str, budget_gb: float) -> None:
     """Runs in a fresh process: the paper-size case, prints JSON with the peak RSS."""
     from namsa.detector import pattern_rebinner
-    from namsa.simulation import prepare_simulation
+    from namsa.scan_simulation import prepare_simulation
 
     cell = supercell()
     pos = positions(cell, 32)
@@ -254,7 +254,7 @@ def host_child(config: str, fft_friendly: bool, material: str, zone_axis: tuple[
     from namsa.multislice import shift_phases_on
     from namsa.optics import scan_positions
     from namsa.simulate import resolve_fov
-    from namsa.simulation import prepare_simulation
+    from namsa.scan_simulation import prepare_simulation
     from namsa.supercell import orient_supercell
     from namsa.targets import projected_density_map, projected_potential_map, target_fwhm_A
     from namsa.variations import phonon_configurations, sample_seed, specimen_thickness_A
@@ -431,7 +431,7 @@ def fft_plans(variants: list[str], cache_root: str) -> dict:
 def plan_child(method: str, fft: str, gpts: int, scan: int) -> None:
     """Runs in a fresh process: what the first simulation on a machine pays once, planning (and
     saving the wisdom of) the FFTs of the case; prints JSON with the time."""
-    from namsa.simulation import prepare_simulation
+    from namsa.scan_simulation import prepare_simulation
 
     cell = supercell()
     start = time.perf_counter()

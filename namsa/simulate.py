@@ -27,7 +27,7 @@ from .optics import scan_positions
 from .potential import Grid
 from .material_id import sample_id
 from .sample import Sample
-from .simulation import prepare_simulation
+from .scan_simulation import prepare_simulation
 from .targets import projected_density_map, projected_potential_map, target_fwhm_A
 from .variations import (phonon_configurations, sample_seed, specimen_thickness_A, tilt_and_aberrations,
                          uses_frozen_phonon)

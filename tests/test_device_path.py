@@ -14,7 +14,7 @@ import strict_cupy
 from namsa.config import SimulationConfig
 from namsa.detector import pattern_rebinner
 from namsa.library import get
-from namsa.simulation import prepare_simulation
+from namsa.scan_simulation import prepare_simulation
 from namsa.supercell import orient_supercell
 
 OPTICS = dict(energy_kv=200.0, semiangle_mrad=20.0)

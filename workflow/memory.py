@@ -7,7 +7,7 @@ a lower bound from the sizes the config fixes (the supercell is at least ``cell_
 * the CBED stack: S = scan_y * scan_x float32 patterns of pattern_px^2, held twice while the
   batches are concatenated and converted;
 * the wave batch: at least one probe per thread on the full grid, 12 bytes per pixel on either
-  path (namsa.simulation._prepare: the periodic path's float32 pattern and its reduced copy; the
+  path (namsa.scan_simulation._prepare: the periodic path's float32 pattern and its reduced copy; the
   multislice path's complex64 wave and float32 intensity are more).
 
 The potential slices are not part of the bound: the periodic path builds them for one unit cell,
