@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every GPU check of the project in one device call of under 9 minutes on a fresh H100/H200 machine
-# (Python 3.12, torch and cupy preinstalled, no network): install the project from the carried
-# wheels offline, run the gpu-marked tests file by file (one bad module cannot stop the others),
-# then bench_simulate and bench_train, each step under its own time limit, unbuffered.
+# (Python 3.12, torch and cupy preinstalled, no network): install the carried wheels offline without
+# their dependencies, run namsa from the tree (PYTHONPATH=.), run the gpu-marked tests file by file
+# (one bad module cannot stop the others), then bench_simulate and bench_train, each step under its own time limit, unbuffered.
 #
 #   here:   bash scripts/gpu_wheels.sh
 #   device: run(command="bash scripts/gpu_checks.sh", carry=[".gpu-wheels"], timeout_s=600)
@@ -80,13 +80,30 @@ env_report() {  # the machine and the versions the figures below were measured w
   "$PY" -c "import sys, torch; print(sys.version); print('torch', torch.__version__,
     torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU')"
   "$PY" -c "import cupy; print('cupy', cupy.__version__)" || true
+  "$PY" -m pip --version
 }
-export -f env_report
+install_wheels() {  # each carried wheel on its own (--no-deps): no resolver run against the image's
+  # versions and no build of namsa with the image's setuptools, so one mismatch cannot stop the rest;
+  # namsa itself runs from the tree (PYTHONPATH=.). Then the versions and `pip check` on the record.
+  local wheel rc=0 pip=(env -u PIP_FIND_LINKS -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL PIP_CONFIG_FILE=/dev/null
+                        "$PY" -m pip install -q --no-index --no-deps)
+  if ! "${pip[@]}" .gpu-wheels/*.whl; then  # one call is fast; if a wheel is refused, the rest one by one
+    for wheel in .gpu-wheels/*.whl; do
+      "${pip[@]}" "$wheel" || { echo "could not install $wheel"; rc=1; }
+    done
+  fi
+  "$PY" -m pip list --format=freeze
+  "$PY" -m pip check || echo "pip check reports the conflicts above (informational: each wheel is installed alone)"
+  "$PY" -c "import namsa, stage, models, evaluation, workflow; print('namsa', namsa.__version__, 'from', namsa.__file__)" || rc=1
+  return $rc
+}
+export -f env_report install_wheels
 export PY
+# namsa from this tree, in every child process too (pytest's spawned ranks, the benchmarks' children)
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 step summary env 10 bash -c env_report
 # Offline and from the carried wheels only: no pip configuration or find-links of the machine.
-step install install 60 env -u PIP_FIND_LINKS -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL PIP_CONFIG_FILE=/dev/null \
-  "$PY" -m pip install --no-index --find-links .gpu-wheels --no-build-isolation -e .
+step install install 60 bash -c install_wheels
 
 gpu_tests tests/test_dataset.py 25
 gpu_tests tests/test_distributed_gpu.py 60
