@@ -73,7 +73,16 @@ class Backend:
 
     def synchronize(self) -> None:
         if self.xp is not np:
-            self.xp.cuda.Device().synchronize()
+            self.xp.cuda.Device(self.device_index).synchronize()
+
+    def device_scope(self) -> contextlib.AbstractContextManager:
+        """``with backend.device_scope():`` makes this backend's GPU the calling thread's current device
+        for the block (kernels, allocations and cuFFT plans land there) and restores the previous one
+        after, so a pool thread (current device 0 when it starts) works on the right GPU and neither
+        cupy's nor torch's current device is switched for good. A no-op on CPU."""
+        if self.xp is np:
+            return contextlib.nullcontext()
+        return self.xp.cuda.Device(self.device_index)
 
     def free_bytes(self) -> int | None:
         """Free memory on the device (bytes), None on CPU (where memory_budget_gb alone decides)."""
@@ -199,15 +208,26 @@ def _cuda_backend(index: int) -> Backend:
         raise DeviceError(f"no CUDA device is usable ({type(exc).__name__}); use device='cpu'") from exc
     if index >= count:
         raise DeviceError(f"device='cuda:{index}' does not exist ({count} CUDA devices); pick 0..{count - 1}")
-    cupy.cuda.Device(index).use()
     try:
         import cupyx.scipy.fft as cufft
     except Exception as exc:  # a cupy without its cuFFT bindings cannot simulate anything
         raise DeviceError(f"cupy cannot load cupyx.scipy.fft ({type(exc).__name__}); install the cupy wheel of "
                           "this machine's CUDA or use device='cpu'") from None
     backend = Backend(name=f"cuda:{index}", xp=cupy, workspace=_cupy_workspace, device_index=index, fft=cufft)
-    _check_one_fft(backend)
+    # once per process and device (a check blocks on the GPU): keyed by the cupy module too, so a test's
+    # stand-in and a real cupy are never taken for one another
+    key = (id(cupy), index)
+    with _FFT_CHECKED_LOCK:
+        if key not in _FFT_CHECKED:
+            with backend.device_scope():
+                _check_one_fft(backend)
+            _FFT_CHECKED.add(key)
     return backend
+
+
+#: (cupy module id, device index) pairs whose FFT round trip passed in this process
+_FFT_CHECKED: set[tuple[int, int]] = set()
+_FFT_CHECKED_LOCK = threading.Lock()
 
 
 def _cupy_workspace(shape: tuple[int, int, int]) -> FFTWorkspace:

@@ -97,7 +97,7 @@ class Simulation:
         given the backend). With ``out`` (numpy, (n, ...) of the reducer's per-probe shape) the batches are
         written into it and the returned list holds views of it."""
         positions_A = np.asarray(positions_A, float).reshape(-1, 2)
-        with single_threaded_blas():
+        with single_threaded_blas(), self.backend.device_scope():
             if self.periodic is not None:
                 return self.periodic.run(positions_A, reducer, self.threads, self.batch_size, device_reducer, out)
             return run_multislice(self.probe_k, positions_A, self.grid.sampling, self.transmissions,
@@ -124,8 +124,10 @@ def _choose_periodic(atoms: _Atoms, structure: Any, grid: Grid, probe: Any, cuto
 
 
 def prepare_simulation(structure: Any, **kwargs) -> Simulation:
-    """Build what all probe positions share (see :func:`_prepare`); BLAS pinned to one thread."""
-    with single_threaded_blas():
+    """Build what all probe positions share (see :func:`_prepare`); BLAS pinned to one thread, the
+    backend's GPU current in this thread for the build (a pool thread starts on device 0)."""
+    backend = get_backend(kwargs.get("device", "cpu"), kwargs.get("fft", "auto"))
+    with single_threaded_blas(), backend.device_scope():
         return _prepare(structure, **kwargs)
 
 

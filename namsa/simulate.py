@@ -165,8 +165,9 @@ def prepare_configuration(supercell: Any, cfg: SimulationConfig, positions: np.n
                              device=cfg.device, memory_budget_gb=cfg.memory_budget_gb, workers=cfg.workers,
                              n_positions=len(positions), fft_friendly_grid=cfg.fft_friendly_grid)
     # rebinning and the kept-sum run where the intensities are (the GPU on CUDA): only the
-    # (b, P, P) patterns and b sums come home
-    reducer, dk_out = pattern_rebinner(sim.grid, cfg.band_limit, cfg.pattern_px, sim.backend)
+    # (b, P, P) patterns and b sums come home; made on the backend's GPU, whichever thread prepares
+    with sim.backend.device_scope():
+        reducer, dk_out = pattern_rebinner(sim.grid, cfg.band_limit, cfg.pattern_px, sim.backend)
     fwhm = target_fwhm_A(sim.grid, fov, cfg.target_px, cfg.energy_kv, cfg.semiangle_mrad)
     backend = sim.backend if sim.backend.on_device else None   # the CPU keeps its host targets bit for bit
 

@@ -107,9 +107,13 @@ def _device_smoothed_map(coeffs: np.ndarray, grid: Grid, fov_A, target_px: int, 
                          backend: Any) -> np.ndarray:
     """:func:`smoothed_map` on a GPU backend: the Gaussian and the two complex128 GEMMs (the targets'
     bulk, ~0.7 s of host time at paper size) run there, the same formulas in the same precision."""
-    xp = backend.xp
     # the caller may be a pool thread (namsa.pipelined), whose current CUDA device is still device 0
-    xp.cuda.Device(backend.device_index or 0).use()
+    with backend.device_scope():
+        return _device_gemms(coeffs, grid, fov_A, target_px, fwhm_A, backend)
+
+
+def _device_gemms(coeffs: np.ndarray, grid: Grid, fov_A, target_px: int, fwhm_A: float, backend: Any) -> np.ndarray:
+    xp = backend.xp
     ky, kx = (xp.asarray(k) for k in spatial_frequencies(grid.gpts, grid.sampling))
     sigma = fwhm_A / FWHM_PER_SIGMA
     filtered = xp.asarray(coeffs) * xp.exp(-2.0 * math.pi ** 2 * sigma ** 2 * (ky[:, None] ** 2 + kx[None, :] ** 2))

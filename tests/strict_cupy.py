@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import threading
 import time
 import types
 from typing import Any
@@ -63,9 +64,21 @@ def _timed(func):
     return inner
 
 
+_CURRENT = threading.local()
+
+
+def current_device() -> int:
+    """The calling thread's current device: 0 in a new thread, as with the CUDA runtime."""
+    return getattr(_CURRENT, "id", 0)
+
+
 def _unwrap(value: Any, where: str) -> Any:
-    """The numpy array inside a DeviceArray; scalars pass; a host ndarray is refused, as cupy refuses it."""
+    """The numpy array inside a DeviceArray; scalars pass; a host ndarray is refused, as cupy refuses it,
+    and so is an array of another device than the thread's current one (cupy's kernels raise ValueError)."""
     if isinstance(value, DeviceArray):
+        if value.device != current_device():
+            raise ValueError(f"{where}: array device = {value.device} while current = {current_device()} "
+                             "(make the array's device current where the work runs)")
         return value._a
     if isinstance(value, np.ndarray):
         raise TypeError(f"{where}: a numpy.ndarray {value.shape} met a device array (host/device mixing; "
@@ -90,6 +103,7 @@ class DeviceArray(np.lib.mixins.NDArrayOperatorsMixin):
 
     def __init__(self, a: np.ndarray):
         self._a = a
+        object.__setattr__(self, "device", current_device())   # where it was made, as a cupy array's .device
 
     # -- what cupy refuses ------------------------------------------------------------------------
     def __array__(self, *args, **kwargs):
@@ -212,19 +226,30 @@ def _numpy_fft_module() -> types.ModuleType:
 
 
 class _Device:
-    """cupy.cuda.Device: a 16 GiB 'device' with ``free_bytes`` free (a test may change it)."""
+    """cupy.cuda.Device: a 16 GiB 'device' with ``free_bytes`` free (a test may change it). ``use()``
+    makes it the calling thread's current device for good; ``with Device(i):`` for the block only;
+    ``Device()`` is the current one."""
 
     free_bytes = 12 << 30
 
-    def __init__(self, index: int = 0):
-        self.id = index
+    def __init__(self, index: int | None = None):
+        self.id = current_device() if index is None else int(index)
+        self._before: list[int] = []
+
+    def __enter__(self) -> "_Device":
+        self._before.append(current_device())
+        _CURRENT.id = self.id
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _CURRENT.id = self._before.pop()
 
     @property
     def mem_info(self) -> tuple[int, int]:
         return (self.free_bytes, 16 << 30)
 
     def use(self) -> None:
-        return None
+        _CURRENT.id = self.id
 
     def synchronize(self) -> None:
         return None

@@ -78,6 +78,32 @@ def test_samples_prepared_ahead_on_the_device_path_equal_the_sequential_ones(mon
         _assert_same(two, seq)
 
 
+def test_on_a_second_gpu_every_thread_works_on_that_gpu_and_no_current_device_is_switched(monkeypatch):
+    """device: cuda:1 with samples prepared on pool threads (current device 0 when they start): the
+    stand-in's kernels refuse an array of another device than the thread's current one, as cupy's do,
+    so any step that ran outside the backend's device scope fails here."""
+    strict_cupy.install(monkeypatch, device_count=2)
+    cfg = _config(device="cuda:1", host_threads=2)
+    threaded, ahead = _pipelined(cfg)
+    assert ahead == [True] * len(JOBS)
+    sequential = [simulate_sample(source, axis, cfg, variant) for source, axis, variant in JOBS]
+    for seq, two in zip(sequential, threaded):
+        _assert_same(two, seq)
+    assert strict_cupy.current_device() == 0   # a with block, not a global switch of the caller's device
+
+
+def test_the_fft_check_runs_once_per_process_and_device(monkeypatch):
+    from namsa import backend
+
+    strict_cupy.install(monkeypatch, device_count=2)
+    checks = []
+    real_check = backend._check_one_fft
+    monkeypatch.setattr(backend, "_check_one_fft", lambda b: checks.append(b.device_index) or real_check(b))
+    for _ in range(3):
+        backend.get_backend("cuda:0"), backend.get_backend("cuda:1"), backend.get_backend("cuda")
+    assert sorted(checks) == [0, 1]
+
+
 def test_leaving_the_loop_early_leaves_no_preparing_thread():
     cfg = _config(host_threads=2)
     for slot in prepared_in_order(JOBS, cfg):
