@@ -93,6 +93,7 @@ class PeriodicSimulation:
     tile_gpts: tuple[int, int]
     n_beams: int
     transmission_loss: float
+    _stack: "_StackedClasses | None" = None   # the classes padded for batched GEMMs (GPU), made on first use
 
     def run(self, positions_A: np.ndarray, reducer, threads: int = 1, batch: int = 128,
             device_reducer: bool = False, out: np.ndarray | None = None) -> list:
@@ -114,12 +115,59 @@ class PeriodicSimulation:
         xp = self.backend.xp
         pos = np.asarray(positions_A, float).reshape(-1, 2)
         n_pixels = self.gpts[0] * self.gpts[1]
+        if self.backend.on_device:
+            return self._stacked().intensities(pos, self.backend).reshape(len(pos), *self.gpts)
         out = xp.zeros((len(pos), n_pixels), dtype=np.float32)
         for cls in self.classes:
             phase = np.exp(-2j * np.pi * (pos @ cls.beam_k.T)) * cls.beam_amp[None, :]
             waves = self.backend.asarray(phase.astype(np.complex64)) @ cls.exit
             out[:, cls.target] = (waves.real ** 2 + waves.imag ** 2) * np.float32(1.0 / n_pixels)
         return out.reshape(len(pos), *self.gpts)
+
+    def _stacked(self) -> "_StackedClasses":
+        if self._stack is None:
+            self._stack = _StackedClasses.of(self.classes, self.gpts[0] * self.gpts[1], self.backend)
+        return self._stack
+
+
+@dataclass
+class _StackedClasses:
+    """The Bloch classes padded to one shape, so that a batch of probes costs one batched GEMM and one
+    scatter on a GPU instead of a few calls per class. Padding beams have amplitude 0 and padding
+    frequencies scatter into a spare column past the last pixel, which is dropped."""
+
+    beam_k: np.ndarray    # (C, B, 2) host
+    beam_amp: np.ndarray  # (C, B) host
+    exit: Any             # (C, B, N) complex64 on the device
+    target: Any           # (C * N,) flat pixel index (n_pixels for padding) on the device
+    n_pixels: int
+
+    @classmethod
+    def of(cls, classes: list[_BlochClass], n_pixels: int, backend: Backend) -> "_StackedClasses":
+        xp = backend.xp
+        n_cls = len(classes)
+        beams = max(len(c.beam_k) for c in classes)
+        width = max(int(c.exit.shape[1]) for c in classes)
+        beam_k = np.zeros((n_cls, beams, 2))
+        beam_amp = np.zeros((n_cls, beams), dtype=np.complex128)
+        exit_waves = xp.zeros((n_cls, beams, width), dtype=np.complex64)
+        target = np.full((n_cls, width), n_pixels, dtype=np.int64)
+        for i, c in enumerate(classes):
+            b, w = len(c.beam_k), int(c.exit.shape[1])
+            beam_k[i, :b], beam_amp[i, :b] = c.beam_k, c.beam_amp
+            exit_waves[i, :b, :w] = c.exit
+            target[i, :w] = backend.asnumpy(c.target)
+        return cls(beam_k, beam_amp, exit_waves, backend.asarray(target.reshape(-1)), n_pixels)
+
+    def intensities(self, pos: np.ndarray, backend: Backend) -> Any:
+        """(b, n_pixels) float32 intensities on the device for probe positions ``pos`` (b, 2) [y, x]."""
+        xp = backend.xp
+        phase = np.exp(-2j * np.pi * np.einsum("pd,cbd->cpb", pos, self.beam_k)) * self.beam_amp[:, None, :]
+        waves = backend.asarray(phase.astype(np.complex64)) @ self.exit          # (C, b, N)
+        power = (waves.real ** 2 + waves.imag ** 2) * np.float32(1.0 / self.n_pixels)
+        out = xp.zeros((len(pos), self.n_pixels + 1), dtype=np.float32)
+        out[:, self.target] = xp.ascontiguousarray(power.transpose(1, 0, 2)).reshape(len(pos), -1)
+        return out[:, : self.n_pixels]
 
 
 def tile_grid_for(cell_A, tiling, cutoff: float, gpts: tuple[int, int] | None = None) -> Grid:
@@ -154,70 +202,128 @@ def estimated_cost(n_positions: int, grid: Grid, tile: Grid, n_beams: int) -> tu
 def build_periodic(tile_positions: np.ndarray, tile_numbers: np.ndarray, cell_A, tiling, grid: Grid,
                    edges_A: np.ndarray, probe_k: np.ndarray, sigma: float, wavelength: float, cutoff: float,
                    tilt_mrad: tuple[float, float], backend: Backend, threads: int, tile: Grid) -> PeriodicSimulation:
-    """Propagate every aperture beam through the tile's slices (see module docstring)."""
-    tx, ty = int(tiling[0]), int(tiling[1])
+    """Propagate every aperture beam through the tile's slices (see module docstring). On CPU the
+    Bloch classes run one by one on ``threads`` threads; on a GPU they run together, one batch per
+    slice (4 device calls a slice instead of 4 per class and slice: at the study's size a class is
+    microseconds of GPU work, so launches, not arithmetic, would bound it)."""
     slice_dz = float(edges_A[1] - edges_A[0]) if len(edges_A) > 1 else float(edges_A[-1])
-    xp = backend.xp
     t_tile, loss, dz = _tile_transmissions_on(backend, tile_positions, tile_numbers,
                                               (tile.extent[1], tile.extent[0], cell_A[2]), tile, slice_dz, sigma, cutoff)
+    beams = np.argwhere(np.abs(probe_k) > 0)
+    setups = _class_setups(beams, probe_k, tiling, grid, tile, cutoff, wavelength, tilt_mrad, dz)
+    if backend.on_device:
+        done = _run_classes_batched(setups, t_tile, dz, backend, tile)
+    else:
+        local = threading.local()
+        max_beams = max(len(c.beam_k) for c in setups)
+
+        def run_one(setup: _ClassSetup) -> _BlochClass:
+            if not hasattr(local, "ws"):
+                local.ws = backend.workspace((max_beams, *tile.gpts))
+            return _run_class(setup, local.ws, t_tile, dz, backend, tile)
+
+        if threads > 1:
+            with ThreadPoolExecutor(max_workers=threads) as pool:
+                done = list(pool.map(run_one, setups))
+        else:
+            done = [run_one(c) for c in setups]
+    return PeriodicSimulation(gpts=grid.gpts, classes=done, backend=backend, tile_gpts=tile.gpts,
+                              n_beams=len(beams), transmission_loss=loss)
+
+
+@dataclass
+class _ClassSetup:
+    """Host-side description of one Bloch class: its beams, in-band tile frequencies and propagators."""
+
+    beam_k: np.ndarray                  # (B, 2) [ky, kx] of the class's beams (1/Angstrom)
+    beam_amp: np.ndarray                # (B,) probe amplitude Psi0(k_b)
+    start: tuple[np.ndarray, np.ndarray]  # (sy, sx) tile-grid Fourier pixel of each beam's unit plane wave
+    props: dict[float, np.ndarray]      # slice thickness -> (my, mx) complex64 propagator (/ M)
+    flat_in: np.ndarray                 # flat tile-grid index of each in-band frequency
+    target: np.ndarray                  # flat supercell-grid index of each in-band frequency
+
+
+def _class_setups(beams: np.ndarray, probe_k: np.ndarray, tiling, grid: Grid, tile: Grid, cutoff: float,
+                  wavelength: float, tilt_mrad: tuple[float, float], dz: np.ndarray) -> list[_ClassSetup]:
+    """The Bloch classes of the aperture's beams, in a fixed (sorted) order."""
+    tx, ty = int(tiling[0]), int(tiling[1])
     ny, nx = grid.gpts
     my_int, mx_int = _signed(ny), _signed(nx)
     ly, lx = grid.extent
-    beams = np.argwhere(np.abs(probe_k) > 0)
     classes: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for iy, ix in beams:
         classes.setdefault((my_int[iy] % ty, mx_int[ix] % tx), []).append((iy, ix))
     gy_tile, gx_tile = _signed(tile.gpts[0]), _signed(tile.gpts[1])
     ty_, tx_ = (math.tan(t * 1e-3) for t in tilt_mrad)
-    local = threading.local()
-    max_beams = max(len(v) for v in classes.values())
-
-    def run_class(item) -> _BlochClass:
-        (cy, cx), members = item
+    m_pixels = tile.gpts[0] * tile.gpts[1]
+    setups = []
+    for (cy, cx), members in sorted(classes.items()):
         # absolute frequencies of this class on the tile grid: k = (c + t g) / L
         ky = (cy + ty * gy_tile) / ly
         kx = (cx + tx * gx_tile) / lx
         k2 = ky[:, None] ** 2 + kx[None, :] ** 2
         inside = in_band(k2, cutoff)
-        m_pixels = tile.gpts[0] * tile.gpts[1]
         props = {}
         for d in np.unique(np.round(dz, 9)):
             phase = np.exp(-1j * np.pi * wavelength * d * k2 + 2j * np.pi * d * (ky[:, None] * ty_ + kx[None, :] * tx_))
-            props[d] = backend.asarray((phase * inside / m_pixels).astype(np.complex64))
-        if not hasattr(local, "ws"):
-            local.ws = backend.workspace((max_beams, *tile.gpts))
-        ws = local.ws
-        psi = ws.buffer
-        psi[...] = 0
+            props[float(d)] = (phase * inside / m_pixels).astype(np.complex64)
         sy = np.array([(my_int[iy] - cy) // ty for iy, _ in members]) % tile.gpts[0]
         sx = np.array([(mx_int[ix] - cx) // tx for _, ix in members]) % tile.gpts[1]
-        rows = backend.asarray(np.arange(len(members)))
-        psi[rows, backend.asarray(sy), backend.asarray(sx)] = 1.0   # unit plane waves, Fourier space
-        psi = ws.backward(psi)
-        for s in range(len(dz)):
-            xp.multiply(psi, t_tile[s], out=psi)
-            psi = ws.forward(psi)
-            if s == len(dz) - 1:
-                break
-            xp.multiply(psi, props[np.round(dz[s], 9)], out=psi)
-            psi = ws.backward(psi)
         flat_in = np.flatnonzero(inside)
-        exit_waves = psi[: len(members)].reshape(len(members), -1)[:, backend.asarray(flat_in)] / np.float32(m_pixels)
         gy_in, gx_in = np.unravel_index(flat_in, tile.gpts)
         target = ((cy + ty * gy_tile[gy_in]) % ny) * nx + (cx + tx * gx_tile[gx_in]) % nx
-        beam_k = np.array([[my_int[iy] / ly, mx_int[ix] / lx] for iy, ix in members])
-        amp = np.array([probe_k[iy, ix] for iy, ix in members])
-        return _BlochClass(beam_k=beam_k, beam_amp=amp, target=backend.asarray(target),
-                           exit=xp.ascontiguousarray(exit_waves.astype(np.complex64)))
+        setups.append(_ClassSetup(beam_k=np.array([[my_int[iy] / ly, mx_int[ix] / lx] for iy, ix in members]),
+                                  beam_amp=np.array([probe_k[iy, ix] for iy, ix in members]), start=(sy, sx),
+                                  props=props, flat_in=flat_in, target=target))
+    return setups
 
-    items = sorted(classes.items())
-    if threads > 1 and xp is np:
-        with ThreadPoolExecutor(max_workers=threads) as pool:
-            done = list(pool.map(run_class, items))
-    else:
-        done = [run_class(item) for item in items]
-    return PeriodicSimulation(gpts=grid.gpts, classes=done, backend=backend, tile_gpts=tile.gpts,
-                              n_beams=len(beams), transmission_loss=loss)
+
+def _propagate(psi: Any, ws: Any, t_tile: Any, props: dict[float, Any], dz: np.ndarray, xp: Any) -> Any:
+    """Unit plane waves (Fourier space, last two axes the tile grid; any leading batch axes) through
+    every slice; returns the exit waves in Fourier space (unnormalised FFTs: the 1/M is in ``props``)."""
+    psi = ws.backward(psi)
+    for s in range(len(dz)):
+        xp.multiply(psi, t_tile[s], out=psi)
+        psi = ws.forward(psi)
+        if s == len(dz) - 1:
+            break
+        xp.multiply(psi, props[float(np.round(dz[s], 9))], out=psi)
+        psi = ws.backward(psi)
+    return psi
+
+
+def _run_class(setup: _ClassSetup, ws: Any, t_tile: Any, dz: np.ndarray, backend: Backend, tile: Grid) -> _BlochClass:
+    """One Bloch class on the host (the CPU path)."""
+    xp, m_pixels, n = backend.xp, tile.gpts[0] * tile.gpts[1], len(setup.beam_k)
+    psi = ws.buffer
+    psi[...] = 0
+    psi[np.arange(n), setup.start[0], setup.start[1]] = 1.0
+    psi = _propagate(psi, ws, t_tile, setup.props, dz, xp)
+    exit_waves = psi[:n].reshape(n, -1)[:, setup.flat_in] / np.float32(m_pixels)
+    return _BlochClass(beam_k=setup.beam_k, beam_amp=setup.beam_amp, target=setup.target,
+                       exit=xp.ascontiguousarray(exit_waves.astype(np.complex64)))
+
+
+def _run_classes_batched(setups: list[_ClassSetup], t_tile: Any, dz: np.ndarray, backend: Backend,
+                         tile: Grid) -> list[_BlochClass]:
+    """Every Bloch class at once on the device: a (classes, beams, my, mx) batch, each class padded to
+    the largest class's beam count (the padding rows stay zero), one multiply and one FFT per step."""
+    xp, m_pixels = backend.xp, tile.gpts[0] * tile.gpts[1]
+    n_cls, max_beams = len(setups), max(len(c.beam_k) for c in setups)
+    ws = backend.workspace((n_cls * max_beams, *tile.gpts))
+    psi = ws.buffer.reshape(n_cls, max_beams, *tile.gpts)
+    cls_index = np.concatenate([np.full(len(c.beam_k), i) for i, c in enumerate(setups)])
+    row_index = np.concatenate([np.arange(len(c.beam_k)) for c in setups])
+    sy, sx = (np.concatenate([c.start[k] for c in setups]) for k in (0, 1))
+    psi[tuple(backend.asarray(a) for a in (cls_index, row_index, sy, sx))] = 1.0
+    props = {d: backend.asarray(np.stack([c.props[d] for c in setups])[:, None]) for d in setups[0].props}
+    psi = _propagate(psi, ws, t_tile, props, dz, xp).reshape(n_cls, max_beams, m_pixels)
+    done = []
+    for i, c in enumerate(setups):   # once per class, not per slice
+        exit_waves = psi[i, :len(c.beam_k)][:, backend.asarray(c.flat_in)] / np.float32(m_pixels)
+        done.append(_BlochClass(beam_k=c.beam_k, beam_amp=c.beam_amp, target=backend.asarray(c.target),
+                                exit=xp.ascontiguousarray(exit_waves.astype(np.complex64))))
+    return done
 
 
 def _tile_transmissions_on(backend: Backend, positions_A: np.ndarray, numbers: np.ndarray, tile_cell_A, tile: Grid,

@@ -196,3 +196,29 @@ def test_the_targets_are_computed_on_the_device_and_equal_the_hosts(monkeypatch,
     for d, h in zip(device, host):
         assert type(d) is np.ndarray and d.dtype == np.float32 and d.shape == (24, 24)
         np.testing.assert_allclose(d, h, rtol=0, atol=1e-6 * np.abs(h).max())
+
+
+def test_the_bloch_classes_run_as_one_batch_per_slice_on_the_device(monkeypatch):
+    """On a GPU the periodic path's Bloch classes propagate together: the device calls of a probe batch
+    do not depend on the number of classes, and those of building the exit waves grow by a few per
+    class, not by 4 per class and slice (before: at the study's size 2,000-12,000 calls a sample,
+    bounded by launches; benchmarks/bench_device_calls.py)."""
+    from namsa.scan_simulation import _prepare
+
+    strict_cupy.install(monkeypatch)
+    counts = {}
+    for lateral in (8.0, 16.0):   # the same slices, 4x the tiles and so 4x the Bloch classes
+        cell = orient_supercell(get("Si-diamond"), (1, 1, 0), lateral, 8.0)
+        kw = dict(sampling_A=0.1, slice_thickness_A=2.0, device="cuda", method="periodic", n_positions=1,
+                  workers=1, **OPTICS)
+        strict_cupy.DeviceClock.reset()
+        sim = _prepare(cell, **kw)
+        built = strict_cupy.DeviceClock.calls
+        sim.run(POSITIONS[:1], lambda a: a.copy(), device_reducer=True)   # makes the stacked classes
+        strict_cupy.DeviceClock.reset()
+        sim.run(POSITIONS[:1], lambda a: a.copy(), device_reducer=True)
+        counts[lateral] = (len(sim.periodic.classes), sim.info["n_slices"], built, strict_cupy.DeviceClock.calls)
+    (c1, slices, built1, batch1), (c2, slices2, built2, batch2) = counts[8.0], counts[16.0]
+    assert c2 >= 2 * c1 and slices2 == slices >= 3
+    assert batch2 == batch1
+    assert built2 - built1 < 2 * slices * (c2 - c1)   # per class and slice it was 4
