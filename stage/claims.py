@@ -6,12 +6,14 @@ sample. Before simulating a sample, a writer claims its id in the data directory
 
     <data_dir>/.claims.lock        flock'ed while a claim is checked and written (milliseconds)
     <data_dir>/.claims/<h>         one file per sample id (h = sha256 of the id), holding
-                                   {"id", "store", "pid", "host", "stored"}
+                                   {"id", "store", "pid", "host"}
 
-A claim held by another store is respected while that store holds the sample ("stored") or while
-the writer that made it is still open (`stage.writerlock.writer_active` names the same pid); a claim of
-a writer that died before storing the sample is stale and taken over. The LMDB records stay the
-truth: a claim only decides who writes, never whether a sample exists.
+A claim held by another store is respected while that store holds the sample or while the writer
+that made it is still open (`stage.writerlock.writer_active` names the same pid); a claim of a writer
+that died before storing the sample is stale and taken over, and so is a claim whose store no longer
+holds the sample (the store was deleted, as the truncated-store message advises): what a store holds
+is read from the store, never trusted from a claim.
+The LMDB records stay the truth: a claim only decides who writes, never whether a sample exists.
 """
 from __future__ import annotations
 
@@ -39,11 +41,19 @@ class ClaimBook:
         self.store = Path(store)
         self.data_dir = self.store.parent
         self.dir = self.data_dir / CLAIMS_DIR
+        self._seen: dict[str, set[str]] = {}  # store name -> ids it held when last read
+        for link in (self.dir, self.data_dir / CLAIMS_LOCK):
+            if link.is_symlink():  # claims are written (and killed writers' files removed) only here
+                raise StoreError(f"{link} is a symbolic link to {os.readlink(link)}; namsa writes claims only "
+                                 f"inside the data directory: remove the link and run again")
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"cannot create {self.dir} ({exc.strerror}); the data directory must be writable "
                              f"by every simulation worker") from exc
+        with self._locked():  # claims are written under the lock: a temporary file now is a killed writer's
+            for tmp in self.dir.glob(".*.tmp"):
+                tmp.unlink(missing_ok=True)
 
     def _file(self, sample_id: str) -> Path:
         return self.dir / hashlib.sha256(sample_id.encode()).hexdigest()
@@ -63,17 +73,12 @@ class ClaimBook:
                 why = self._still_valid(found)
                 if why:
                     return why
-            self._write(sample_id, stored=False)
+            self._write(sample_id)
         return None
-
-    def stored(self, sample_id: str) -> None:
-        """Mark ``sample_id`` as stored by this store (after its transaction committed)."""
-        with self._locked():
-            self._write(sample_id, stored=True)
 
     def _still_valid(self, claim: dict[str, Any]) -> str | None:
         other = self.data_dir / str(claim["store"])
-        if claim.get("stored") or _store_holds(other, claim["id"]):
+        if self._holds(other, claim["id"]):  # asked of the store itself: it may have been deleted
             return f"already stored in {other.name}"
         active = writer_active(other)
         holder = _lock_holder((other / LOCK_NAME).read_text()) if active else None
@@ -81,11 +86,19 @@ class ClaimBook:
             return f"being written into {other.name} by {active}"
         return None  # its writer is gone without storing it: a stale claim
 
-    def _write(self, sample_id: str, stored: bool) -> None:
+    def _holds(self, store: Path, sample_id: str) -> bool:
+        """Whether ``store`` holds ``sample_id``; its ids are read again only on a miss (a store's ids
+        only grow while a run goes on, so a rerun with another split reads each store about once)."""
+        if sample_id in self._seen.get(store.name, ()):
+            return True
+        self._seen[store.name] = _store_ids(store)
+        return sample_id in self._seen[store.name]
+
+    def _write(self, sample_id: str) -> None:
         path = self._file(sample_id)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"id": sample_id, "store": self.store.name, "pid": os.getpid(),
-                                   "host": socket.gethostname(), "stored": stored}))
+                                   "host": socket.gethostname()}))
         os.replace(tmp, path)
 
 
@@ -97,16 +110,16 @@ def _read(path: Path) -> dict[str, Any] | None:
     return payload if isinstance(payload, dict) and "store" in payload else None
 
 
-def _store_holds(path: Path, sample_id: str) -> bool:
-    """Whether the store at ``path`` has ``sample_id`` committed (a writer killed between its commit
-    and marking the claim leaves the claim unmarked)."""
+def _store_ids(path: Path) -> set[str]:
+    """The ids committed in the store at ``path``; none when it is gone or unreadable (a damaged
+    store's claims are taken over: its user is told to delete it)."""
     from .layout import is_store
     from .reader import StoreReader
 
     if not is_store(path):
-        return False
+        return set()
     try:
         with StoreReader(path, allow_empty=True) as reader:
-            return sample_id in reader.ids()
+            return set(reader.ids())
     except StoreError:
-        return False
+        return set()

@@ -108,7 +108,8 @@ class InspectReport:
             if s.reconciled:
                 lines.append("  note: manifest.json was behind the LMDB records (rebuilt from them on read)")
             if s.count == 0:
-                lines.append("  EMPTY: no samples")
+                lines.append("  EMPTY: no samples (as a writer killed before its first sample leaves a store; "
+                             "namsa simulate on its data directory fills it)")
             if s.verified:
                 lines.append(f"  verify: {len(s.corrupt)} corrupt record(s)" +
                              (": " + ", ".join(s.corrupt) if s.corrupt else ", every checksum matches"))

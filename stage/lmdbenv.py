@@ -86,7 +86,8 @@ def _check_complete(path: Path) -> None:
     short = truncation(path / DATA_NAME)
     if short:
         raise TruncatedStoreError(f"store {path}: {short}, so it is an incomplete copy; copy the store again "
-                                  f"from its source (namsa stage SRC DST), or delete it and run namsa simulate again")
+                                  f"from its source (namsa stage SRC DST), or delete the directory {path} and run "
+                                  f"namsa simulate (or namsa run) again, which simulates its samples anew")
 
 
 def _open_writable_env(path: Path, map_size: int) -> tuple[lmdb.Environment, dict[bytes, Any]]:

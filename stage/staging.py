@@ -27,7 +27,7 @@ from namsa.errors import UserError
 
 from .codec import array_layout, decode_record
 from .config import DataConfig, expand_path
-from .errors import CorruptRecordError, SchemaError
+from .errors import CorruptRecordError, EmptyStoreError, SchemaError
 from .layout import expand_store_paths, is_store
 from .reader import StoreReader
 from .splits import SPLITS
@@ -119,6 +119,11 @@ def stage_store(src: str | os.PathLike, dst: str | os.PathLike, *, threads: int 
     if dst.resolve() == src.resolve() or src.resolve() in dst.resolve().parents:
         raise UserError(f"staging destination {dst} lies inside the source {src}; choose a separate directory")
     readers = [StoreReader(p, verify=True, allow_empty=True) for p in expand_store_paths(src)]
+    if not any(len(r) for r in readers):
+        for r in readers:
+            r.close()
+        raise EmptyStoreError(f"{src} holds no samples (a store whose writer was killed before its first sample "
+                              f"is empty); run namsa simulate into it first, then stage it")
     report = StageReport()
     start = time.perf_counter()
     plan = _plan(src, dst, rank, world_size, readers)
@@ -127,7 +132,9 @@ def stage_store(src: str | os.PathLike, dst: str | os.PathLike, *, threads: int 
         for target, items in plan:
             if not items and world_size == 1:
                 continue
-            sources = sorted({id(r): r for r, _ in items}.values(), key=lambda r: str(r.path)) or readers[:1]
+            # an empty shard takes its settings from a store that has some (an empty one may have none)
+            sources = (sorted({id(r): r for r, _ in items}.values(), key=lambda r: str(r.path))
+                       or [r for r in readers if len(r)][:1])
             with _writer_for(target, sources) as writer:
                 copied_here = _copy(items, writer, threads, report, bar)
             report.destinations.append(target)

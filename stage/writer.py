@@ -21,7 +21,7 @@ from .config import DataConfig
 from .errors import NotAStoreError, SchemaError, StoreError, StoreFullError, StoreLockedError
 from .layout import DATA_NAME, LOCK_NAME, MANIFEST_NAME, is_store
 from .lmdbenv import _acquire_env, _creation_error, _is_disk_full, _release_env
-from .jsonfile import write_json_atomic
+from .jsonfile import TMP_PREFIX, write_json_atomic
 from .manifest import (_INFO_KEY, SCHEMA_VERSION, _check_schema_version, _json_seal, _load_manifest,
                        _read_info_and_index, build_manifest, code_version)
 from .splits import sample_split
@@ -72,6 +72,7 @@ class StoreWriter:
                              f"permissions or choose another directory") from exc
         self._lock()
         try:
+            self._remove_killed_manifests()
             self._open_env()
             self.info, self._index = self._load_or_create_info()
             if self._index and not resume:
@@ -130,6 +131,11 @@ class StoreWriter:
             raise _creation_error(self.path, lmdb.Error(f"{self.path / LOCK_NAME}: {exc.strerror}")) from exc
         self._lock_fh = fh
 
+    def _remove_killed_manifests(self) -> None:
+        """Delete temporary manifests a writer killed mid-write left (only the lock holder writes them)."""
+        for tmp in self.path.glob(f"{TMP_PREFIX}{MANIFEST_NAME}.*"):
+            tmp.unlink(missing_ok=True)
+
     def _open_env(self) -> None:
         data_file = self.path / DATA_NAME
         size = data_file.stat().st_size if data_file.exists() else 0
@@ -139,23 +145,34 @@ class StoreWriter:
 
     def _load_or_create_info(self) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
         info, index = _read_info_and_index(self._env, self._dbs, self.path)
-        if not info:
-            info = {"schema_version": SCHEMA_VERSION, "config_hash": self.config_hash,
-                    "cbed_dtype": self.cfg.cbed_dtype, "compression": self.cfg.compression,
-                    "split_fractions": list(self.cfg.split_fractions), "split_seed": self.cfg.split_seed,
-                    "split_by": self.cfg.split_by, "code_version": code_version(), "arrays": {},
-                    "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-            self._commit([(b"info", _INFO_KEY, _json_seal(info))])
-            return info, index
-        _check_schema_version(self.path, info.get("schema_version"), "LMDB info")
+        if info:
+            _check_schema_version(self.path, info.get("schema_version"), "LMDB info")
+            differs = self._differing_setting(info)
+            if differs is None:
+                return info, index
+            if index:
+                raise SchemaError(f"store {self.path} was written with {differs}; resume with the same "
+                                  f"configuration or use a new directory")
+        # A new store, or one whose writer was killed before its info record or its first sample:
+        # holding no sample, it cannot disagree with this writer, which adopts it.
+        info = {"schema_version": SCHEMA_VERSION, "config_hash": self.config_hash,
+                "cbed_dtype": self.cfg.cbed_dtype, "compression": self.cfg.compression,
+                "split_fractions": list(self.cfg.split_fractions), "split_seed": self.cfg.split_seed,
+                "split_by": self.cfg.split_by, "code_version": code_version(), "arrays": {},
+                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        self._commit([(b"info", _INFO_KEY, _json_seal(info))])
+        return info, index
+
+    def _differing_setting(self, info: dict[str, Any]) -> str | None:
+        """``key=stored, not wanted`` for the first setting ``info`` holds that this writer's differs
+        from; None when they agree."""
         for key, wanted in (("config_hash", self.config_hash), ("cbed_dtype", self.cfg.cbed_dtype),
                             ("split_fractions", list(self.cfg.split_fractions)),
                             ("split_seed", self.cfg.split_seed), ("split_by", self.cfg.split_by)):
             # stores written before split_by existed split by material
             if info.get(key, "material" if key == "split_by" else None) != wanted:
-                raise SchemaError(f"store {self.path} was written with {key}={info.get(key)!r}, not {wanted!r}; "
-                                  f"resume with the same configuration or use a new directory")
-        return info, index
+                return f"{key}={info.get(key)!r}, not {wanted!r}"
+        return None
 
     # -- writing ---------------------------------------------------------------------------
     def has(self, sample_id: str) -> bool:

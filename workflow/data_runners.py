@@ -119,7 +119,10 @@ def check_same_physics(data_dir: str | Path, physics_hash: str) -> None:
         with stage.open_store(path, allow_empty=True) as reader:
             found = reader.info.get("config_hash")
             version = reader.info.get("code_version", "?")
-        if found != physics_hash:
+            empty = len(reader) == 0
+        # an empty store (its writer killed before its info record or its first sample) holds no
+        # physics: its writer adopts it on the rerun (stage.StoreWriter)
+        if found != physics_hash and not empty:
             raise UserError(f"{data_dir} holds samples of other physics (store {Path(path).name}: config hash "
                             f"{str(found)[:12]}, written by namsa {version}; this config gives {physics_hash[:12]}): "
                             f"the simulation section or namsa's physics changed; use a new --out, or delete "
@@ -195,7 +198,7 @@ def open_free_writer(store_dir: str | Path, physics_hash: str, data_cfg: "DataCo
 def _simulate_into(writer: Any, sim_cfg: "SimulationConfig", specs: Sequence[Any], sources: Mapping[str, str],
                    summary: SimulateSummary, bar: Any, progress_path: str | Path | None,
                    stop: threading.Event) -> None:
-    """The sample loop of `simulate_specs`: claim, simulate, store, mark stored. The host phase of
+    """The sample loop of `simulate_specs`: claim, simulate, store. The host phase of
     the next ``sim_cfg.host_threads`` samples runs ahead in a thread pool (`namsa.pipelined`); samples
     are still stored in order, and a sample whose preparation raised is recorded as failed here."""
     from namsa.pipelined import prepared_in_order
@@ -211,7 +214,7 @@ def _simulate_into(writer: Any, sim_cfg: "SimulationConfig", specs: Sequence[Any
 
 def _store_in_order(writer: Any, claims: Any, ids: Sequence[str], slots: Any, summary: SimulateSummary, bar: Any,
                     progress_path: str | Path | None, stop: threading.Event) -> None:
-    """Claim, finish (`namsa.pipelined.PreparedSlot.sample`), store and mark stored each sample in order."""
+    """Claim, finish (`namsa.pipelined.PreparedSlot.sample`) and store each sample in order."""
     import stage
 
     for sid, slot in zip(ids, slots):
@@ -224,7 +227,6 @@ def _store_in_order(writer: Any, claims: Any, ids: Sequence[str], slots: Any, su
         else:
             try:
                 writer.put(slot.sample())
-                claims.stored(sid)
                 summary.written += 1
             except stage.StoreError:
                 raise
