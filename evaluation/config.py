@@ -5,6 +5,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from namsa.random_streams import MAX_SEED
+
 from .baselines.convergence import ConvergenceRule
 from .baselines.multislice_ptycho import MultisliceSettings
 
@@ -49,7 +51,7 @@ class EvaluationConfig(BaseModel):
     n_bootstrap:       bootstrap resamples for the confidence intervals (0: no interval); the
                        bootstrap resamples materials, each bringing all of its samples.
     ci_level:          confidence level of the intervals.
-    seed:              seed of the bootstrap.
+    seed:              seed of the bootstrap; 0 <= seed < 2**63, as every seed of the config.
     column_threshold_rel: a local maximum counts as an atomic column when it rises above
                        min + threshold_rel * ptp of its map.
     column_min_distance_px: maxima closer than this (pixels) are merged.
@@ -78,7 +80,7 @@ class EvaluationConfig(BaseModel):
     worst_k: int = Field(3, ge=0)
     n_bootstrap: int = Field(1000, ge=0)
     ci_level: float = Field(0.95, gt=0.0, lt=1.0)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     column_threshold_rel: float = Field(0.3, ge=0.0, lt=1.0)
     column_min_distance_px: int = Field(1, ge=1)
     thickness_bins_A: list[float] = Field(default_factory=lambda: [50.0, 150.0])

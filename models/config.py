@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from namsa.errors import UserError
+from namsa.random_streams import MAX_SEED
 
 TargetName = Literal["potential", "density"]
 PhysicsInputName = Literal["com_y", "com_x", "icom"]
@@ -316,7 +317,8 @@ class TrainConfig(BaseModel):
     max_steps, epochs: length of training; ``max_steps`` (if set) wins over ``epochs``.
     eval_every, checkpoint_every, log_every: cadence in steps; ``keep_last`` checkpoints are kept
                       besides the best; ``max_dev_batches`` caps a dev evaluation.
-    seed:             data order, initial weights and dropout streams.
+    seed:             data order, initial weights and dropout streams; 0 <= seed < 2**63 (numpy takes
+                      no negative seed; torch's 64-bit one overflows above), as every seed of the config.
     device:           ``auto`` (CUDA when available) | ``cpu`` | ``cuda``.
     channels_last, compile, activation_checkpointing: GPU speed/memory knobs.
     max_nonfinite:    stop after this many Inf/NaN losses or gradients in a row (each is skipped).
@@ -350,7 +352,7 @@ class TrainConfig(BaseModel):
     checkpoint_every: int = Field(100, ge=1)
     keep_last: int = Field(3, ge=1)
     log_every: int = Field(10, ge=1)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     channels_last: bool = False
     compile: bool = False

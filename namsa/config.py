@@ -8,7 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .generator import MAX_SEED, GeneratorConfig
+from .generator import GeneratorConfig
+from .random_streams import MAX_SEED
 from .sample import config_hash
 
 #: most potential slices one sample may need (thickness over slice thickness): the paper's

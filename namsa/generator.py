@@ -35,6 +35,7 @@ from . import library, prototypes
 from .element_pool import DEFAULT_ELEMENTS
 from .errors import UserError
 from .material_id import GENERATED_FORM, generated_id, is_generated_id, split_generated_id
+from .random_streams import MAX_SEED
 
 #: lattice scale factors outside this range are refused (a typo or a broken recipe)
 SCALE_LIMITS: tuple[float, float] = (0.5, 2.5)
@@ -43,8 +44,6 @@ SCALE_LIMITS: tuple[float, float] = (0.5, 2.5)
 MAX_GENERATED = 20_000
 #: seconds one recipe draw takes on a laptop core (measured: ~3.5 ms), for the refusal's estimate
 SECONDS_PER_DRAW = 0.004
-#: seeds are stored as JSON integers and fed to numpy: non-negative and 63-bit
-MAX_SEED = 2**63 - 1
 
 
 class GeneratorError(UserError):

@@ -17,6 +17,10 @@ from enum import Enum, IntEnum
 
 import numpy as np
 
+#: the largest seed of any config section: seeds are stored as JSON integers and fed to numpy (no
+#: negative seeds) and to torch (64-bit), so 0 <= seed <= 2**63 - 1 everywhere
+MAX_SEED = 2**63 - 1
+
 
 class SampleStream(IntEnum):
     """The streams of one simulated sample, besides its main stream."""

@@ -7,6 +7,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
 from pymatgen.core import Element, IStructure, Structure
 
 from . import generator, library
@@ -14,6 +15,14 @@ from .errors import UserError
 
 #: heaviest element the potential table covers (Kirkland 2010 parameterises Z = 1..103).
 MAX_Z = 103
+#: most atoms one structure (the cell that is tiled) may hold: reading a CIF and finding the primitive
+#: cell both take time quadratic in it (~20 s at 2,000 atoms, hours and gigabytes at 20,000), and
+#: crystals simulated by the study hold well under 1,000 atoms per conventional cell
+MAX_SITES = 2_000
+#: largest CIF file read (a CIF of MAX_SITES atoms is a few hundred KB)
+MAX_CIF_BYTES = 64 * 1024 * 1024
+#: a site and its symmetry image closer than this (fractional) are one atom, as pymatgen merges them
+_SAME_SITE = 1e-3
 
 
 class StructureError(UserError):
@@ -113,7 +122,12 @@ def _read_cif(path: Path) -> Structure:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            structures = CifParser(str(path)).parse_structures(primitive=False)
+            text = _cif_text(path)
+            parser = CifParser.from_str(text)
+            _refuse_large_cif(parser, text, path)
+            structures = parser.parse_structures(primitive=False)
+        except StructureError:
+            raise
         except Exception as err:  # pymatgen raises many types on malformed files
             hint = _first_warning(caught)
             raise StructureError(
@@ -128,6 +142,51 @@ def _read_cif(path: Path) -> Structure:
             f"CIF {str(path)!r} has unknown element symbol(s) {unknown}{_first_warning(caught)}; "
             "fix _atom_site_type_symbol to real element symbols")
     return structure
+
+
+def _cif_text(path: Path) -> str:
+    if path.stat().st_size > MAX_CIF_BYTES:
+        raise StructureError(f"CIF {str(path)!r} is larger than {MAX_CIF_BYTES // 2**20} MiB, far more than a crystal's "
+                             f"unit cell needs; export the unit cell alone")
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+def _refuse_large_cif(parser: Any, text: str, path: Path) -> None:
+    """Count the atoms each data block stands for before pymatgen builds it (quadratic time)."""
+    from pymatgen.io.cif import CifFile
+
+    for block in CifFile.from_str(text).data.values():
+        count = _cif_site_count(parser, block)
+        if count > MAX_SITES:
+            raise StructureError(_too_many_sites(f"CIF {str(path)!r}", count))
+
+
+def _cif_site_count(parser: Any, block: Any) -> int:
+    """Atoms a CIF block's sites and symmetry operations make (0 when its sites cannot be read:
+    the parser then says why)."""
+    axes = [block.data.get(f"_atom_site_fract_{a}") for a in "xyz"]
+    if not all(isinstance(axis, list) for axis in axes):
+        return len(axes[0]) if isinstance(axes[0], list) else 0
+    rows = len(axes[0])
+    if rows > MAX_SITES:
+        return rows  # each row is at least one atom: refused without more work
+    try:
+        from pymatgen.io.cif import str2float
+
+        frac = np.array([[str2float(v) for v in axis] for axis in axes], dtype=float).T
+        ops = parser.get_symops(block)
+    except Exception:  # unreadable numbers or operations: pymatgen's own parse reports them
+        return rows
+    images = np.einsum("oij,rj->ori", np.array([op.rotation_matrix for op in ops]), frac)
+    images = (images + np.array([op.translation_vector for op in ops])[:, None, :]) % 1.0
+    snapped = np.round(images / _SAME_SITE).astype(np.int64) % round(1 / _SAME_SITE)
+    return sum(len(np.unique(snapped[:, row], axis=0)) for row in range(rows))
+
+
+def _too_many_sites(what: str, count: int) -> str:
+    return (f"{what} holds {count:,} atoms, more than the {MAX_SITES:,} namsa reads in one structure (reading and "
+            f"orienting it would take hours and gigabytes); pass the crystal's unit cell (conventional or "
+            f"primitive), which namsa tiles to the field of view itself")
 
 
 def _first_warning(caught: Sequence[warnings.WarningMessage]) -> str:
@@ -147,6 +206,8 @@ def _checked(structure: Structure, name: str) -> Structure:
     """Refuse what the simulator cannot represent; strip oxidation states; tag the id."""
     if len(structure) == 0:
         raise StructureError(f"structure {name!r} has no atoms; pass a structure with atom sites")
+    if len(structure) > MAX_SITES:
+        raise StructureError(_too_many_sites(f"structure {name!r}", len(structure)))
     unknown = _unknown_species(structure)
     if unknown:
         raise StructureError(f"structure {name!r} has unknown species {unknown}; use real element symbols")

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from namsa.errors import UserError
+from namsa.random_streams import MAX_SEED
 
 from .splits import SplitBy
 
@@ -48,7 +49,7 @@ class DoseAugmentationConfig(BaseModel):
     dose_range_e_per_A2: tuple[float, float] = (1e2, 1e6)
     log_uniform: bool = True
     clean_fraction: float = 0.1
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, le=MAX_SEED)
 
     @field_validator("dose_range_e_per_A2")
     @classmethod
@@ -78,7 +79,7 @@ class SymmetryAugmentationConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = False
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, le=MAX_SEED)
 
 
 class DataConfig(BaseModel):
@@ -90,7 +91,8 @@ class DataConfig(BaseModel):
                        Default chosen by benchmarks/bench_io.py (see benchmarks/RESULTS.md).
     compression_level: zstd level (1 = fastest).
     split_fractions:   (train, dev, test) fractions, assigned per material (never per sample).
-    split_seed:        seed of the hash-based material -> split assignment.
+    split_seed:        seed of the hash-based material -> split assignment; 0 <= seed < 2**63, as every
+                       seed of the config (numpy takes no negative seed, torch no seed above 64 bits).
     split_by:          ``material`` (default, the study's split): every sample of a material in one
                        split; ``prototype``: every material of a structure type in one split, so
                        dev and test hold structure types training never saw
@@ -133,7 +135,7 @@ class DataConfig(BaseModel):
     compression: Literal["none", "zstd"] = "none"
     compression_level: int = Field(1, ge=1, le=19)
     split_fractions: tuple[float, float, float] = DEFAULT_SPLIT_FRACTIONS
-    split_seed: int = 0
+    split_seed: int = Field(0, ge=0, le=MAX_SEED)
     split_by: SplitBy = "material"
     transform: Literal["none", "log1p", "sqrt"] = "log1p"
     num_workers: int = Field(2, ge=0)

@@ -104,7 +104,8 @@ class ShardedBatchSampler(Sampler[list[int]]):
             return list(self.sampler)
         shard = self.shard
         if self.shuffle:
-            g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch * 101 + self.rank)
+            # wrapped into torch's 64-bit seed range: config seeds go up to 2**63 - 1
+            g = torch.Generator().manual_seed((self.seed * 1_000_003 + self.epoch * 101 + self.rank) % 2**64)
             shard = [shard[i] for i in torch.randperm(len(shard), generator=g).tolist()]
         n = self.per_rank
         if len(shard) >= n:

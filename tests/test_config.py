@@ -143,3 +143,83 @@ def test_model_must_fit_the_simulated_data(tmp_path):
         load_config(write(tmp_path, "simulation:\n  scan_shape: [4, 4]\n"))
     with pytest.raises(ConfigError, match=r"pattern_px=20 is not a multiple of 8 \(tu_stride\^levels\)"):
         load_config(write(tmp_path, "name: x\n"), ["simulation.pattern_px=20", "simulation.target_px=20"])
+
+
+# -- issue 32 (C): the loader is bounded before anything is built -----------------------------
+
+def _alias_levels(levels: int, width: int = 10) -> str:
+    """``levels`` anchors, each a list of ``width`` aliases of the one before: width**levels values."""
+    lines = [f"a0: &a0 [{', '.join(['x'] * width)}]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * width)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def test_an_alias_bomb_is_refused_while_composing(tmp_path):
+    with pytest.raises(ConfigError, match=r"line 5: the value stands for more than 100,000 values"):
+        load_config(write(tmp_path, _alias_levels(10)))
+
+
+def test_aliases_of_modest_size_and_merge_keys_still_load():
+    from workflow.safe_yaml import load_yaml
+
+    small = load_yaml(_alias_levels(3))           # 1,000 values: an ordinary use of anchors
+    assert len(small["a2"]) == 10 and small["a2"][0] == small["a1"]
+    merged = load_yaml("base: &b {energy_kv: 200, seed: 1}\nsim: {<<: *b, seed: 2}\n")
+    assert merged["sim"] == {"energy_kv": 200, "seed": 2}   # a merge key's override is no duplicate
+
+
+def test_an_alias_inside_its_own_anchor_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"alias \*m refers to a value that contains the alias itself"):
+        load_config(write(tmp_path, "simulation:\n  materials: &m [Si, [*m]]\n"))
+
+
+def test_a_repeated_key_names_the_key_and_both_lines(tmp_path):
+    text = "simulation:\n  energy_kv: 200\ntraining:\n  max_steps: 3\nsimulation:\n  energy_kv: 100\n"
+    with pytest.raises(ConfigError, match=r"key 'simulation' appears twice \(lines 1 and 5\)"):
+        load_config(write(tmp_path, text))
+    with pytest.raises(ConfigError, match=r"key 'energy_kv' appears twice \(lines 2 and 3\)"):
+        load_config(write(tmp_path, "simulation:\n  energy_kv: 200\n  energy_kv: 100\n"))
+
+
+@pytest.mark.parametrize("text", ["name: " + "[" * 5000 + "]" * 5000,
+                                  "name: " + "{a: " * 3000 + "1" + "}" * 3000,
+                                  "a0: &a0 1\n" + "".join(f"a{i}: &a{i} [*a{i - 1}]\n" for i in range(1, 300))])
+def test_deep_nesting_is_one_line_not_a_recursion_error(tmp_path, text):
+    with pytest.raises(ConfigError, match="nest more than 64 levels deep"):
+        load_config(write(tmp_path, text))
+
+
+def test_a_file_larger_than_any_config_is_refused_unread(tmp_path):
+    path = tmp_path / "big.yaml"
+    path.write_bytes(b"name: x\n" + b"#" * (300 * 1024))
+    with pytest.raises(ConfigError, match="larger than 256 KiB"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("value, says", [("2024-13-45", "month must be in 1..12"),
+                                         ("9" * 5000, "Exceeds the limit (4300 digits)")])
+def test_a_value_python_cannot_build_is_one_line(tmp_path, value, says):
+    with pytest.raises(ConfigError, match=r"a value cannot be read \(" + says.replace("(", r"\(").replace(")", r"\)")):
+        load_config(write(tmp_path, f"name: {value}\n"))
+    with pytest.raises(ConfigError, match=r"--set name: a value cannot be read"):
+        parse_override(f"name={value}")
+
+
+def test_overrides_use_the_same_bounded_loader():
+    with pytest.raises(ConfigError, match="key 'a' appears twice"):
+        parse_override("evaluation.multislice_ptycho={a: 1, a: 2}")
+    with pytest.raises(ConfigError, match="nest more than 64"):
+        parse_override("name=" + "[" * 100 + "]" * 100)
+    with pytest.raises(ConfigError, match="the key nests more than 64 levels"):
+        parse_override(".".join(["a"] * 65) + "=1")
+
+
+@pytest.mark.parametrize("key", ["simulation.seed", "simulation.generator.seed", "data.split_seed",
+                                 "data.dose_augmentation.seed", "data.symmetry_augmentation.seed",
+                                 "training.seed", "evaluation.seed"])
+def test_every_seed_is_in_0_to_2_63(tmp_path, key):
+    path = REPO / "configs" / "micro.yaml"
+    assert load_config(path, [f"{key}={2**63 - 1}"])
+    for bad in (2**63, 10**30, -1):
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.") + ": Input should be"):
+            load_config(path, [f"{key}={bad}"])

@@ -6,6 +6,10 @@ UTF-8. Every run adds ``--set simulation.materials=[]``, ``cif_dir=null`` and ``
 so that a config that validates stops at "nothing to simulate" before any simulation work.
 The property: exit 2 with exactly one ``namsa: error:`` line (or exit 0), never a traceback,
 never a file written outside ``--out``.
+
+The second test (issue 32, C) writes hostile YAML text rather than mutated values: alias bombs,
+aliases inside their own anchor, repeated keys, deep nesting, huge scalars and seeds, random
+bytes, in the file and in ``--set`` values; its hypothesis ``deadline`` bounds the time of each.
 """
 from __future__ import annotations
 
@@ -14,6 +18,8 @@ import math
 from pathlib import Path
 
 import yaml
+from datetime import timedelta
+
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
@@ -90,3 +96,75 @@ def test_a_malformed_config_is_one_line_or_runs(content, tmp_path_factory, capsy
     if rc == 2:
         assert len(lines) == 1 and lines[0].startswith("namsa: error: "), captured.err[-2000:]
     assert sorted(p.name for p in root.iterdir()) in (["config.yaml"], ["config.yaml", "out"])
+
+
+SEED_KEYS = ["simulation.seed", "simulation.generator.seed", "data.split_seed", "data.dose_augmentation.seed",
+             "data.symmetry_augmentation.seed", "training.seed", "evaluation.seed"]
+
+
+@st.composite
+def alias_bomb(draw) -> str:
+    """``levels`` anchors of ``width`` aliases each: width**levels values in a few hundred bytes."""
+    levels, width = draw(st.integers(2, 12)), draw(st.integers(2, 12))
+    items = [f"&a0 [{', '.join(['x'] * width)}]"]
+    items += [f"&a{i} [{', '.join([f'*a{i - 1}'] * width)}]" for i in range(1, levels)]
+    return "[" + ", ".join(items) + "]"
+
+
+@st.composite
+def deep(draw) -> str:
+    depth = draw(st.integers(1, 400))
+    opener, closer = draw(st.sampled_from([("[", "]"), ("{a: ", "}")]))
+    return opener * depth + "1" + closer * depth
+
+
+HOSTILE_VALUES = st.one_of(
+    alias_bomb(), deep(),
+    st.sampled_from(["&m [Si, *m]", "&m {a: *m}", "[1, *undefined]", "{a: 1, a: 2}", "2024-13-45", "!!python/object:os.system {}"]),
+    st.integers(min_value=-10**40, max_value=10**40).map(str),
+    st.integers(1000, 6000).map(lambda n: "9" * n),
+    st.integers(1, 300_000).map(lambda n: "'" + "x" * n + "'"))
+
+
+@st.composite
+def hostile_config(draw) -> tuple[bytes, list[str]]:
+    """A config file's bytes and extra ``--set`` arguments, one or the other hostile."""
+    kind = draw(st.sampled_from(["file-value", "set-value", "duplicate", "seed", "bytes"]))
+    micro = yaml.safe_dump(MICRO)
+    if kind == "bytes":
+        return draw(st.binary(min_size=1, max_size=2048)), []
+    if kind == "duplicate":
+        section = draw(st.sampled_from(sorted(MICRO)))
+        return (micro + yaml.safe_dump({section: MICRO[section]})).encode(), []
+    if kind == "seed":
+        value = draw(st.one_of(st.integers(min_value=-10**30, max_value=10**30), st.sampled_from([2**63, 2**64, -1])))
+        return micro.encode(), ["--set", f"{draw(st.sampled_from(SEED_KEYS))}={value}"]
+    value = draw(HOSTILE_VALUES)
+    key = draw(st.sampled_from(["name", "simulation.materials", "evaluation.multislice_ptycho", "training.seed"]))
+    if kind == "set-value":
+        return micro.encode(), ["--set", f"{key}={value}"]
+    section, _, leaf = key.rpartition(".")
+    others = yaml.safe_dump({k: v for k, v in MICRO.items() if k != (section or key)})
+    text = f"{section}:\n  {leaf}: {value}\n" if section else f"{key}: {value}\n"
+    return (others + text).encode(), []
+
+
+@seed(32)
+@settings(max_examples=40, deadline=timedelta(seconds=20), derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(hostile=hostile_config())
+def test_hostile_yaml_is_one_line_in_bounded_time(hostile, tmp_path_factory, capsys):
+    content, extra = hostile
+    root = tmp_path_factory.mktemp("hostile")
+    config = root / "config.yaml"
+    config.write_bytes(content)
+    try:
+        rc = main(["simulate", str(config), "--out", str(root / "out"), "--no-progress", *STOP_EARLY, *extra])
+    except SystemExit as exc:   # argparse
+        rc = exc.code
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert "Traceback" not in captured.err
+    assert rc in (0, 2), (rc, captured.err[-2000:])
+    if rc == 2:
+        assert len(lines) == 1 and lines[0].startswith("namsa: error: "), captured.err[-2000:]

@@ -25,6 +25,7 @@ from stage import DataConfig
 
 from .memory import cbed_problem, machine_memory
 from .plansize import plan_problem
+from .safe_yaml import MAX_CONFIG_BYTES, MAX_DEPTH, YamlRefused, load_yaml
 
 #: names of the execution profiles; `workflow.profiles.FACTORIES` maps each to a Parsl Config factory.
 PROFILE_NAMES: tuple[str, ...] = ("local", "local-htex", "slurm", "pbs")
@@ -226,8 +227,13 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key = key.strip()
     if not sep or not key or any(not part for part in key.split(".")):
         raise ConfigError(f"--set {text!r}: expected dotted.key=value, e.g. --set training.steps=20")
+    if key.count(".") >= MAX_DEPTH:
+        raise ConfigError(f"--set {key[:40]}...: the key nests more than {MAX_DEPTH} levels; config keys are a "
+                          f"few levels deep, e.g. --set training.steps=20")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_yaml(raw) if raw.strip() else ""
+    except YamlRefused as exc:
+        raise ConfigError(f"--set {key}: {exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML ({_first_line(exc)})") from None
     return key.split("."), value
@@ -258,7 +264,9 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found; pass a YAML file such as configs/quickstart.yaml")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(_read_bounded(path).decode("utf-8"))
+    except YamlRefused as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({_first_line(exc)})") from None
     except UnicodeDecodeError as exc:
@@ -272,6 +280,16 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
                           f"or leave CONFIG out to run the embedded quickstart")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections, got a {type(data).__name__}")
+    return data
+
+
+def _read_bounded(path: Path) -> bytes:
+    """The file's bytes, refusing (without reading on) a file larger than any config."""
+    with path.open("rb") as fh:
+        data = fh.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // 1024} KiB, far more than a config holds; "
+                          f"pass a YAML config such as configs/quickstart.yaml")
     return data
 
 

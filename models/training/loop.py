@@ -164,7 +164,8 @@ class Trainer:
             loader.set_epoch(self.pos.epoch)
             loader.skip_batches(self.pos.batch_in_epoch)
             # worker seeds come from this generator, not from the global RNG that dropout uses
-            loader.generator = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + self.pos.epoch)
+            # wrapped into torch's 64-bit seed range: training.seed goes up to 2**63 - 1
+            loader.generator = torch.Generator().manual_seed((self.cfg.seed * 1_000_003 + self.pos.epoch) % 2**64)
             t_prev = time.perf_counter()
             for batch in loader:
                 row = self._train_step(batch)
