@@ -50,7 +50,8 @@ def center_of_mass(cbed: np.ndarray, k_sampling: Sequence[float] | float = 1.0) 
 
     k_sampling: (dky, dkx) or one value per detector pixel; k = 0 at index P // 2.
     Each pattern is divided by its own total intensity (antialiasing and a finite detector
-    lose a little, which must not bias the CoM).
+    lose a little, which must not bias the CoM). A pattern without positive intensity (a blanked
+    or dropped frame) carries no signal: its CoM is 0 (a tile of a scan may hold only such frames).
     """
     cbed = np.asarray(cbed)
     if cbed.ndim != 3 or cbed.shape[1] != cbed.shape[2]:
@@ -61,11 +62,10 @@ def center_of_mass(cbed: np.ndarray, k_sampling: Sequence[float] | float = 1.0) 
     kx = (np.arange(p) - p // 2) * dkx
     stack = cbed.astype(np.float64, copy=False)
     total = stack.sum(axis=(1, 2))
-    if np.any(total <= 0):
-        bad = int(np.flatnonzero(total <= 0)[0])
-        raise ICoMInputError(f"cbed pattern {bad} has no positive intensity; check the stack")
-    com_y = np.einsum("syx,y->s", stack, ky) / total
-    com_x = np.einsum("syx,x->s", stack, kx) / total
+    lit = total > 0
+    safe = np.where(lit, total, 1.0)
+    com_y = np.where(lit, np.einsum("syx,y->s", stack, ky) / safe, 0.0)
+    com_x = np.where(lit, np.einsum("syx,x->s", stack, kx) / safe, 0.0)
     return np.stack([com_y, com_x], axis=1)
 
 
@@ -161,6 +161,8 @@ def icom_reconstruct(cbed: np.ndarray, scan_shape: Sequence[int], *,
         raise ICoMInputError(f"cbed shape {cbed.shape} does not hold scan_shape {scan_y}x{scan_x} "
                              f"= {scan_y * scan_x} patterns; pass the scan shape the stack was taken with")
     k_unit, physical = _k_sampling(k_sampling_invA, k_sampling_mrad, energy_kv)
+    if not np.any(cbed.sum(axis=(1, 2), dtype=np.float64) > 0):  # one blank frame is data; a blank scan is not
+        raise ICoMInputError(f"none of the {len(cbed)} cbed patterns has positive intensity; check the stack")
     com = center_of_mass(cbed, k_unit).reshape(scan_y, scan_x, 2)
     return icom_from_com(com, energy_kv=energy_kv if physical else None, scan_step_A=scan_step_A,
                          output_shape=output_shape, output_shift_frac=output_shift_frac, periodic=periodic)

@@ -2,7 +2,9 @@
 
 `disc_scan` draws a convergent-beam bright-field disc (uniform, soft one-pixel edge); `spot_scan`
 draws parallel-beam spot patterns (a lattice of small Gaussian spots), which are not CBED.
-`write_hspy` stores a scan through rosettasciio with its calibrations in HyperSpy's metadata.
+`write_hspy` stores a scan through rosettasciio with its calibrations in HyperSpy's metadata;
+`rewrite_data` then replaces its 4-D dataset (contiguous, or declared larger than ever written);
+`write_arina` writes a DECTRIS Arina master with its data files.
 """
 from __future__ import annotations
 
@@ -74,3 +76,52 @@ def simulated_scan() -> tuple[np.ndarray, dict]:
     cfg = namsa.SimulationConfig(scan_shape=(8, 8), pattern_px=32, cell_lateral_A=6.0, thickness_A=20.0)
     sample = namsa.simulate_sample("GaAs-zincblende", (0, 1, 1), cfg)
     return sample.cbed.reshape(8, 8, 32, 32), sample.meta
+
+
+def write_arina(folder: Path, frames: np.ndarray, per_file: int, link_to: str | None = None) -> Path:
+    """An Arina master file as DECTRIS writes it: /entry/data/data_NNNNNN external links to data
+    files beside it (each /entry/data/data, an (n, ky, kx) stack), /STEM Metadata's pixel size in nm."""
+    import h5py
+
+    master = folder / "scan_master.h5"
+    with h5py.File(master, "w") as f:
+        f.create_group("STEM Metadata").attrs["Pixel Size"] = np.array([0.05])
+        group = f.create_group("entry/data")
+        for i, start in enumerate(range(0, len(frames), per_file)):
+            name = f"scan_data_{i + 1:06d}.h5"
+            with h5py.File(folder / name, "w") as d:
+                d.create_dataset("entry/data/data", data=frames[start: start + per_file])
+            group[f"data_{i + 1:06d}"] = h5py.ExternalLink(link_to or name, "/entry/data/data")
+    return master
+
+
+def rewrite_data(path: Path, data: np.ndarray | None = None, *, declared: tuple[int, ...] | None = None) -> Path:
+    """Replace the 4-D dataset of the .hspy ``path`` (its attributes kept): by ``data`` stored
+    contiguously (no chunks, as h5py writes by default), or by a chunked, compressed dataset of
+    shape ``declared`` of which no chunk is ever written (it reads back as zeros)."""
+    import h5py
+
+    with h5py.File(path, "a") as fh:
+        name = "Experiments/scan/data"
+        attrs = dict(fh[name].attrs)
+        del fh[name]
+        if declared is not None:
+            fh.create_dataset(name, shape=declared, dtype="f4", chunks=(1, 1, *declared[2:]), compression="gzip")
+        else:
+            fh.create_dataset(name, data=data)
+        fh[name].attrs.update(attrs)
+    return path
+
+
+def damage_first_chunk(path: Path) -> Path:
+    """Invert 50 bytes inside the first compressed chunk of a .hspy's 4-D dataset: the file opens,
+    and the damage shows only when that chunk is read (gzip fails)."""
+    import h5py
+
+    with h5py.File(path, "r") as fh:
+        info = fh["Experiments/scan/data"].id.get_chunk_info(0)
+    raw = bytearray(path.read_bytes())
+    for i in range(info.byte_offset + 10, info.byte_offset + min(info.size, 60)):
+        raw[i] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    return path

@@ -20,6 +20,7 @@ import pytest
 pytest.importorskip("rsciio")
 
 from stage.microscope import LazyScan, MicroscopeFileError, read_scan  # noqa: E402
+from microscope_helpers import write_arina  # noqa: E402
 from test_reconstruct_cli import _signal, _write_empad, _write_mib  # noqa: E402
 
 SCAN, P = (6, 5), 16
@@ -168,30 +169,13 @@ def test_real_tia_ser_and_emi(debian_files):
     np.testing.assert_array_equal(ser.data[::2, ::2], emi.data[::2, ::2])
 
 
-def _write_arina(folder: Path, frames: np.ndarray, per_file: int, link_to: str | None = None) -> Path:
-    """An Arina master file as DECTRIS writes it: /entry/data/data_NNNNNN external links to data
-    files beside it (each /entry/data/data, an (n, ky, kx) stack), /STEM Metadata's pixel size in nm."""
-    import h5py
-
-    master = folder / "scan_master.h5"
-    with h5py.File(master, "w") as f:
-        f.create_group("STEM Metadata").attrs["Pixel Size"] = np.array([0.05])
-        group = f.create_group("entry/data")
-        for i, start in enumerate(range(0, len(frames), per_file)):
-            name = f"scan_data_{i + 1:06d}.h5"
-            with h5py.File(folder / name, "w") as d:
-                d.create_dataset("entry/data/data", data=frames[start: start + per_file])
-            group[f"data_{i + 1:06d}"] = h5py.ExternalLink(link_to or name, "/entry/data/data")
-    return master
-
-
 def test_arina_master_is_read_frame_by_frame_and_a_link_outside_is_refused(data, tmp_path):
     counts = np.rint(data[:5, :5] * 10).astype(np.uint16)  # a square 5 x 5 scan
-    master = _write_arina(tmp_path, counts.reshape(25, P, P), per_file=7)  # 4 data files, rows split across them
+    master = write_arina(tmp_path, counts.reshape(25, P, P), per_file=7)  # 4 data files, rows split across them
     scan = read_scan(master)
     _check_lazy(scan, counts)
     np.testing.assert_allclose(scan.found["step_A"], (0.5, 0.5))
     (tmp_path / "other").mkdir()
-    bad = _write_arina(tmp_path / "other", counts.reshape(25, P, P), per_file=25, link_to="../scan_data_000001.h5")
+    bad = write_arina(tmp_path / "other", counts.reshape(25, P, P), per_file=25, link_to="../scan_data_000001.h5")
     with pytest.raises(MicroscopeFileError, match="not a file beside the master"):
         read_scan(bad)

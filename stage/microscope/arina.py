@@ -4,7 +4,9 @@ rsciio 0.15's Arina reader reads every frame into memory whatever ``lazy`` says,
 layout itself: ``/entry/data/data_NNNNNN`` in the master file are external links to data files
 beside it, each an (n, ky, kx) stack of frames in scan order; the scan is square (as rsciio assumes)
 and ``/STEM Metadata`` gives the scan pixel size in nm. Only links to plain file names in the
-master's own folder are followed, and the data files must themselves be self-contained.
+master's own folder are followed (by namsa, not by HDF5's search path), they must be regular files,
+not symbolic links, and the master and the data files must otherwise be self-contained (no
+virtual datasets, external raw storage or other external links: stage.microscope.safety).
 """
 from __future__ import annotations
 
@@ -15,29 +17,25 @@ from typing import Any
 import numpy as np
 
 from .errors import MicroscopeFileError
+from .links import refuse_companion_link
 from .safety import check_hdf5_self_contained
 
 
 def check_arina(master: Path) -> None:
-    """Every link under ``/entry/data`` names a file beside the master (no folder part, no symlink
-    leaving the folder) that exists and holds its data itself."""
-    import h5py
-
-    with h5py.File(master, "r") as f:
-        group = f.get("entry/data")
-        if not isinstance(group, h5py.Group) or not len(group):
-            raise MicroscopeFileError(f"{master}: no /entry/data frames; this is not an Arina master file")
-        for name in group:
-            link = group.get(name, getlink=True)
-            if isinstance(link, h5py.ExternalLink):
-                _check_data_file(master, link.filename)
+    """The master holds no virtual dataset, external raw storage or external link anywhere, except
+    the external links directly under ``/entry/data``; each of those names a regular file beside
+    the master (no folder part, not a symbolic link) that exists and holds its data itself. Nothing
+    outside the master is opened before all of this has passed."""
+    for link in check_hdf5_self_contained(master, links_in="/entry/data"):
+        _check_data_file(master, link.filename)
 
 
 def _check_data_file(master: Path, name: str) -> None:
     target = master.parent / name
-    if Path(name).name != name or target.resolve().parent != master.parent.resolve():
+    if Path(name).name != name or name in (".", ".."):
         raise MicroscopeFileError(f"{master}: its frames link to {name!r}, not a file beside the master; namsa "
                                   "reads only data files in the master's folder: copy them there")
+    refuse_companion_link(target, master)
     if not target.is_file():
         raise MicroscopeFileError(f"{master}: its data file {target} does not exist; copy it beside the master")
     check_hdf5_self_contained(target)
@@ -51,8 +49,13 @@ class ArinaFrames:
         import h5py
 
         self._file = h5py.File(master, "r")
-        group = self._file["entry/data"]
-        self._sets = [group[name] for name in sorted(group)]
+        group = self._file.get("entry/data", getlink=True)
+        group = self._file["entry/data"] if isinstance(group, h5py.HardLink) else None
+        if not isinstance(group, h5py.Group) or not len(group):
+            raise MicroscopeFileError(f"{master}: no /entry/data frames; this is not an Arina master file")
+        self._data_files: list[h5py.File] = []  # kept open: the frames are read from them lazily
+        self._sets = [self._frames_of(master, group, name) for name in sorted(group)]
+        self.files = [Path(f.filename) for f in self._data_files]
         counts = [int(d.shape[0]) for d in self._sets]
         self._ends = np.cumsum(counts)
         side = math.isqrt(int(self._ends[-1]))
@@ -61,6 +64,21 @@ class ArinaFrames:
                                       ".hspy with its scan shape (hyperspy: load(..., navigation_shape=(y, x)))")
         self.shape = (side, side, *self._sets[0].shape[1:])
         self.dtype = self._sets[0].dtype
+
+    def _frames_of(self, master: Path, group: Any, name: str) -> Any:
+        """The dataset ``/entry/data/<name>``: an external link is opened here, in the master's own
+        folder as `check_arina` checked it (not by HDF5's search path, which also tries the working
+        directory and $HDF5_EXT_PREFIX); a soft link is refused (DECTRIS writes none)."""
+        import h5py
+
+        link = group.get(name, getlink=True)
+        if isinstance(link, h5py.ExternalLink):
+            self._data_files.append(h5py.File(master.parent / link.filename, "r"))
+            return self._data_files[-1][link.path]
+        if not isinstance(link, h5py.HardLink):
+            raise MicroscopeFileError(f"{master}: /entry/data/{name} is a soft link; an Arina master links its "
+                                      "frames to data files beside it: save the scan again")
+        return group[name]
 
     def __getitem__(self, key: Any) -> np.ndarray:
         key = key if isinstance(key, tuple) else (key,)
@@ -85,13 +103,18 @@ class ArinaFrames:
 
 
 def arina_calibrations(master: Path) -> dict[str, Any]:
-    """The scan step (Angstrom) from ``/STEM Metadata``'s ``Pixel Size`` (nm), when present."""
+    """The scan step (Angstrom) from ``/STEM Metadata``'s ``Pixel Size`` (nm), when it is a positive
+    finite number in a group of the master itself (a link there is not followed)."""
     import h5py
 
     with h5py.File(master, "r") as f:
-        meta = f.get("STEM Metadata")
-        size = meta.attrs.get("Pixel Size") if meta is not None else None
-    if size is None or not np.isfinite(np.ravel(size)[0]) or np.ravel(size)[0] == 0:
+        link = f.get("STEM Metadata", getlink=True)
+        meta = f["STEM Metadata"] if isinstance(link, h5py.HardLink) else None
+        size = meta.attrs.get("Pixel Size") if isinstance(meta, h5py.Group) else None
+    try:
+        nm = float(np.ravel(np.asarray(size, dtype=np.float64))[0])
+    except (TypeError, ValueError, IndexError):  # absent, text, empty: no calibration in the file
         return {}
-    step = float(np.ravel(size)[0]) * 10.0
-    return {"step_A": (step, step)}
+    if not math.isfinite(nm) or nm <= 0:
+        return {}
+    return {"step_A": (nm * 10.0, nm * 10.0)}

@@ -33,6 +33,9 @@ from namsa.constants import wavelength_A
 
 #: patterns read (strided over the scan) for the mean pattern: enough to average out the specimen
 SUBSAMPLE_PATTERNS = 256
+#: at most this many bytes of float64 patterns are read for the mean pattern (a 4096 x 4096 detector:
+#: one pattern, not 256 of them, 34 GB)
+SUBSAMPLE_BYTES = 64 * 2**20
 #: bytes of float64 patterns one scan block may hold while per-pattern scalars are accumulated
 BLOCK_BYTES = 128 * 2**20
 #: disc thresholds, as fractions between the background and the disc's level (py4DSTEM's
@@ -79,10 +82,14 @@ class ScanScalars:
 
 
 def subsample(data: Any, n: int = SUBSAMPLE_PATTERNS) -> np.ndarray:
-    """About ``n`` patterns on a regular stride over the scan, float64 (m, ky, kx), read by slicing."""
-    sy, sx = data.shape[:2]
+    """At most ``n`` patterns on a regular stride over the scan, float64 (m, ky, kx), read by slicing;
+    fewer when ``n`` of them would exceed `SUBSAMPLE_BYTES` (a large detector: memory stays bounded)."""
+    sy, sx, ky, kx = data.shape
+    n = max(1, min(n, SUBSAMPLE_BYTES // (ky * kx * 8)))
     stride = max(1, math.ceil(math.sqrt(sy * sx / n)))
-    block = np.asarray(data[::stride, ::stride], dtype=np.float64)
+    step_x = max(stride, math.ceil(sx / n))  # at most n columns ...
+    step_y = max(stride, math.ceil(sy / max(1, n // math.ceil(sx / step_x))))  # ... and rows x columns <= n
+    block = np.asarray(data[::step_y, ::step_x], dtype=np.float64)
     return block.reshape(-1, *block.shape[2:])
 
 

@@ -26,6 +26,9 @@ _RECIPROCAL = {"1/a": 1.0, "1/å": 1.0, "a^-1": 1.0, "å^-1": 1.0, "1/angstrom":
 _TEM_KEYS = {"Acquisition_instrument.TEM.beam_energy": "energy_kv",
              "Acquisition_instrument.TEM.convergence_angle": "semiangle_mrad"}
 _ANGLE = {"mrad": 1.0, "rad": 1e3}
+#: beam energies (kV) electron microscopes reach: SEM-based 4D-STEM from a few kV to the 3 MV of
+#: the largest high-voltage TEMs; outside it the number is in another unit (eV, V) or wrong
+ENERGY_RANGE_KV = (1.0, 3000.0)
 
 
 @dataclass
@@ -140,6 +143,7 @@ def resolve_calibrations(found: Mapping[str, Any], given: Mapping[str, Any],
     if "dk_inv_A" in values and "dk_mrad" in values and sources["dk_inv_A"] != sources["dk_mrad"]:
         values.pop("dk_mrad" if sources["dk_inv_A"] == "command line" else "dk_inv_A")
     _require_all(values)
+    check_energy(found, given)
     if "dk_inv_A" not in values:
         lam = wavelength_A(float(values["energy_kv"]))
         values["dk_inv_A"] = tuple(v * 1e-3 / lam for v in _pair(values["dk_mrad"], "--dk-mrad"))
@@ -163,6 +167,21 @@ def _signed_step(value: Any, sources: dict[str, str], in_file: Any) -> tuple[flo
     if -1.0 in signs:
         sources["step_A"] = "command line (sign of the file's axis kept)"
     return step[0] * signs[0], step[1] * signs[1]
+
+
+def check_energy(found: Mapping[str, Any], given: Mapping[str, Any]) -> None:
+    """The beam energy to be used (given, else found) lies in `ENERGY_RANGE_KV`; checked before the
+    patterns are looked at, so an energy in V is named as such rather than blamed on the disc."""
+    source = "command line (--energy-kv)" if given.get("energy_kv") is not None else "file metadata"
+    value = given.get("energy_kv") if given.get("energy_kv") is not None else found.get("energy_kv")
+    if value is None:
+        return  # resolve_calibrations names what is missing
+    kv = _scalar(value, "--energy-kv")
+    low, high = ENERGY_RANGE_KV
+    if not low <= kv <= high:
+        hint = f" (is it in V? that is {kv / 1e3:g} kV)" if kv > high else ""
+        raise ExperimentalInputError(f"the beam energy {kv:g} kV ({source}) is outside the {low:g}-{high:g} kV "
+                                     f"electron microscopes use{hint}; give the right one with --energy-kv")
 
 
 def _require_all(values: Mapping[str, Any]) -> None:

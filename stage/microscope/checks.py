@@ -18,7 +18,7 @@ import numpy as np
 from namsa.constants import wavelength_A
 
 from . import autocal
-from .calibration import Calibrations, resolve_calibrations
+from .calibration import Calibrations, check_energy, resolve_calibrations
 from .errors import ExperimentalInputError
 
 #: relative tolerance of the disc radius against semi-angle / detector pixel, plus `RADIUS_ATOL_PX`:
@@ -64,7 +64,10 @@ def check_before_inference(scan: Any, given: Mapping[str, Any],
     Returns (calibrations, report, DataCalibration). A semi-angle neither given nor in the file
     is taken from the disc (source "from the data (fit)"); a given one must match the disc.
     """
-    disc = autocal.find_disc(autocal.subsample(scan.data).mean(axis=0))
+    check_energy(scan.found, given)  # the values and the data's sign first: the disc check would blame the angle
+    mean = autocal.subsample(scan.data).mean(axis=0)
+    refuse_if_negative(mean, scan.path)
+    disc = autocal.find_disc(mean)
     refuse_if_not_cbed(disc, scan.path)
     scalars = autocal.scan_scalars(scan.data, disc, block_bytes)
     calib = autocal.calibrate(scan.data, disc, scalars)
@@ -76,6 +79,18 @@ def check_before_inference(scan: Any, given: Mapping[str, Any],
     _check_counts(report, scan.data, scalars, cal)
     _check_saturation(report, scan.data, scalars)
     return cal, report, calib
+
+
+def refuse_if_negative(mean: np.ndarray, path: str) -> None:
+    """One-line refusal when the mean pattern is dominated by negative values (negated data, or a
+    dark reference subtracted with an offset): dark-subtracted noise dips a little below zero, but
+    never below minus the bright-field disc's level."""
+    low, high = float(mean.min()), float(mean.max())
+    if low < 0 and -low >= high:
+        raise ExperimentalInputError(f"{path}: the data are negative (the mean pattern spans {low:.4g} to "
+                                     f"{high:.4g}): the file holds signed data, e.g. negated or dark-subtracted "
+                                     "with an offset; namsa reconstruct needs intensities (counts >= 0): save "
+                                     "them unsigned, without the offset")
 
 
 def refuse_if_not_cbed(disc: autocal.Disc | None, path: str) -> None:

@@ -6,7 +6,7 @@ A file must be read from itself only and be complete:
   anywhere in the file (each would make the reader open another file, e.g. /etc/passwd, and
   use it as data). Soft links inside the file are fine.
 - EMPAD (.xml + .raw): the header's raw file lies in the header's own folder (no ``../``, no
-  absolute path, no symlink leaving the folder) and holds every frame the header announces.
+  absolute path, no symbolic link) and holds every frame the header announces.
 - Merlin (.mib): whole frames only, and as many as its .hdr announces.
 - Any format: real-valued data without NaN or +-inf (`check_values`, after reading).
 
@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import MicroscopeFileError, parser_message
+from .links import companions, refuse_companion_link
 
 HDF5_SUFFIXES = frozenset({".hspy", ".hdf5", ".h5", ".emd"})
 #: EMPAD frames: 128 x 128 float32 pattern rows plus 2 footer rows (rsciio.empad)
@@ -55,19 +56,21 @@ def check_zspy_folder(path: Path) -> None:
 # HDF5
 
 
-def check_hdf5_self_contained(path: Path) -> None:
+def check_hdf5_self_contained(path: Path, links_in: str | None = None) -> list["h5py.ExternalLink"]:
     """Walk every group of an HDF5 file (hard links, each object once) and refuse external links,
     virtual datasets and datasets with external raw storage. A file that is not HDF5 passes (the
-    reader then says it cannot read it)."""
+    reader then says it cannot read it). ``links_in``: the one group (e.g. an Arina master's
+    ``/entry/data``) whose direct members may be external links; they are returned for the caller
+    to check, never followed here."""
     import h5py
 
     try:
         handle = h5py.File(path, "r")
     except OSError:
-        return
+        return []
     try:
         with handle:
-            _walk(handle, path)
+            return _walk(handle, path, links_in)
     except MicroscopeFileError:
         raise
     except Exception as exc:  # a damaged file fails inside h5py in many ways: all are bad input
@@ -76,17 +79,20 @@ def check_hdf5_self_contained(path: Path) -> None:
                                   "complete (copy it again)") from None
 
 
-def _walk(root: "h5py.File", path: Path) -> None:
+def _walk(root: "h5py.File", path: Path, links_in: str | None) -> list["h5py.ExternalLink"]:
     import h5py
 
     seen = {root.id}
     stack = [root]
+    allowed: list[h5py.ExternalLink] = []
     while stack:  # iterative: a hostile file can nest groups deeper than Python's recursion limit
         group = stack.pop()
         for name in group:
             where = f"{group.name.rstrip('/')}/{name}"
             link = group.get(name, getlink=True)
-            if isinstance(link, h5py.ExternalLink):
+            if isinstance(link, h5py.ExternalLink) and group.name == links_in:
+                allowed.append(link)
+            elif isinstance(link, h5py.ExternalLink):
                 raise MicroscopeFileError(f"{path}: {where} is an external link to {link.filename}:{link.path}; namsa "
                                           "reads only the file it is given: save the data into this file itself")
             if isinstance(link, h5py.SoftLink):
@@ -97,6 +103,7 @@ def _walk(root: "h5py.File", path: Path) -> None:
             elif isinstance(obj, h5py.Group) and obj.id not in seen:
                 seen.add(obj.id)
                 stack.append(obj)
+    return allowed
 
 
 def _check_dataset(dataset: "h5py.Dataset", where: str, path: Path) -> None:
@@ -132,17 +139,15 @@ def check_empad(header: Path) -> None:
 
 
 def empad_raw_file(header: Path, name: str) -> Path:
-    """The raw file ``name`` beside ``header``: a plain file name whose real path is in the header's
-    real folder; anything else (``../``, an absolute path, a symlink leaving the folder) is refused."""
+    """The raw file ``name`` beside ``header``: a plain file name of a file (not a symbolic link) in
+    the header's folder; anything else (``../``, an absolute path, a symlink) is refused."""
     folder = header.parent  # where rsciio looks for it
     if not name or Path(name).name != name or name in (".", ".."):
         raise MicroscopeFileError(f"{header}: its raw file {name!r} is not a plain file name beside the header; "
                                   "namsa reads only the raw file in the header's folder: put it there and name it "
                                   "in the header")
     raw = folder / name
-    if raw.resolve().parent != folder.resolve():
-        raise MicroscopeFileError(f"{header}: its raw file {name} is a link to {raw.resolve()}, outside the header's "
-                                  "folder; copy the raw file itself beside the header")
+    refuse_companion_link(raw, header)
     if not raw.is_file():
         raise MicroscopeFileError(f"{header}: its raw file {raw} does not exist; copy it beside the header")
     return raw
@@ -164,7 +169,7 @@ def check_mib_size(path: Path) -> None:
         frame = int(props.head_size) + int(np.prod(props.merlin_size)) * np.dtype(props.dtype).itemsize
     except Exception:  # not a .mib at all: the reader refuses it in one line
         return
-    hdr = path.with_suffix(".hdr")
+    hdr = companions(path)[0]  # the .hdr rsciio reads (stage.microscope.links has checked it is no link)
     frames = _hdr_frames(hdr, parse_hdr_file) if hdr.is_file() else None
     if frames:
         _check_size(path, frames * frame, f"{frames} frames of {frame} bytes as {hdr.name} says")
