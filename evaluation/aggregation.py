@@ -90,13 +90,14 @@ def breakdown(records: list[dict], target: str, key: str, cfg: EvaluationConfig)
 def network_vs_icom(records: list[dict], target: str, cfg: EvaluationConfig) -> dict[str, Any]:
     """Where the network beats iCoM (lower relative L2), overall and per element and thickness class."""
     def summary(rows: list[dict]) -> dict[str, Any]:
-        pairs = [(r["metrics"][target]["network"]["physical"]["rel_l2"],
-                  r["metrics"][target]["icom"]["physical"]["rel_l2"]) for r in rows if "icom" in r["metrics"][target]]
+        both = [(r["metrics"][target]["network"]["physical"]["rel_l2"],
+                 r["metrics"][target]["icom"]["physical"]["rel_l2"]) for r in rows if "icom" in r["metrics"][target]]
+        pairs = [(n, i) for n, i in both if _finite(n) and _finite(i)]  # a missing value is no win and no loss
         if not pairs:
-            return {"n": 0, "network_wins": 0, "win_rate": None, "mean_rel_l2_gap": None}
+            return {"n": 0, "network_wins": 0, "win_rate": None, "mean_rel_l2_gap": None, "n_missing": len(both)}
         wins = sum(1 for n, i in pairs if n < i)
         return {"n": len(pairs), "network_wins": wins, "win_rate": wins / len(pairs),
-                "mean_rel_l2_gap": _mean_finite([i - n for n, i in pairs])}
+                "mean_rel_l2_gap": _mean_finite([i - n for n, i in pairs]), "n_missing": len(both) - len(pairs)}
 
     out: dict[str, Any] = {"overall": summary(records)}
     for key in ("z_class", "thickness_class"):
@@ -119,10 +120,10 @@ def compute_seconds(records: list[dict]) -> dict[str, dict[str, float]]:
 
 
 def worst_records(records: list[dict], target: str, k: int) -> list[dict]:
-    """The ``k`` records with the largest network relative L2 on ``target``."""
+    """The ``k`` records with the largest network relative L2 on ``target`` (missing values last)."""
     def err(r: dict) -> float:
         v = r["metrics"][target]["network"]["physical"]["rel_l2"]
-        return -math.inf if v is None else v
+        return v if _finite(v) else -math.inf
     return sorted(records, key=err, reverse=True)[:k]
 
 
@@ -131,5 +132,26 @@ def methods_present(records: list[dict], targets: list[str]) -> dict[str, list[s
 
 
 def _mean_finite(values: list[float | None]) -> float | None:
-    finite = [v for v in values if v is not None and math.isfinite(v)]
+    finite = [v for v in values if _finite(v)]
     return float(np.mean(finite)) if finite else None
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def missing_metrics(records: list[dict], targets: list[str]) -> list[str]:
+    """One sentence per (target, method) whose headline metrics are missing (None or NaN: an undefined
+    value, e.g. of a map with no contrast) for some samples: those samples are left out of that
+    metric's mean, interval and verdict, and the sentence says so (`namsa evaluate` prints each as a
+    warning)."""
+    notes = []
+    for target in targets:
+        for method in methods_present(records, [target])[target]:
+            rows = [r["metrics"][target][method]["physical"] for r in records if method in r["metrics"][target]]
+            gaps = {m: sum(1 for row in rows if row.get(m) is None or math.isnan(row[m])) for m in IMAGE_METRICS}
+            named = [f"{m} for {n}" for m, n in gaps.items() if n]
+            if named:
+                notes.append(f"{target}: the {method} scores have no value of {', '.join(named)} of {len(rows)} "
+                             f"samples; those are reported as missing and left out of the means and the verdict")
+    return notes

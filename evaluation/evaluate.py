@@ -20,7 +20,7 @@ from stage.jsonfile import write_json_atomic
 
 from . import figures, report
 from .aggregation import (aggregate, breakdown, class_aggregates, compute_seconds, headline_of, methods_present,
-                          network_vs_icom, worst_records)
+                          missing_metrics, network_vs_icom, worst_records)
 from .baselines import mean_training_targets
 from .config import EvaluationConfig
 from .dose_sweep import dose_sweep
@@ -46,6 +46,7 @@ class EvalResult:
     ``overall_sentence`` and ``sentence`` (overall then per class: what is printed).
     compute_seconds[method] = {mean, median, max, total, n}: seconds per sample.
     dose_sweep: `evaluation.dose_sweep.dose_sweep`'s entries, one per ``evaluation.doses``.
+    warnings: sentences on metrics that have no value for some samples (`aggregation.missing_metrics`).
     """
 
     out_dir: Path
@@ -57,6 +58,7 @@ class EvalResult:
     verdicts: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     compute_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
     dose_sweep: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | Sequence[str | Path],
@@ -103,6 +105,7 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
     verdicts = all_verdicts(aggregates, intervals=eval_cfg.n_bootstrap > 0, ci_level=eval_cfg.ci_level,
                             by_class=by_class, absent=absent)
     timings = compute_seconds(records)
+    missing = missing_metrics(records, targets)
     csv_path = _find_metrics_csv(train_metrics_csv, Path(model_dir), rec.card)
     figs = figures.draw_all(fig_dir, records, kept, targets, eval_cfg,
                             first=[r["index"] for r in records[: eval_cfg.n_panels]],
@@ -131,12 +134,13 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
         "samples": records,
         "figures": {name: str(path.relative_to(out)) for name, path in figs.items()},
         "train_metrics_csv": str(csv_path) if csv_path else None,
+        "warnings": missing,
     }
     metrics_path = out / "metrics.json"
     write_json_atomic(metrics_path, jsonable(doc), allow_nan=False)
     html_path = report.write_report(out / "report.html", doc)
     return EvalResult(out, metrics_path, html_path, list(figs.values()), headline, len(records), verdicts, timings,
-                      doses)
+                      doses, missing)
 
 
 CONVENTIONS = {
@@ -233,8 +237,8 @@ def _find_metrics_csv(given: str | Path | None, model_dir: Path, card: dict | No
     ``given`` (the caller's, e.g. the DAG's) is used as given. A model directory is a file someone
     may have sent, so the card's ``metrics_csv`` is never opened where it points: only its file
     name is looked up inside the model directory, then ``metrics.csv`` there or in the training
-    run directory that holds the model (one with ``train_run.json``); a candidate that resolves
-    (through a symbolic link) outside those directories is not read.
+    run directory that holds the model (one with ``train_run.json``); a candidate that is a symbolic
+    link, or resolves outside those directories, is not read.
     """
     if given is not None:
         path = Path(given)
@@ -253,7 +257,8 @@ def _find_metrics_csv(given: str | Path | None, model_dir: Path, card: dict | No
     if (model_dir.parent / TRAIN_RUN_FILE).is_file():   # the model sits in its training run directory
         homes.append(model_dir.parent.resolve())
         candidates.append(model_dir.parent / "metrics.csv")
-    return next((c for c in candidates if c.is_file() and any(c.resolve().is_relative_to(h) for h in homes)), None)
+    return next((c for c in candidates if c.is_file() and not c.is_symlink()
+                 and any(c.resolve().is_relative_to(h) for h in homes)), None)
 
 
 def _as_list(paths: str | Path | Sequence[str | Path]) -> list[str | Path]:

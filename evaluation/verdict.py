@@ -18,6 +18,7 @@ use it because it is what a reader can check by eye in the headline table.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -90,13 +91,17 @@ def _groups(net: dict[str, Any], base: dict[str, Any], intervals: bool) -> dict[
                                     "missing": []}
     for metric, higher in HEADLINE_METRICS.items():
         a, b = net.get(metric) or {}, base.get(metric) or {}
-        if a.get("value") is None or b.get("value") is None:
+        if not (_a_number(a.get("value")) and _a_number(b.get("value"))):  # None or NaN: missing, not compared
             groups["missing"].append(metric)
             continue
         better = a["value"] > b["value"] if higher else a["value"] < b["value"]
         apart = intervals and _apart(a, b)
         groups[("better" if better else "worse") + ("_apart" if apart else "_overlap")].append(metric)
     return groups
+
+
+def _a_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not math.isnan(value)
 
 
 def _status(groups: dict[str, list[str]]) -> str:

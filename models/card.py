@@ -8,13 +8,18 @@ non-finite numbers, JSON that is not an object, bytes that are not UTF-8 and car
 Informational sections (training facts, metrics, provenance) are free-form objects.
 
 `inside(base, relpath)` resolves a path named inside a card or a checkpoint state and refuses it
-when it (or a symlink on the way) leaves ``base``.
+when it (or a symlink on the way) leaves ``base``. `open_regular(path)` is how every file of a model
+directory is opened: a symbolic link, a FIFO or a device is refused from its `lstat`, before any
+open, so nothing a link points at is ever read.
 """
 from __future__ import annotations
 
 import json
+import math
+import os
+import stat
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, BinaryIO, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -28,6 +33,10 @@ MODEL_FILE = "model.safetensors"
 MAX_CARD_BYTES = 4 << 20
 #: JSON nesting deeper than this is refused before parsing (the json module recurses)
 MAX_JSON_DEPTH = 64
+#: a normaliser's statistics: inputs are log1p/sqrt of patterns carrying total intensity ~1 and targets
+#: are in V*Angstrom or electrons/Angstrom^2 (the shipped card: 0.04 ... 1.5e3); beyond these they are absurd
+NORMALIZER_LIMIT = 1e6
+MIN_SPREAD = 1e-6
 
 _STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, protected_namespaces=())
 _LOOSE = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
@@ -99,10 +108,19 @@ class NormalizerSpec(BaseModel):
     calibration: dict[str, Any] | None = None
 
     @model_validator(mode="after")
-    def _positive_spread(self) -> "NormalizerSpec":
-        bad = [name for name, (_, std) in self.targets.items() if not std > 0]
-        if bad:
-            raise ValueError(f"the standard deviation of {bad[0]} must be > 0")
+    def _sane_statistics(self) -> "NormalizerSpec":
+        """Every statistic finite and within `NORMALIZER_LIMIT`, every spread at least `MIN_SPREAD`:
+        anything else turns finite weights into overflowing or all-NaN maps."""
+        named = {"cbed_mean": (self.cbed_mean, False), "cbed_std": (self.cbed_std, True),
+                 "intensity_scale": (self.intensity_scale, True)}
+        for group, stats in (("targets", self.targets), ("physics", self.physics or {})):
+            for name, (mean, std) in stats.items():
+                named[f"{group}.{name} mean"], named[f"{group}.{name} std"] = (mean, False), (std, True)
+        for name, (value, spread) in named.items():
+            if not (math.isfinite(value) and abs(value) <= NORMALIZER_LIMIT and (not spread or value >= MIN_SPREAD)):
+                need = f"in [{MIN_SPREAD:g}, {NORMALIZER_LIMIT:g}]" if spread else f"within +-{NORMALIZER_LIMIT:g}"
+                raise ValueError(f"{name} is {value!r}, outside what a training set gives (must be {need}); the "
+                                 f"normaliser is damaged")
         return self
 
 
@@ -199,6 +217,26 @@ class ModelCard(BaseModel):
             raise ValueError(f"files names no {MODEL_FILE}")
         return self
 
+    @model_validator(mode="after")
+    def _expects_fits_architecture(self) -> "ModelCard":
+        """``expects_input`` decides the tiles `namsa reconstruct` cuts and stitches (scan_shape,
+        pattern_px, target_px): they must be what the architecture takes and gives."""
+        e, arch = self.expects_input, self.architecture
+        if e is None:
+            return self
+        sy, sx = e.scan_shape
+        if sy * sx != arch.in_channels:
+            raise ValueError(f"expects_input.scan_shape {e.scan_shape} holds {sy * sx} patterns but "
+                             f"architecture.in_channels is {arch.in_channels}; the card contradicts itself")
+        if arch.input_layout == "scan" and list(arch.scan_shape) != list(e.scan_shape):
+            raise ValueError(f"expects_input.scan_shape {e.scan_shape} is not architecture.scan_shape "
+                             f"{list(arch.scan_shape)}; the card contradicts itself")
+        problem = arch.architecture().data_mismatch(arch.in_channels, e.pattern_px, e.target_px)
+        if problem:
+            raise ValueError(f"expects_input.pattern_px={e.pattern_px} / target_px={e.target_px} do not fit "
+                             f"architecture.input_layout={arch.input_layout!r}: {problem}")
+        return self
+
 
 def _describe(exc: ValidationError) -> str:
     """The first problem of a pydantic error as ``field: what``, on one line."""
@@ -264,14 +302,37 @@ def _depth(text: str) -> int:
     return deepest
 
 
+def open_regular(path: str | Path, what: str = "file") -> BinaryIO:
+    """``path`` opened for binary reading once its `lstat` shows a regular file (not a symbolic link,
+    FIFO, socket or device); opened with O_NOFOLLOW | O_NONBLOCK and its `fstat` compared, so a
+    file swapped in between is refused too. A link's target is never opened (a FIFO would block,
+    a device or another user's file would be read). One-line `ModelDirError` otherwise."""
+    path = Path(path)
+    try:
+        before = os.lstat(path)
+        if not stat.S_ISREG(before.st_mode):
+            kind = "a symbolic link" if stat.S_ISLNK(before.st_mode) else "not a regular file"
+            raise ModelDirError(f"{what} {path} is {kind}; a model directory holds regular files only: put the "
+                                f"file itself there (cp -L), not a link or a special file")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise ModelDirError(f"{what} {path} cannot be read ({exc.strerror or exc}); check the model "
+                            f"directory") from None
+    after = os.fstat(fd)
+    if (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino) or not stat.S_ISREG(after.st_mode):
+        os.close(fd)
+        raise ModelDirError(f"{what} {path} changed while it was opened; check the model directory and try again")
+    return os.fdopen(fd, "rb")
+
+
 def read_card_file(path: Path) -> tuple[dict[str, Any], ModelCard]:
     """(the card as parsed, validated) of the card file ``path``, read with a size cap."""
     where = f"model card {path}"
-    try:
-        with open(path, "rb") as fh:
+    with open_regular(path, "model card") as fh:
+        try:
             raw = fh.read(MAX_CARD_BYTES + 1)
-    except OSError as exc:
-        raise ModelDirError(f"{where} cannot be read ({exc.strerror or exc}); check the model directory") from None
+        except OSError as exc:
+            raise ModelDirError(f"{where} cannot be read ({exc.strerror or exc}); check the model directory") from None
     obj = parse_json_bytes(raw, where)
     return obj, validate_card(obj, where)
 
@@ -294,5 +355,5 @@ def inside(base: str | Path, relpath: str | Path, what: str = "path") -> Path:
 
 
 __all__ = ["ModelCard", "ModelDirError", "ArchitectureSpec", "NormalizerSpec", "ExpectsInput", "validate_card",
-           "read_card_file", "parse_json_bytes", "inside", "CARD_FILE", "MODEL_FILE", "MAX_CARD_BYTES"]
+           "read_card_file", "parse_json_bytes", "inside", "open_regular", "CARD_FILE", "MODEL_FILE", "MAX_CARD_BYTES"]
 

@@ -36,7 +36,7 @@ from safetensors.torch import load_file, save_file
 from namsa.errors import UserError
 from stage.jsonfile import TMP_PREFIX, fsync_dir, write_json_atomic
 
-from .card import MODEL_FILE, ModelDirError, inside, parse_json_bytes
+from .card import MODEL_FILE, ModelDirError, inside, open_regular, parse_json_bytes
 
 FORMAT_VERSION = 1
 OPTIM_FILE, STATE_FILE = "optimizer.safetensors", "state.json"
@@ -62,9 +62,9 @@ class PickledCheckpointError(CheckpointError):
 # ----------------------------------------------------------------------------- file helpers
 
 def file_digest(path: Path) -> str:
-    """xxh3-128 of a file (fast enough for GB-sized weights)."""
+    """xxh3-128 of a regular file, never read through a link (fast enough for GB-sized weights)."""
     h = xxhash.xxh3_128()
-    with open(path, "rb") as fh:
+    with open_regular(path, "weights file") as fh:
         for chunk in iter(lambda: fh.read(1 << 22), b""):
             h.update(chunk)
     return h.hexdigest()
@@ -77,7 +77,7 @@ def _fsync_file(path: Path) -> None:
 
 def looks_pickled(path: Path) -> bool:
     """True when a file starts like a pickle (protocol 2-5 marker) or torch.save's zip archive."""
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         head = fh.read(4)
     return (len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5) or head == b"PK\x03\x04"
 
@@ -88,8 +88,8 @@ def has_safetensors_header(path: Path) -> bool:
     Checked before the pickle magic: a safetensors header length can itself begin with the bytes
     0x80 0x02..0x05 (e.g. 640), which alone would look like a pickle protocol marker.
     """
-    size = path.stat().st_size
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
+        size = os.fstat(fh.fileno()).st_size
         raw = fh.read(9)
     if len(raw) < 9:
         return False
@@ -98,9 +98,11 @@ def has_safetensors_header(path: Path) -> bool:
 
 
 def refuse_pickles(directory: Path) -> None:
-    """Raise PickledCheckpointError if any file in ``directory`` is (or is named like) a pickle."""
+    """Raise PickledCheckpointError if any file in ``directory`` is (or is named like) a pickle; a
+    symbolic link or special file among them is refused (`models.card.open_regular`) before it is
+    opened: nothing outside a model or checkpoint directory is read for it."""
     for path in sorted(directory.iterdir()):
-        if not path.is_file():
+        if path.is_dir() and not path.is_symlink():
             continue
         if path.suffix in PICKLE_SUFFIXES or (not has_safetensors_header(path) and looks_pickled(path)):
             raise PickledCheckpointError(
@@ -275,10 +277,12 @@ def read_state(path: Path) -> dict[str, Any]:
     """The JSON state of checkpoint ``path`` (no verification of the tensor files), read with a
     size and nesting cap (`models.card.parse_json_bytes`)."""
     try:
-        with open(_state_file(Path(path), STATE_FILE), "rb") as fh:
+        with open_regular(_state_file(Path(path), STATE_FILE), "checkpoint state") as fh:
             raw = fh.read(MAX_STATE_BYTES + 1)
-    except FileNotFoundError:
-        raise CorruptCheckpointError(f"checkpoint {path} has no {STATE_FILE}; it is incomplete") from None
+    except ModelDirError as exc:
+        missing = not os.path.lexists(Path(path) / STATE_FILE)
+        raise CorruptCheckpointError(f"checkpoint {path} has no {STATE_FILE}; it is incomplete" if missing
+                                     else str(exc)) from None
     try:
         return parse_json_bytes(raw, f"checkpoint {path}: {STATE_FILE}", limit=MAX_STATE_BYTES)
     except ModelDirError as exc:

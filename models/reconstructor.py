@@ -11,6 +11,7 @@ col = x], in the order of ``rec.targets``. Loading reads safetensors + JSON only
 """
 from __future__ import annotations
 
+import os
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -75,12 +76,26 @@ class Reconstructor:
             raise ReconstructorInputError(
                 f"cbed must be (S, P, P) or (B, S, P, P) with S = {self.in_channels} patterns, got {tuple(x.shape)}; "
                 f"pass the full scan of one sample (or a batch of them)")
+        if not bool(torch.isfinite(x).all()):
+            raise ReconstructorInputError(f"cbed holds {int((~torch.isfinite(x)).sum())} non-finite values (NaN or "
+                                          f"inf); replace or mask the bad detector pixels before reconstructing")
         self.last_report = _input_report(x, self.card, self._warned)
         cals = calibration if isinstance(calibration, list) else [calibration] * x.shape[0]
         outs = [self._predict_batch(x[i: i + self.batch_size], cals[i: i + self.batch_size])
                 for i in range(0, x.shape[0], self.batch_size)]
         out = np.concatenate(outs)
+        self._refuse_non_finite(out)
         return out[0] if single else out
+
+    def _refuse_non_finite(self, maps: np.ndarray) -> None:
+        """Raise `ModelOutputError` when the (B, C, T, T) ``maps`` hold a non-finite value: from finite
+        input that is the model's fault (damaged weights or normaliser, an overflow), never a silent NaN map."""
+        bad = ~np.isfinite(maps)  # (B, C, T, T)
+        if bad.any():
+            worst = self.targets[int(np.argmax(bad.sum(axis=(0, 2, 3))))]
+            raise ModelOutputError(f"the model produced {int(bad.sum())} non-finite values (NaN or inf) in its "
+                                   f"{worst} map from finite input; its weights or normaliser are damaged: "
+                                   f"re-export the model from a checkpoint or re-download it")
 
     def network_input(self, x: torch.Tensor, calibration: Any = None) -> torch.Tensor:
         """The normalised network input of raw stacks (B, S, P, P): with physics inputs the maps
@@ -117,12 +132,17 @@ class ReconstructorInputError(ckpt.CheckpointError, ModelDirError):
     """Bad input to `load_reconstructor` or `Reconstructor.predict`."""
 
 
+class ModelOutputError(ModelDirError):
+    """A model whose maps hold non-finite values from finite input (`Reconstructor.predict`)."""
+
+
 def _resolve(path: Path) -> tuple[Path, dict[str, Any]]:
     """(directory holding model.safetensors, validated card) for a model dir, run dir or checkpoint
     dir; the card is checked against its schema (`models.card`) before anything else is read."""
-    if (path / "model" / CARD_FILE).is_file():
+    # lexists, not is_file: a card or state that is a link or a FIFO is refused by name below, unopened
+    if os.path.lexists(path / "model" / CARD_FILE):
         path = inside(path, "model", "the run's model folder")
-    if (path / CARD_FILE).is_file():
+    if os.path.lexists(path / CARD_FILE):
         ckpt.refuse_pickles(path)
         card, spec = read_card_file(inside(path, CARD_FILE, "the model card"))
         info = spec.files[ckpt.MODEL_FILE]
@@ -131,7 +151,7 @@ def _resolve(path: Path) -> tuple[Path, dict[str, Any]]:
             raise ckpt.CorruptCheckpointError(f"model {path}: {ckpt.MODEL_FILE} is missing or not the {info.bytes} "
                                               f"bytes {CARD_FILE} records; re-export it from a checkpoint")
         return path, card
-    if (path / ckpt.STATE_FILE).is_file():
+    if os.path.lexists(path / ckpt.STATE_FILE):
         state = ckpt.verify_checkpoint(path)
         card = {k: state[k] for k in ("model_config", "architecture", "targets", "normalizer",
                                       "data_manifest_hash", "code_version", "train_config") if k in state}
@@ -201,8 +221,21 @@ def load_reconstructor(path: str | Path, device: str | torch.device | None = Non
     dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = FCDenseNet(arch)
     try:
-        model.load_state_dict(load_file(str(folder / ckpt.MODEL_FILE)))
+        state = load_file(str(folder / ckpt.MODEL_FILE))
+        model.load_state_dict(state)
     except (SafetensorError, RuntimeError, OSError, ValueError) as exc:  # changed on disk since the checks
         raise ckpt.CorruptCheckpointError(f"model {folder}: {ckpt.MODEL_FILE} cannot be loaded "
                                           f"({str(exc).splitlines()[0][:160]}); re-export it") from None
+    _refuse_non_finite(folder, state)
     return Reconstructor(model.to(dev), card, dev, batch_size)
+
+
+def _refuse_non_finite(folder: Path, state: dict[str, torch.Tensor]) -> None:
+    """A NaN or inf weight makes every map NaN: such a file is damaged, whatever its digest says
+    (a digest recorded after the damage matches it)."""
+    for name, tensor in state.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise ckpt.CorruptCheckpointError(
+                f"model {folder}: {ckpt.MODEL_FILE} holds {bad} non-finite values (NaN or inf) in tensor {name!r}; "
+                f"the file is damaged: re-export it from a checkpoint or re-download it")

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 from pathlib import Path
 
 import torch
 
-from .card import ModelDirError, parse_json_bytes
+from .card import ModelDirError, open_regular, parse_json_bytes
 from .config import Architecture
 
 #: the paper preset has 220,399,104 parameters; a card may ask for at most 4x that
@@ -77,24 +78,36 @@ def expected_tensors(arch: Architecture) -> dict[str, tuple[str, tuple[int, ...]
 
 
 def read_header(path: Path) -> tuple[dict[str, object], int]:
-    """(the safetensors header, bytes of tensor data after it), read with a size cap."""
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as fh:
+    """(the safetensors header, bytes of tensor data after it), read with a size cap from a regular
+    file (`models.card.open_regular`: never through a link)."""
+    with open_regular(path, "weights file") as fh:
+        try:
+            size = os.fstat(fh.fileno()).st_size
             head = fh.read(8)
             if len(head) < 8:
-                raise ModelDirError(f"{path} is {size} bytes, too short for a safetensors header; the file is truncated")
+                raise ModelDirError(f"{path} is {size} bytes, too short for a safetensors header; the file is "
+                                    f"truncated")
             (n,) = struct.unpack("<Q", head)
-            if n > MAX_HEADER_BYTES or 8 + n > size:
-                raise ModelDirError(f"{path} says its header is {n} bytes but the file has {size}; the header lies "
-                                    f"or the file is truncated")
+            _check_header_length(path, n, size)
             raw = fh.read(n)
-    except OSError as exc:
-        raise ModelDirError(f"{path} cannot be read ({exc.strerror or exc}); check the model directory") from None
+        except OSError as exc:
+            raise ModelDirError(f"{path} cannot be read ({exc.strerror or exc}); check the model directory") from None
     header = parse_json_bytes(raw, f"{path} header", limit=MAX_HEADER_BYTES)
     if not isinstance(header, dict):
         raise ModelDirError(f"{path} header is a JSON {type(header).__name__}, not an object; the file is damaged")
     return header, size - 8 - n
+
+
+def _check_header_length(path: Path, n: int, size: int) -> None:
+    """A header above the cap is not ours, whatever the file's size; one that runs past the end is a
+    truncated file (or a lying length)."""
+    if n > MAX_HEADER_BYTES:
+        raise ModelDirError(f"{path} says its safetensors header is {n / 2**20:,.1f} MiB, above the "
+                            f"{MAX_HEADER_BYTES >> 20} MiB this reader accepts (a namsa model's header is a few KiB), "
+                            f"so the file is not a namsa model; use the model.safetensors that namsa train exported")
+    if 8 + n > size:
+        raise ModelDirError(f"{path} says its header is {n} bytes but the file has {size}; the header lies "
+                            f"or the file is truncated")
 
 
 def check_header(path: Path, expected: dict[str, tuple[str, tuple[int, ...]]]) -> None:

@@ -153,6 +153,20 @@ def symlink_outside(name: str) -> Callable[[Path], None]:
     return apply
 
 
+def symlink_inside(name: str) -> Callable[[Path], None]:
+    """Replace ``name`` by a symlink to a renamed copy of it in the same directory."""
+    def apply(d: Path) -> None:
+        os.replace(d / name, d / f"real-{name}")
+        (d / name).symlink_to(f"real-{name}")
+    return apply
+
+
+def expects(**change: object) -> dict:
+    """An ``expects_input`` that fits the tiny network (8 x 8 scan of 16 px patterns), changed by ``change``."""
+    return {"energy_kv": 200.0, "semiangle_mrad": 20.0, "sampling_A": 0.1, "scan_shape": [8, 8], "pattern_px": 16,
+            "target_px": 16, "cell_lateral_A": 12.0, "band_limit": 0.6, **change}
+
+
 def first_key(d: dict) -> str:
     return next(k for k in d if k != "__metadata__")
 
@@ -220,7 +234,13 @@ MODEL_CASES: list[tuple[str, Callable[[Path], None], str]] = [
     ("weights-truncated", weights_bytes(lambda b: b[: len(b) // 2], record=False), "is missing or not the"),
     ("weights-truncated-recorded", weights_bytes(lambda b: b[: len(b) // 2]), "truncated"),
     ("weights-empty", weights_bytes(lambda b: b""), "too short for a safetensors header"),
-    ("weights-header-length-lies", weights_bytes(with_header_length(1 << 60)), "the header lies"),
+    ("weights-header-length-lies", weights_bytes(lambda b: struct.pack("<Q", len(b) - 7) + b[8:]), "the header lies"),
+    ("weights-header-length-huge", weights_bytes(with_header_length(1 << 60)), "above the 16 MiB this reader accepts"),
+    ("weights-header-above-cap",
+     weights_bytes(lambda b: struct.pack("<Q", 17 << 20) + b"{" + b" " * (17 << 20) + b[8:]),
+     "header is 17.0 MiB, above the 16 MiB this reader accepts"),
+    ("weights-nan", tensors(lambda s: s["head.weight"].fill_(float("nan"))), "non-finite values (NaN or inf)"),
+    ("weights-inf", tensors(lambda s: s["stem.weight"].view(-1)[:1].fill_(float("inf"))), "the file is damaged"),
     ("weights-header-length-short", weights_bytes(with_header_length(5)), "header"),
     ("weights-header-not-json", weights_bytes(lambda b: b[:8] + b"#" * (len(b) - 8)), "not valid JSON"),
     ("weights-header-a-list", weights_bytes(lambda b: struct.pack("<Q", 2) + b"[]"), "not an object"),
@@ -236,8 +256,23 @@ MODEL_CASES: list[tuple[str, Callable[[Path], None], str]] = [
     ("weights-entry-malformed", header_edit(lambda h: h.update({first_key(h): 7})), "is malformed"),
     ("weights-a-pickle", weights_bytes(lambda b: b"\x80\x04" + b"x" * 64), "pickled payload"),
     ("weights-flipped-byte", weights_bytes(lambda b: b[:-1] + bytes([b[-1] ^ 1]), record=False), "digest"),
-    ("weights-symlink-outside", symlink_outside(ckpt.MODEL_FILE), "leads outside"),
-    ("card-symlink-outside", symlink_outside(CARD_FILE), "leads outside"),
+    ("weights-symlink-outside", symlink_outside(ckpt.MODEL_FILE), "is a symbolic link"),
+    ("card-symlink-outside", symlink_outside(CARD_FILE), "is a symbolic link"),
+    ("weights-symlink-inside", symlink_inside(ckpt.MODEL_FILE), "is a symbolic link"),
+    ("card-symlink-inside", symlink_inside(CARD_FILE), "is a symbolic link"),
+    ("weights-a-fifo", lambda d: ((d / ckpt.MODEL_FILE).unlink(), os.mkfifo(d / ckpt.MODEL_FILE)), "not a regular"),
+    ("card-normalizer-nan-via-overflow", lambda d: (d / CARD_FILE).write_text((d / CARD_FILE).read_text().replace(
+        '"cbed_mean": 0.1', '"cbed_mean": 1e999')), "normalizer.cbed_mean"),
+    ("card-normalizer-absurd-target-std", edit(_set("normalizer.targets.potential", [1.0, 1e30])),
+     "targets.potential std is 1e+30, outside what a training set gives"),
+    ("card-normalizer-negative-target-std", edit(_set("normalizer.targets.potential", [1.0, -2.0])),
+     "targets.potential std is -2.0"),
+    ("card-normalizer-tiny-cbed-std", edit(_set("normalizer.cbed_std", 1e-30)), "cbed_std is 1e-30"),
+    ("card-normalizer-absurd-scale", edit(_set("normalizer.intensity_scale", 1e300)), "intensity_scale is 1e+300"),
+    ("card-expects-vs-in-channels", edit(_set("expects_input", expects(scan_shape=[4, 4]))),
+     "expects_input.scan_shape [4, 4] holds 16 patterns but architecture.in_channels is 64"),
+    ("card-expects-vs-target-px", edit(_set("expects_input", expects(target_px=32))),
+     "expects_input.pattern_px=16 / target_px=32 do not fit"),
 ]
 
 
@@ -290,6 +325,11 @@ def test_run_dir_whose_model_folder_leaves_it(base_run, tmp_path):
     assert_one_line_refusal(lambda: models.load_reconstructor(run, device="cpu"), "leads outside")
 
 
+def test_a_consistent_expects_input_loads(base_run, tmp_path):
+    model_dir = hostile_copy(base_run, tmp_path, edit(_set("expects_input", expects())))
+    assert models.load_reconstructor(model_dir, device="cpu").card["expects_input"]["target_px"] == 16
+
+
 # ----------------------------------------------------------------------- checkpoint directories
 
 def _state_edit(change: Callable[[dict], None]) -> Callable[[Path], None]:
@@ -306,7 +346,8 @@ CHECKPOINT_CASES = [
     ("state-a-list", lambda step: (step / ckpt.STATE_FILE).write_text("[]"), "has format list"),
     ("state-missing-architecture", _state_edit(lambda s: s.pop("architecture")), "missing field architecture"),
     ("state-bad-targets", _state_edit(lambda s: s.update(targets="potential")), "targets"),
-    ("state-weights-symlink-outside", symlink_outside(ckpt.MODEL_FILE), "leads outside"),
+    ("state-weights-symlink-outside", symlink_outside(ckpt.MODEL_FILE), "is a symbolic link"),
+    ("state-file-symlink-inside", symlink_inside(ckpt.STATE_FILE), "is a symbolic link"),
 ]
 
 

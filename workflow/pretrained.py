@@ -20,8 +20,8 @@ from typing import Any
 import yaml
 
 from models import checkpoint as ckpt
-from models.card import CARD_FILE
-from models.reconstructor import PRETRAINED_DIR
+from models.card import CARD_FILE, open_regular, read_card_file, validate_card
+from models.reconstructor import PRETRAINED_DIR, load_reconstructor
 from namsa.errors import UserError
 
 #: where `publish` writes (the package's data folder; see pyproject's package-data)
@@ -37,12 +37,15 @@ def publish(run_dir: str | Path, name: str, root: str | Path = PRETRAINED_ROOT) 
             raise UserError(f"{path} is missing; run the whole pipeline first (namsa run CONFIG --out {run})")
     if not name or "/" in name or name.startswith("."):
         raise UserError(f"pretrained name {name!r} must be a plain folder name, e.g. study-scan")
-    card = json.loads((model_dir / CARD_FILE).read_text())
+    load_reconstructor(model_dir, device="cpu")  # no links, digest and finite weights: what users will load
+    card = read_card_file(model_dir / CARD_FILE)[0]
     card.update(_provenance(yaml.safe_load(config_path.read_text()), json.loads(metrics_path.read_text())))
     card["name"] = name
+    validate_card(card, f"the card published from {run}")  # expects_input must fit the architecture
     dest = Path(root) / name
     dest.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(model_dir / ckpt.MODEL_FILE, dest / ckpt.MODEL_FILE)
+    with open_regular(model_dir / ckpt.MODEL_FILE, "weights file") as src, open(dest / ckpt.MODEL_FILE, "wb") as dst:
+        shutil.copyfileobj(src, dst)
     (dest / CARD_FILE).write_text(json.dumps(_portable(card), indent=1, sort_keys=True) + "\n")
     return dest
 

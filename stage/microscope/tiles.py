@@ -15,6 +15,8 @@ from typing import Iterator
 
 import numpy as np
 
+from .errors import ExperimentalInputError
+
 
 @dataclass(frozen=True)
 class TileGrid:
@@ -80,6 +82,10 @@ class Stitcher:
         """Add one tile's (C, T, T) maps whose tile starts at probe position ``origin`` (y, x)."""
         y, x = self.grid.pixel(origin[0], 0), self.grid.pixel(origin[1], 1)
         t = self.grid.target_px
+        if np.shape(maps) != (self.sum.shape[0], t, t):  # the model's maps are not what its card said
+            raise ExperimentalInputError(f"the model returned maps of shape {list(np.shape(maps))} for a tile, but its "
+                                         f"card expects {[self.sum.shape[0], t, t]} (targets, target_px, target_px); "
+                                         "its card and weights disagree: re-export or re-download the model")
         self.sum[:, y:y + t, x:x + t] += maps * self.window
         self.weight[y:y + t, x:x + t] += self.window
 
