@@ -8,6 +8,7 @@ a traceback) shows as an exit status.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import numpy as np
 import pytest
 
 import stage
-from microscope_helpers import disc_scan, spot_scan, write_hspy
+from microscope_helpers import damage_first_chunk, disc_scan, rewrite_data, spot_scan, write_hspy
 from stage_helpers import CONFIG_HASH, flip_byte_inside, make_samples
 from workflow.cli import main
 
@@ -45,6 +46,11 @@ def sim(*sets: str, command: str = "simulate") -> tuple[str, ...]:
     return (command, MICRO, *out, "--no-progress", *[a for s in sets for a in ("--set", s)])
 
 
+def ev(model: str) -> tuple[str, ...]:
+    """`namsa evaluate MICRO --data {data} --model MODEL --out {tmp}/e`."""
+    return ("evaluate", MICRO, "--data", "{data}", "--model", model, "--out", "{tmp}/e")
+
+
 def cfg(name: str, command: str = "simulate") -> tuple[str, ...]:
     """`namsa simulate {cfg_<name>} --out {tmp}/out`: a config file from CONFIG_FILES."""
     return (command, "{cfg_" + name + "}", "--out", "{tmp}/out", "--no-progress")
@@ -62,6 +68,15 @@ CONFIG_FILES: dict[str, bytes] = {
     "tabs": b"simulation:\n\tenergy_kv: 200\n",
     "unknown_section": b"simulatoin:\n  energy_kv: 200\n",
     "null_section": b"simulation:\n",
+    # issue 32 (C): 1.6 KB of nested aliases standing for 10**10 values, an alias inside its own
+    # anchor, a section said twice, 200 levels of lists, 300 KB of comments, a 5,000-digit integer
+    "alias_bomb": ("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 10))).encode(),
+    "alias_cycle": b"simulation:\n  materials: &m [Si, *m]\n",
+    "duplicate_section": b"simulation:\n  energy_kv: 200\nsimulation:\n  energy_kv: 100\n",
+    "deep": b"name: " + b"[" * 200 + b"]" * 200 + b"\n",
+    "huge": b"# padding\n" * 30_000,
+    "huge_integer": b"training:\n  seed: " + b"9" * 5000 + b"\n",
 }
 
 CASES: list[Case] = [
@@ -295,10 +310,93 @@ CASES: list[Case] = [
     Case("simulate-out-under-proc", ("simulate", MICRO, "--out", "/proc/namsa-o", "--no-progress"), "/proc/namsa-o"),
     # (end of run directories and options)
     # -- issue 32 (A): run directories, --out, locks, child processes -------------------------
+    Case("evaluate-out-holds-users-figures", ("evaluate", MICRO, "--data", "{data}", "--model", "{empty_dir}",
+                                              "--out", "{users_figures}"),
+         "holds files this command did not write (e.g. 'figures')"),
+    Case("reconstruct-out-holds-users-map", ("reconstruct", "{tmp}/scan.hspy", "--model", "pretrained:study-scan",
+                                             "--out", "{users_maps}"), "did not write (e.g. 'potential.npy')"),
+    Case("run-linked-log", ("run", MICRO, "--out", "{run_linked_log}", "--no-progress"),
+         "logs/run.log is a symbolic link to"),
+    Case("run-linked-store", ("run", MICRO, "--out", "{run_linked_store}", "--no-progress"),
+         "data/store-000 is a symbolic link to"),
+    Case("run-linked-claims", ("run", MICRO, "--out", "{run_linked_claims}", "--no-progress"),
+         "data/.claims is a symbolic link to"),
     # -- issue 32 (B): stores that resume after a kill or a repair -----------------------------
+    Case("simulate-into-a-store-killed-before-its-info", ("simulate", MICRO, "--out", "{killed_resume}",
+                                                          "--no-progress", "--worker", "0", "--of", "8"), "", "ok"),
+    Case("simulate-into-an-empty-store-of-other-physics", ("simulate", MICRO, "--out", "{killed_other_physics}",
+                                                           "--no-progress", "--worker", "0", "--of", "8"), "", "ok"),
+    Case("stage-a-store-killed-before-its-info", ("stage", "{killed_empty}", "{tmp}/s", "--no-progress"),
+         "holds no samples (a store whose writer was killed before its first sample is empty)"),
+    Case("stage-shard-of-a-store-killed-before-its-info", ("stage", "{killed_empty}", "{tmp}/s", "--rank", "1",
+                                                            "--world-size", "2", "--no-progress"),
+         "run namsa simulate into it first, then stage it"),
+    Case("stage-empty-shard-beside-a-killed-store", ("stage", "{killed_beside_full}", "{tmp}/s", "--rank", "13",
+                                                     "--world-size", "14", "--no-progress"), "", "ok"),
+    Case("inspect-a-store-killed-before-its-info", ("inspect", "{killed_empty}"), "problems in 1 of 1 store(s)",
+         "found"),
+    Case("simulate-linked-claims", ("simulate", MICRO, "--out", "{sim_linked_claims}", "--no-progress", "--worker",
+                                    "0", "--of", "8"), "/.claims is a symbolic link to"),
+    Case("train-on-a-store-killed-before-its-info", ("train", MICRO, "--data", "{killed_empty}", "--out", "{tmp}/t",
+                                                     "--no-progress"), "hold no samples; run namsa simulate first"),
     # -- issue 32 (C): config files and structures, bounded before validation ------------------
+    Case("config-alias-bomb", cfg("alias_bomb"), "values once its aliases (*name) are expanded"),
+    Case("config-alias-cycle", cfg("alias_cycle"), "alias *m refers to a value that contains the alias itself"),
+    Case("config-duplicate-section", cfg("duplicate_section"), "key 'simulation' appears twice (lines 1 and 3)"),
+    Case("config-deep-nesting", cfg("deep"), "values nest more than 64 levels deep"),
+    Case("config-too-large", cfg("huge"), "larger than 256 KiB"),
+    Case("config-huge-integer", cfg("huge_integer"), "a value cannot be read (Exceeds the limit (4300 digits)"),
+    Case("set-alias-bomb", sim("name=[&a [x,x,x,x,x,x,x,x,x,x], " + ", ".join(
+        f"&{c} [{','.join(['*' + p] * 10)}]" for p, c in zip("abcdefgh", "bcdefghi")) + "]"),
+         "--set name: line 1: the value stands for more than 100,000 values"),
+    Case("set-deep-nesting", sim("name=" + "[" * 200 + "]" * 200), "--set name: line 1: values nest more than 64"),
+    Case("set-duplicate-key", sim("evaluation.multislice_ptycho={{max_samples: 1, max_samples: 2}}"),
+         "key 'max_samples' appears twice"),
+    Case("set-key-too-deep", sim(".".join(["simulation"] * 100) + "=1"), "the key nests more than 64 levels"),
+    Case("training-seed-1e30", sim("training.seed=1" + "0" * 30),
+         "training.seed: Input should be less than or equal to 9223372036854775807"),
+    Case("training-seed-negative", sim("training.seed=-1"), "training.seed: Input should be greater than or equal to 0"),
+    Case("split-seed-2-64", sim(f"data.split_seed={2**64}"), "data.split_seed: Input should be less than or equal"),
+    Case("evaluation-seed-2-63", sim(f"evaluation.seed={2**63}"), "evaluation.seed: Input should be less than or equal"),
+    Case("dose-seed-2-63", sim(f"data.dose_augmentation.seed={2**63}"),
+         "data.dose_augmentation.seed: Input should be less than or equal"),
+    Case("cif-20000-atoms", sim("simulation.materials=[]", "simulation.cif_dir={big_cif_dir}"),
+         "big.cif: CIF '{big_cif_dir}/big.cif' holds 20,000 atoms, more than the 2,000"),
     # -- issue 32 (D): microscope files and their readers --------------------------------------
+    Case("reconstruct-energy-in-volts", ("reconstruct", "{volts_scan}", "--model", "pretrained:study-scan",
+                                         "--out", "{tmp}/maps"),
+         "the beam energy 200000 kV (file metadata) is outside the 1-3000 kV electron microscopes use (is it in V?"),
+    Case("reconstruct-energy-flag-in-volts", ("reconstruct", "{wide_disc_scan}", "--model", "pretrained:study-scan",
+                                              "--out", "{tmp}/maps", "--energy-kv", "200000"),
+         "the beam energy 200000 kV (command line (--energy-kv)) is outside the 1-3000 kV"),
+    Case("reconstruct-negated-data", ("reconstruct", "{negated_scan}", "--model", "pretrained:study-scan",
+                                      "--out", "{tmp}/maps"), "the data are negative (the mean pattern spans"),
+    Case("reconstruct-raw-not-xml", ("reconstruct", "{empad_raw}", "--model", "pretrained:study-scan",
+                                     "--out", "{tmp}/maps"), "an EMPAD .raw file is read through its XML header"),
+    Case("reconstruct-no-scan-positions", ("reconstruct", "{no_positions_scan}", "--model", "pretrained:study-scan",
+                                           "--out", "{tmp}/maps"), "its 4-D dataset has shape (0, 8, 32, 32)"),
+    Case("reconstruct-zero-detector", ("reconstruct", "{no_detector_scan}", "--model", "pretrained:study-scan",
+                                       "--out", "{tmp}/maps"), "its 4-D dataset has shape (8, 8, 0, 0)"),
+    Case("reconstruct-declared-never-written", ("reconstruct", "{unwritten_scan}", "--model",
+                                                "pretrained:study-scan", "--out", "{tmp}/maps"),
+         "declares a 64 x 64 x 4096 x 4096 float32 dataset (256 GiB) but holds only"),
+    Case("reconstruct-damaged-chunk", ("reconstruct", "{damaged_scan}", "--model", "pretrained:study-scan",
+                                       "--out", "{tmp}/maps"),
+         "damaged.hspy: its data could not be read (Can't synchronously read data"),
+    Case("reconstruct-input-name-too-long", ("reconstruct", "{tmp}/" + "a" * 300 + ".hspy", "--model",
+                                             "pretrained:study-scan", "--out", "{tmp}/maps"),
+         ".hspy could not be read (File name too long); check the file is readable"),
     # -- issue 32 (E): model directories, cards, weights and their maps ------------------------
+    Case("evaluate-model-weights-a-symlink", ev("{model_weights_link}"), "model.safetensors is a symbolic link"),
+    Case("evaluate-model-card-a-symlink", ev("{model_card_link}"), "model_card.json is a symbolic link"),
+    Case("evaluate-model-weights-a-fifo", ev("{model_weights_fifo}"), "model.safetensors is not a regular file"),
+    Case("evaluate-model-nan-weights", ev("{model_nan}"), "non-finite values (NaN or inf) in tensor 'head.weight'"),
+    Case("evaluate-model-header-above-cap", ev("{model_huge_header}"), "above the 16 MiB this reader accepts"),
+    Case("evaluate-model-header-past-the-end", ev("{model_header_past_end}"), "the header lies or the file is truncated"),
+    Case("evaluate-model-absurd-normalizer", ev("{model_absurd_normalizer}"),
+         "targets.potential std is 1e+30, outside what a training set gives"),
+    Case("evaluate-model-expects-vs-architecture", ev("{model_expects_mismatch}"),
+         "expects_input.scan_shape [32, 32] holds 1024 patterns but architecture.in_channels is 64"),
     # -- neighbours that must succeed ---------------------------------------------------------
     Case("inspect-a-good-store", ("inspect", "--verify", "{data}"), "", "ok"),
     Case("simulate-one-bad-material", sim("simulation.materials=[Si-diamond,Unobtainium]",
@@ -332,15 +430,117 @@ def places(tmp_path_factory) -> dict[str, str]:
     (root / "bad_cifs" / "a.cif").write_text("data_a\n_cell_length_a nonsense\n")
     (root / "bad_cifs" / "b.cif").write_bytes(b"\x00\x01 not a cif")
     _bare_scan(root / "bare.hspy")
+    _big_cif(root / "big_cif" / "big.cif")
     places = {"tmp": str(root), "data": str(data), "bare_scan": str(root / "bare.hspy"), "truncated": str(truncated),
               "truncated_parent": str(truncated.parent), "corrupt": str(corrupt), "file": str(root / "file.txt"),
-              "empty_dir": str(root / "empty"), "junk_dir": str(root / "junk"), "bad_cifs": str(root / "bad_cifs")}
+              "empty_dir": str(root / "empty"), "junk_dir": str(root / "junk"), "bad_cifs": str(root / "bad_cifs"),
+              "big_cif_dir": str(root / "big_cif")}
     places["spots_scan"] = str(write_hspy(root / "spots.hspy", spot_scan()))
     places["wide_disc_scan"] = str(write_hspy(root / "wide-disc.hspy", disc_scan(radius=9.0)))
+    places.update(_issue32_microscope_files(root))
+    places.update(_issue32_outs(root / "outs", data))
+    places.update(_issue32_killed_stores(root / "killed", data))
     for name, content in CONFIG_FILES.items():
         (root / f"{name}.yaml").write_bytes(content)
         places[f"cfg_{name}"] = str(root / f"{name}.yaml")
+    places.update(_hostile_models(root / "models"))
     return places
+
+
+def _issue32_outs(root: Path, data: Path) -> dict[str, str]:
+    """Output and run directories a user might point a command at (issue 32, A): a user's own
+    figures/ or map under an output's names, and run directories with a link one level down."""
+    made = {name: root / name for name in ("users_figures", "users_maps", "run_linked_log", "run_linked_store",
+                                           "run_linked_claims")}
+    (made["users_figures"] / "figures").mkdir(parents=True)
+    (made["users_figures"] / "figures" / "plot.png").write_text("the user's figure")
+    made["users_maps"].mkdir()
+    (made["users_maps"] / "potential.npy").write_bytes(b"the user's map")
+    (root / "elsewhere").mkdir()
+    for run, inner, target in (("run_linked_log", "logs/run.log", root / "elsewhere" / "log"),
+                               ("run_linked_store", "data/store-000", data / "store-000"),
+                               ("run_linked_claims", "data/.claims", root / "elsewhere")):
+        (made[run] / inner).parent.mkdir(parents=True)
+        (made[run] / inner).symlink_to(target)
+    return {name: str(path) for name, path in made.items()}
+
+
+def _issue32_killed_stores(root: Path, data: Path) -> dict[str, str]:
+    """Data directories a killed `namsa simulate` leaves (issue 32, B): a store whose writer died
+    between creating its LMDB environment and its info record (made the way the writer makes it),
+    one that died after the info record of other physics but before a sample, and such a store
+    sorted before a full one. Cases that write get a directory of their own."""
+    from stage.lmdbenv import _open_writable_env
+
+    made = {name: root / name for name in ("killed_empty", "killed_resume", "killed_other_physics",
+                                           "killed_beside_full")}
+    for name in ("killed_empty", "killed_resume", "killed_beside_full"):
+        (made[name] / "store-000").mkdir(parents=True)
+        env, _ = _open_writable_env(made[name] / "store-000", 1 << 20)
+        env.close()
+    shutil.copytree(data / "store-000", made["killed_beside_full"] / "store-001")
+    with stage.StoreWriter(made["killed_other_physics"] / "store-000", config_hash="e" * 64):
+        pass
+    made["sim_linked_claims"] = root / "sim_linked_claims"   # claims are never written through a link
+    made["sim_linked_claims"].mkdir()
+    (root / "elsewhere").mkdir()
+    (made["sim_linked_claims"] / ".claims").symlink_to(root / "elsewhere")
+    return {name: str(path) for name, path in made.items()}
+
+
+def _hostile_models(root: Path) -> dict[str, str]:
+    """Model directories damaged as a user might receive them (issue 32, E): each a real exported tiny
+    model (`test_hostile_model_dirs.make_run`) with one mutation from that file's catalogue."""
+    import struct
+
+    import test_hostile_model_dirs as hostile
+    from models.checkpoint import MODEL_FILE
+    from models.card import CARD_FILE
+
+    base = hostile.make_run(root / "base") / "model"
+    mutations = {
+        "model_weights_link": hostile.symlink_outside(MODEL_FILE),
+        "model_card_link": hostile.symlink_inside(CARD_FILE),
+        "model_weights_fifo": lambda d: ((d / MODEL_FILE).unlink(), os.mkfifo(d / MODEL_FILE)),
+        "model_nan": hostile.tensors(lambda s: s["head.weight"].fill_(float("nan"))),
+        "model_huge_header": hostile.weights_bytes(hostile.with_header_length(1 << 60)),
+        "model_header_past_end": hostile.weights_bytes(lambda b: struct.pack("<Q", len(b) - 7) + b[8:]),
+        "model_absurd_normalizer": hostile.edit(hostile._set("normalizer.targets.potential", [1.0, 1e30])),
+        "model_expects_mismatch": hostile.edit(hostile._set("expects_input", hostile.expects(scan_shape=[32, 32]))),
+    }
+    made = {}
+    for name, mutate in mutations.items():
+        shutil.copytree(base, root / name)
+        mutate(root / name)
+        made[name] = str(root / name)
+    return made
+
+
+def _issue32_microscope_files(root: Path) -> dict[str, str]:
+    """Issue 32 (D): a wide disc (which the disc check would blame on the semi-angle) with an energy in V
+    or negated; an EMPAD .raw; empty scan and detector axes; data declared but never written; a
+    damaged gzip chunk."""
+    wide = disc_scan(radius=9.0)
+    (root / "scan.raw").write_bytes(bytes(130 * 128 * 4))
+    return {"volts_scan": str(write_hspy(root / "volts.hspy", wide, energy_kv=200000.0)),
+            "negated_scan": str(write_hspy(root / "negated.hspy", -wide)), "empad_raw": str(root / "scan.raw"),
+            "no_positions_scan": str(rewrite_data(write_hspy(root / "no-pos.hspy", wide),
+                                                  np.zeros((0, 8, 32, 32), np.float32))),
+            "no_detector_scan": str(rewrite_data(write_hspy(root / "no-det.hspy", wide),
+                                                 np.zeros((8, 8, 0, 0), np.float32))),
+            "unwritten_scan": str(rewrite_data(write_hspy(root / "unwritten.hspy", wide),
+                                               declared=(64, 64, 4096, 4096))),
+            "damaged_scan": str(damage_first_chunk(write_hspy(root / "damaged.hspy", disc_scan())))}
+
+
+def _big_cif(path: Path) -> None:
+    """A CIF of 20,000 Si atoms 2 A apart (pymatgen would read it for minutes, then orient it out of memory)."""
+    from pymatgen.core import Lattice, Structure
+    from pymatgen.io.cif import CifWriter
+
+    grid = np.stack(np.meshgrid(np.arange(20), np.arange(20), np.arange(50), indexing="ij"), -1).reshape(-1, 3)
+    path.parent.mkdir()
+    CifWriter(Structure(Lattice.orthorhombic(40.0, 40.0, 100.0), ["Si"] * len(grid), grid / [20, 20, 50])).write_file(path)
 
 
 def _bare_scan(path: Path) -> None:

@@ -124,6 +124,23 @@ def test_two_resumes_at_once_one_resumes_the_other_exits_2(tmp_path, data):
     assert steps == sorted(set(steps)) and steps[-1] == STEPS
 
 
+def test_two_resumes_through_a_symlinked_name_share_one_lock(tmp_path, data):
+    """The lock is keyed on the directory's real path: `--out link` and `--out train` are one output."""
+    out, link = tmp_path / "train", tmp_path / "link"
+    rc, _, err = finish(namsa("train", MICRO, "--data", str(data), "--out", str(out), "--no-progress",
+                              *TRAIN_SETS, "--set", "training.max_steps=10"))
+    assert rc == 0, err
+    link.symlink_to(out, target_is_directory=True)
+    assert lock_path(link) == lock_path(out)
+    both = [namsa("train", MICRO, "--data", str(d), "--out", str(name), "--resume", "--no-progress", *TRAIN_SETS)
+            for d, name in ((data, out), (data, link))]
+    results = sorted((finish(p) for p in both), key=lambda r: r[0])
+    assert [r[0] for r in results] == [0, 2], results
+    assert "is in use by `namsa train`" in one_error_line(results[1][2])
+    steps = steps_logged(out / "metrics.csv")
+    assert steps == sorted(set(steps)) and steps[-1] == STEPS   # every step once
+
+
 def test_wait_starts_when_the_holder_is_gone(tmp_path, data):
     out = tmp_path / "train"
     with hold_output(out, "namsa test-holder"):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import parsl
@@ -76,8 +78,11 @@ def test_local_htex_is_loopback_with_one_worker_per_gpu():
     assert htex.address == "127.0.0.1" and htex.loopback_address == "127.0.0.1"
     assert list(htex.available_accelerators) == ["0", "1", "2", "3"]
     assert htex.max_workers_per_node == 4
-    # The worker pool is started with this interpreter, so an unactivated venv works.
-    assert htex.launch_cmd.split()[0].endswith("python") or "python" in htex.launch_cmd.split()[0]
+    # The worker pool is started with this interpreter, so an unactivated venv works, and without the
+    # working directory on its path (issue 32)
+    import shlex
+
+    assert htex.launch_cmd.split()[:3] == ["env", "PYTHONSAFEPATH=1", shlex.quote(sys.executable)]
     assert "process_worker_pool.py" in htex.launch_cmd
 
 
@@ -121,7 +126,7 @@ def test_slurm_profile_submits_worker_and_training_jobs(tmp_path, fake_scheduler
     assert "#SBATCH --ntasks-per-node=4" in train_job and "#SBATCH --ntasks-per-node=1" in worker_job
     # The training block runs one MPI-mode manager (SimpleLauncher) that srun-launches each task.
     last_line = train_job.strip().splitlines()[-1]
-    assert last_line.startswith("process_worker_pool.py") and "--enable_mpi_mode" in last_line
+    assert last_line.startswith("env PYTHONSAFEPATH=1 process_worker_pool.py") and "--enable_mpi_mode" in last_line
     assert "--mpi-launcher=srun" in last_line
 
 
@@ -166,9 +171,41 @@ def test_train_command_per_profile():
     assert "torch.distributed.run --standalone --nproc_per_node=2" in multi
 
     srun, spec = train_command(ExecutionConfig(profile="slurm", slurm={"train_nodes": 4, "gpus_per_node": 4}), args)
-    assert "$PARSL_MPI_PREFIX python -m workflow.cli train" in srun and "MASTER_ADDR" in srun
+    assert "$PARSL_MPI_PREFIX env PYTHONSAFEPATH=1 python -m workflow.cli train" in srun and "MASTER_ADDR" in srun
     assert spec == {"num_nodes": 4, "ranks_per_node": 4}
     torchrun, spec = train_command(ExecutionConfig(profile="pbs", pbs={
         "train_nodes": 2, "gpus_per_node": 4, "train_launcher": "torchrun"}), args)
     assert "--nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d" in torchrun
     assert spec == {"num_nodes": 2, "ranks_per_node": 1}
+
+
+# -- the training command imports nothing from the caller's directory ---------------------------
+
+#: modules a planted file shadows: the package the command runs, and what it and torchrun import
+PLANTED = ("workflow/__init__.py", "workflow/cli.py", "yaml.py", "torch.py", "numpy.py")
+
+
+def _plant(where: Path) -> Path:
+    """A working directory whose every planted module writes ``marker`` when imported."""
+    marker = where / "marker"
+    for name in PLANTED:
+        (where / name).parent.mkdir(parents=True, exist_ok=True)
+        (where / name).write_text(f"open({str(marker)!r}, 'a').write({name!r} + '\\n')\n")
+    return marker
+
+
+@pytest.mark.parametrize("profile, per_node", [("local", 1), ("local-htex", 2), ("slurm", 1)])
+def test_the_training_command_imports_nothing_from_the_working_directory(profile, per_node, tmp_path):
+    """The real command a profile builds (single process, torchrun with its re-launched ranks, and a
+    cluster rank after $PARSL_MPI_PREFIX), run in a directory of planted modules: none is imported,
+    and the real `namsa train` runs (and refuses the missing config)."""
+    cwd = tmp_path / "cwd"
+    marker = _plant(cwd)
+    command, _ = train_command(ExecutionConfig(profile=profile, train_processes_per_node=per_node),
+                               [str(tmp_path / "missing.yaml"), "--data", "d", "--out", "o"])
+    env = {**os.environ, "PARSL_MPI_PREFIX": "", "PARSL_MPI_NODELIST": "localhost",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "OMP_NUM_THREADS": "1"}
+    env.pop("PYTHONSAFEPATH", None)
+    done = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    assert not marker.exists(), marker.read_text()
+    assert "namsa: error: " in done.stderr and "missing.yaml" in done.stderr, done.stderr[-2000:]

@@ -150,6 +150,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         summary = model_runners.evaluate(cfg, args.data, args.model, args.out)
     print(f"metrics: {summary['metrics_json']}\nreport: {summary['report_html']}")
     print("\n".join(headline_lines(summary["headline"], summary["verdicts"], summary.get("dose_sweep"))))
+    for warning in summary.get("warnings", []):  # metrics missing for some samples (metrics.json "warnings")
+        print(f"namsa: warning: {warning}", file=sys.stderr)
     return 0
 
 
@@ -360,6 +362,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # a full disk, a read-only or unwritable place: the system's word, and what to do
         where = getattr(args, "out", None) or getattr(args, "dst", None)
         print(f"namsa: error: {os_error_line(args.command, exc, where)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except MemoryError:  # what was written is kept (stores and checkpoints commit atomically)
+        print(f"namsa: error: {args.command} ran out of memory; use smaller inputs (simulation.cell_lateral_A, "
+              f"simulation.thickness_A, training.batch_size), fewer execution.workers, or a machine with more memory; "
+              f"rerun the same command to resume", file=sys.stderr)
         return EXIT_BAD_INPUT
 
 

@@ -68,9 +68,24 @@ def train(cfg: "PipelineConfig", data_dirs: Sequence[str | Path], out_dir: str |
         "data_fingerprint": data_fingerprint(data_dirs), "config_hash": section_hash(cfg, *TRAIN_SECTIONS),
         "started_at": started, "finished_at": time.time(),
     }
-    if is_main_rank():
-        write_summary_json(Path(out_dir) / TRAIN_SUMMARY, summary)
+    if is_main_rank():   # its paths relative to out_dir, so that the directory can be moved (`mv`)
+        write_summary_json(Path(out_dir) / TRAIN_SUMMARY, {**summary, **relative_paths(summary, out_dir)})
     return summary
+
+
+#: the keys of a train or eval summary that hold paths of files the command wrote
+PATH_KEYS = ("model_dir", "best_checkpoint", "metrics_csv", "metrics_json", "report_html")
+
+
+def relative_paths(summary: dict[str, Any], root: str | Path) -> dict[str, Any]:
+    """The path entries of ``summary`` (`PATH_KEYS`, ``figures``) relative to ``root``, for the file."""
+    def rel(path: str) -> str:
+        return os.path.relpath(Path(path).resolve(), Path(root).resolve())
+
+    out: dict[str, Any] = {k: rel(summary[k]) for k in PATH_KEYS if isinstance(summary.get(k), str)}
+    if isinstance(summary.get("figures"), list):
+        out["figures"] = [rel(f) for f in summary["figures"]]
+    return out
 
 
 def is_main_rank() -> bool:
@@ -91,7 +106,7 @@ def evaluate(cfg: "PipelineConfig", data_dirs: Sequence[str | Path], model_dir: 
     out = require_directory(out_dir, make=False)  # made by the swap: a refused run leaves no trace
     started = time.time()
     # Written into a sibling and swapped in whole: a kill leaves the earlier result or this one.
-    with replaced_atomically(out, EVAL_OUTPUTS.__contains__) as staging:
+    with replaced_atomically(out, EVAL_OUTPUTS.__contains__, marker=EVAL_SUMMARY) as staging:
         result = run_evaluation(cfg.evaluation, cfg.data, list(data_dirs), model_dir, staging,
                                 train_metrics_csv=train_metrics_csv)
 
@@ -102,7 +117,7 @@ def evaluate(cfg: "PipelineConfig", data_dirs: Sequence[str | Path], model_dir: 
             "metrics_json": final(result.metrics_json), "report_html": final(result.report_html),
             "figures": [final(f) for f in result.figures], "headline": result.headline,
             "verdicts": result.verdicts, "compute_seconds": result.compute_seconds,
-            "dose_sweep": result.dose_sweep,
+            "dose_sweep": result.dose_sweep, "warnings": result.warnings,
             "n_samples": result.n_samples, "model_dir": str(model_dir),
             "data_fingerprint": data_fingerprint(data_dirs), "config_hash": section_hash(cfg, *EVAL_SECTIONS),
             "started_at": started, "finished_at": time.time(),

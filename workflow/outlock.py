@@ -1,8 +1,9 @@
 """One writer per output: the advisory lock that `namsa train`, `evaluate`, `reconstruct`, `run` and
 `scaling` hold on their ``--out`` for the whole command.
 
-The rule: the lock of output directory ``DIR`` is the file ``.<name>.lock`` in DIR's parent
-(``runs/a`` -> ``runs/.a.lock``). Beside the output, not inside it, so that it is one rule for every
+The rule: the lock of output directory ``DIR`` is the file ``.<name>.lock`` in the parent of DIR's
+real path (``runs/a`` -> ``runs/.a.lock``; inside DIR when the parent cannot be written). Beside
+the output, not inside it, so that it is one rule for every
 command, also for outputs that are written into a temporary sibling and renamed into place, and so
 that the lock never becomes part of what a user copies away. The file is ``flock``'ed: the kernel
 releases the lock when its holder exits, even on kill -9, so a lock is never stale; the file itself
@@ -32,7 +33,7 @@ from typing import IO, Iterator
 from namsa.errors import UserError
 
 from .oserrors import ADVICE, OTHER_ADVICE
-from .replace_out import refuse_file_above
+from .replace_out import INSIDE_LOCK, refuse_file_above
 
 #: lock files held by an ancestor process (a `namsa run` whose training child locks the same --out)
 HELD_ENV = "NAMSA_OUT_LOCKS_HELD"
@@ -43,10 +44,13 @@ class OutputBusy(UserError):
 
 
 def lock_path(out: str | os.PathLike) -> Path:
-    """The lock file of output directory ``out``: ``<parent>/.<name>.lock`` (absolute)."""
-    out = Path(os.path.abspath(out))
-    if not out.name:  # the filesystem root has no parent to lock it in
-        return out / ".namsa-out.lock"
+    """The lock file of output directory ``out``: ``<parent>/.<name>.lock`` of its real path, so
+    that every name of one directory (a symbolic link to it) shares one lock; inside ``out`` when
+    that cannot be made (the filesystem root, or an existing ``out`` under a parent this process may
+    not write, such as a writable volume mounted below a read-only folder)."""
+    out = Path(os.path.realpath(out))
+    if not out.name or (out.is_dir() and not os.access(out.parent, os.W_OK | os.X_OK)):
+        return out / INSIDE_LOCK
     return out.parent / f".{out.name}.lock"
 
 
@@ -64,7 +68,9 @@ def _open(path: Path, out: Path, flag: str) -> IO[str]:
     refuse_file_above(out, flag)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        return open(path, "a+")
+        # O_NOFOLLOW: a link planted at the lock's name must not have the holder's details written through it
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        return os.fdopen(fd, "r+")
     except OSError as exc:
         advice = ADVICE.get(exc.errno or -1, OTHER_ADVICE)
         raise UserError(f"{flag} {out}: cannot create the lock file {path} ({exc.strerror}); {advice}") from None

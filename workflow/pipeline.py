@@ -22,6 +22,7 @@ from parsl.executors.high_throughput.errors import ManagerLost, WorkerLost
 
 from namsa.errors import UserError
 from stage.errors import StoreLockedError
+from stage.nofollow import open_no_follow
 
 from . import data_runners, model_runners, runner_io
 from .apps import evaluate_app, simulate_app, train_app
@@ -79,7 +80,7 @@ class Pipeline:
         self.summary.timings[key] = self.summary.timings.get(key, 0.0) + seconds
 
     def log(self, text: str) -> None:
-        with open(self.paths.logs / "run.log", "a") as fh:
+        with open_no_follow(self.paths.logs / "run.log") as fh:
             fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {text}\n")
 
     # -- the stages ----------------------------------------------------------------------------
@@ -344,7 +345,8 @@ class Pipeline:
         result = future.result()
         # Remember which model this evaluation belongs to, so a retrained model is re-evaluated.
         result["model_finished_at"] = model_stamp
-        runner_io.write_summary_json(self.paths.eval / model_runners.EVAL_SUMMARY, result)
+        runner_io.write_summary_json(self.paths.eval / model_runners.EVAL_SUMMARY,
+                                     {**result, **model_runners.relative_paths(result, self.paths.root)})
         timing.started, timing.ended = result["entered_at"], result["finished_at"]
         self.summary.tasks.append(timing)
         self._add_time("evaluate", time.time() - started)

@@ -34,6 +34,12 @@ from .apps import TRAIN, WORKERS
 from .config import PROFILE_NAMES, ClusterSite, ExecutionConfig
 #: rendezvous port of multi-node training (torch.distributed MASTER_PORT).
 MASTER_PORT = 29500
+#: the prefix of every Python command a profile starts: ``python -m`` (and a ``-c`` or spawned
+#: multiprocessing child) puts the working directory first on sys.path, so a ``yaml.py`` or
+#: ``workflow/`` lying where the user stands would be imported and run. The variable (Python >=
+#: 3.11, as ``-P``) is inherited, so it also covers the ranks torchrun re-launches with ``-m``, and
+#: ``env`` sets it on the far side of srun/mpiexec, which need not pass the driver's environment on.
+SAFE_PATH = "env PYTHONSAFEPATH=1"
 
 
 def _common(exec_cfg: ExecutionConfig, run_dir: Path, executors: list, max_idletime: float = 120.0) -> Config:
@@ -94,7 +100,7 @@ def _venv_script(name: str) -> str:
 
 def _interchange_cmd() -> list[str]:
     """The interchange runs beside the driver, with the driver's interpreter."""
-    return [sys.executable, _venv_script("interchange.py")]
+    return [sys.executable, "-P", _venv_script("interchange.py")]   # -P: see SAFE_PATH
 
 
 def _set_interchange_cmd(executor: MPIExecutor) -> None:
@@ -116,7 +122,7 @@ def local_htex_config(exec_cfg: ExecutionConfig, run_dir: Path) -> Config:
         available_accelerators=gpus,
         cores_per_worker=site.cores_per_worker,
         # Workers and interchange are found through PATH; the venv need not be activated.
-        launch_cmd=f"{shlex.quote(sys.executable)} {shlex.quote(_venv_script('process_worker_pool.py'))} "
+        launch_cmd=f"{SAFE_PATH} {shlex.quote(sys.executable)} {shlex.quote(_venv_script('process_worker_pool.py'))} "
         + _DEFAULT_LAUNCH_ARGS,
         interchange_launch_cmd=_interchange_cmd(),
         provider=LocalProvider(init_blocks=1, min_blocks=0, max_blocks=1),
@@ -136,6 +142,9 @@ def _launch_args() -> str:
 
 
 _DEFAULT_LAUNCH_ARGS = _launch_args()
+#: a cluster node's worker pool: Parsl's default command (found through PATH there), without the
+#: working directory on sys.path of the pool and the workers it spawns
+_SAFE_LAUNCH_CMD = f"{SAFE_PATH} process_worker_pool.py {_DEFAULT_LAUNCH_ARGS}"
 
 
 def slurm_config(exec_cfg: ExecutionConfig, run_dir: Path) -> Config:
@@ -203,6 +212,7 @@ def _cluster_config(exec_cfg: ExecutionConfig, run_dir: Path, site: ClusterSite,
     workers = HighThroughputExecutor(
         label=WORKERS,
         address=_driver_address(site),
+        launch_cmd=_SAFE_LAUNCH_CMD,
         interchange_launch_cmd=_interchange_cmd(),
         max_workers_per_node=site.gpus_per_node or exec_cfg.workers,
         available_accelerators=site.gpus_per_node,
@@ -212,6 +222,7 @@ def _cluster_config(exec_cfg: ExecutionConfig, run_dir: Path, site: ClusterSite,
     train = MPIExecutor(
         label=TRAIN,
         address=_driver_address(site),
+        launch_cmd=_SAFE_LAUNCH_CMD,
         mpi_launcher=mpi_launcher,
         max_workers_per_block=1,
         provider=provider(site.train_nodes, 1, site.train_walltime, SimpleLauncher(),
@@ -282,7 +293,7 @@ def train_command(exec_cfg: ExecutionConfig, cli_args: list[str]) -> tuple[str, 
     args = " ".join(shlex.quote(a) for a in cli_args)
     per_node = exec_cfg.train_processes_per_node
     if exec_cfg.profile in ("local", "local-htex"):
-        python = shlex.quote(sys.executable)
+        python = f"{SAFE_PATH} {shlex.quote(sys.executable)}"
         if per_node == 1:
             return f"{python} -m workflow.cli train {args}", {}
         return (f"{python} -m torch.distributed.run --standalone --nproc_per_node={per_node} "
@@ -290,13 +301,14 @@ def train_command(exec_cfg: ExecutionConfig, cli_args: list[str]) -> tuple[str, 
     site = _site(exec_cfg)
     rendezvous = ('export MASTER_ADDR="${PARSL_MPI_NODELIST%%,*}"; '
                   f"export MASTER_PORT={MASTER_PORT}; ")
+    python = f"$PARSL_MPI_PREFIX {SAFE_PATH} python"
     if site.train_launcher == "torchrun":
-        command = (rendezvous + "$PARSL_MPI_PREFIX python -m torch.distributed.run "
+        command = (rendezvous + f"{python} -m torch.distributed.run "
                    f"--nnodes={site.train_nodes} --nproc_per_node={site.gpus_per_node or per_node} "
                    "--rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT "
                    f"-m workflow.cli train {args}")
         return command, {"num_nodes": site.train_nodes, "ranks_per_node": 1}
-    command = rendezvous + f"$PARSL_MPI_PREFIX python -m workflow.cli train {args}"
+    command = rendezvous + f"{python} -m workflow.cli train {args}"
     return command, {"num_nodes": site.train_nodes, "ranks_per_node": train_ranks_per_node(exec_cfg)}
 
 

@@ -12,6 +12,9 @@ from namsa.errors import UserError
 
 from .runner_io import require_directory
 
+#: the record of a reconstruction (workflow.reconstruct_maps): what marks an --out as an earlier result
+INFO_FILE = "reconstruction.json"
+
 
 #: bytes of RAM per GB of --memory-gb spent on the block being read and fitted (the rest holds the
 #: interpreter, torch, the model and the stitched maps)
@@ -44,7 +47,7 @@ def reconstruct(source: Any, model: str | Path, out_dir: str | Path, *,
     if not (isinstance(memory_gb, (int, float)) and memory_gb > 0):
         raise UserError(f"--memory-gb must be a positive number of GB, got {memory_gb!r}")
     out = require_directory(out_dir, make=False)  # made by the swap: a refused run leaves no trace
-    tmp = start_replacing(out, is_output_name)  # refuses an unwritable --out before any work
+    tmp = start_replacing(out, is_output_name, INFO_FILE)  # refuses an unwritable --out before any work
     try:
         return _reconstruct_into(tmp, out, source, model, calibrations or {}, memory_gb, pattern_transform)
     except BaseException:
@@ -162,15 +165,16 @@ def _write_and_swap(tmp: Path, out: Path, maps: Mapping[str, Any], pixel: tuple[
                     info: Mapping[str, Any]) -> dict[str, str]:
     """Write the maps into ``tmp`` and swap it into the place of ``out``; a failed write (disk full,
     file too large, permission) is one line and leaves the earlier result in ``out`` as it was."""
+    from .oserrors import ADVICE, OTHER_ADVICE
     from .reconstruct_maps import write_maps
     from .replace_out import finish_replacing
 
     try:
         files = write_maps(tmp, maps, pixel, info)
-        finish_replacing(tmp, out)
-    except OSError as exc:
-        raise UserError(f"writing the maps into --out {out} failed ({exc.strerror or exc}); free some space or "
-                        "choose another --out (an earlier result there is unchanged)") from None
+        finish_replacing(tmp, out, INFO_FILE)
+    except OSError as exc:   # the advice of the errno: a full disk is not the only cause
+        raise UserError(f"writing the maps into --out {out} failed ({exc.strerror or exc}); "
+                        f"{ADVICE.get(exc.errno or -1, OTHER_ADVICE)} (an earlier result there is unchanged)") from None
     return {name: str(out / Path(p).name) for name, p in files.items()}
 
 

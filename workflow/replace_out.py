@@ -11,14 +11,22 @@ result); elsewhere, or on a file system without it, the old result is renamed as
 aside siblings whose process is gone) are cleaned up by the next `start_replacing`; an aside
 copy whose ``out`` is missing (a kill between the two renames) is put back first.
 
-Only a directory that is empty or holds what an earlier run wrote (``owned`` names) is replaced:
-a user's ``--out .`` full of other files is refused, never deleted.
+Only a directory that is empty or holds what an earlier run wrote is replaced: ``owned`` names,
+and the command's ``marker`` file (its summary) among them, so that a user's own ``figures/`` or
+``potential.npy`` is refused, never deleted.
+
+In place: an ``out`` that cannot be renamed (a mount point, e.g. a container volume, or one whose
+parent is read-only) is detected before any work; the result is then written into
+``out/.namsa.tmp-<pid>`` and moved in entry by entry, the marker removed first and put back last,
+so a kill in between leaves a result without its marker, which the next run replaces. A swap that
+fails all the same with EXDEV or EBUSY (a mount point not seen) falls back to the same moves.
 """
 from __future__ import annotations
 
 import ctypes
 import errno
 import os
+import re
 import shutil
 import sys
 from contextlib import contextmanager
@@ -31,37 +39,48 @@ from stage.writerlock import pid_alive
 
 TMP_TAG = ".tmp-"
 OLD_TAG = ".old-"
+#: the lock file (workflow.outlock) of an ``out`` whose parent is read-only, and the prefix of an
+#: in-place temporary result: both live inside ``out`` and are never outputs
+INSIDE_LOCK = ".namsa-out.lock"
+INSIDE_TMP = f".namsa{TMP_TAG}"
+#: present while a result is moved in entry by entry: a kill then leaves outputs without their
+#: marker, which are still ours to replace
+MOVING = ".namsa-moving"
+#: what a swap across a mount boundary fails with
+_NOT_RENAMEABLE = (errno.EXDEV, errno.EBUSY)
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 
 
 @contextmanager
-def replaced_atomically(out: str | Path, owned: Callable[[str], bool]) -> Iterator[Path]:
-    """Yield an empty temporary sibling of ``out``; on a clean exit it replaces ``out`` as a whole,
+def replaced_atomically(out: str | Path, owned: Callable[[str], bool], marker: str | None = None) -> Iterator[Path]:
+    """Yield an empty temporary directory; on a clean exit its contents replace ``out`` as a whole,
     on an error it is removed and ``out`` is left as it was. A symlinked ``out`` is replaced at its
-    target, so the link keeps pointing where it did."""
+    target, so the link keeps pointing where it did. ``marker``: see `start_replacing`."""
     out = Path(os.path.abspath(out))
     if out.is_symlink():
         out = out.resolve()
-    tmp = start_replacing(out, owned)
+    tmp = start_replacing(out, owned, marker)
     try:
         yield tmp
     except BaseException:
         discard(tmp)
         raise
-    finish_replacing(tmp, out)
+    finish_replacing(tmp, out, marker)
 
 
-def start_replacing(out: str | Path, owned: Callable[[str], bool]) -> Path:
-    """An empty temporary sibling of ``out`` to write into; refuses an ``out`` that cannot be
-    written or that holds files an earlier run did not write (``owned(name)`` says which)."""
+def start_replacing(out: str | Path, owned: Callable[[str], bool], marker: str | None = None) -> Path:
+    """An empty temporary directory to write into (a sibling of ``out``, or inside it when ``out``
+    cannot be renamed); refuses an ``out`` that cannot be written or that holds files an earlier
+    run did not write: ``owned(name)`` says which names are outputs, and a non-empty ``out`` must
+    hold the ``marker`` file (the command's summary) to count as an earlier result."""
     out = Path(os.path.abspath(out))
     refuse_file_above(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         clean_leftovers(out)
-        _refuse_foreign_files(out, owned)
-        tmp = out.parent / f".{out.name}{TMP_TAG}{os.getpid()}"
+        _refuse_foreign_files(out, owned, marker)
+        tmp = out / f"{INSIDE_TMP}{os.getpid()}" if in_place(out) else out.parent / f".{out.name}{TMP_TAG}{os.getpid()}"
         _remove(tmp)
         tmp.mkdir()
     except OSError as exc:
@@ -70,19 +89,73 @@ def start_replacing(out: str | Path, owned: Callable[[str], bool]) -> Path:
     return tmp
 
 
-def finish_replacing(tmp: Path, out: str | Path) -> None:
+def in_place(out: Path) -> bool:
+    """Whether ``out`` must be filled in place: an existing directory that is a mount point or
+    whose parent this process cannot write (a rename of ``out`` itself would fail)."""
+    return out.is_dir() and (not os.access(out.parent, os.W_OK | os.X_OK) or is_mount_point(out))
+
+
+def is_mount_point(path: Path) -> bool:
+    """A mount point, bind mounts included (their device is the parent's, so ismount misses them)."""
+    if os.path.ismount(path):
+        return True
+    try:
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return False
+    real = os.path.realpath(path)
+    return any(len(f := line.split()) > 4 and _unescape(f[4]) == real for line in mounts)
+
+
+def _unescape(field: str) -> str:
+    """mountinfo writes space, tab, newline and backslash as octal escapes (\\040 ...)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def finish_replacing(tmp: Path, out: str | Path, marker: str | None = None) -> None:
     """Put the complete result ``tmp`` in the place of ``out`` and remove the old result."""
     out = Path(os.path.abspath(out))
-    if not (out.exists() or out.is_symlink()):
+    if tmp.parent == out:
+        _move_in(tmp, out, marker)
+    elif not (out.exists() or out.is_symlink()):
         os.rename(tmp, out)
-    elif _exchange(tmp, out):
-        _remove(tmp)  # now the old result
     else:
-        aside = out.parent / f".{out.name}{OLD_TAG}{os.getpid()}"
-        os.rename(out, aside)
-        os.rename(tmp, out)
-        _remove(aside)
+        try:
+            _swap(tmp, out)
+        except OSError as exc:
+            if exc.errno not in _NOT_RENAMEABLE:
+                raise
+            _move_in(tmp, out, marker)
     fsync_dir(out.parent)  # the swap survives a power cut, not only a kill
+
+
+def _swap(tmp: Path, out: Path) -> None:
+    if _exchange(tmp, out):
+        _remove(tmp)  # now the old result
+        return
+    aside = out.parent / f".{out.name}{OLD_TAG}{os.getpid()}"
+    os.rename(out, aside)
+    os.rename(tmp, out)
+    _remove(aside)
+
+
+def _move_in(tmp: Path, out: Path, marker: str | None) -> None:
+    """Replace the outputs in ``out`` by the entries of ``tmp`` one by one (``out`` stays where it
+    is); the old marker goes first and the new one comes last, so a half-moved result is never
+    taken for a finished one."""
+    (out / MOVING).touch()
+    old = [p for p in out.iterdir() if not _never_output(p.name)]
+    for path in sorted(old, key=lambda p: p.name != marker):
+        _remove(path)
+    for path in sorted(tmp.iterdir(), key=lambda p: p.name == marker):
+        shutil.move(str(path), str(out / path.name))   # a copy where a rename cannot cross a mount
+    _remove(tmp)
+    (out / MOVING).unlink()
+    fsync_dir(out)
+
+
+def _never_output(name: str) -> bool:
+    return name in (INSIDE_LOCK, MOVING) or name.startswith(INSIDE_TMP)
 
 
 def discard(tmp: Path) -> None:
@@ -95,9 +168,14 @@ def discard(tmp: Path) -> None:
 
 def clean_leftovers(out: Path) -> None:
     """Remove the temporary and aside siblings of ``out`` left by killed runs (their process is gone),
-    putting an aside result back first when ``out`` itself is missing."""
+    putting an aside result back first when ``out`` itself is missing; and in-place temporaries."""
     if not out.parent.is_dir():
         return
+    if out.is_dir():
+        for inside in out.iterdir():
+            prefix_pid = inside.name[len(INSIDE_TMP):]
+            if inside.name.startswith(INSIDE_TMP) and prefix_pid.isdigit() and not _alive(int(prefix_pid)):
+                _remove(inside)
     for sibling in sorted(out.parent.iterdir()):
         pid = _leftover_pid(sibling.name, out.name)
         if pid is None or _alive(pid):
@@ -131,10 +209,13 @@ def refuse_file_above(out: Path, flag: str = "--out") -> None:
             return
 
 
-def _refuse_foreign_files(out: Path, owned: Callable[[str], bool]) -> None:
+def _refuse_foreign_files(out: Path, owned: Callable[[str], bool], marker: str | None) -> None:
     if not out.is_dir():
         return
-    foreign = sorted(p.name for p in out.iterdir() if not owned(p.name))
+    names = sorted(p.name for p in out.iterdir() if not _never_output(p.name))
+    foreign = [name for name in names if not owned(name)]
+    if names and marker is not None and marker not in names and not (out / MOVING).exists():
+        foreign = foreign or names   # output names without the summary: not an earlier result of ours
     if foreign:
         raise UserError(f"--out {out} holds files this command did not write (e.g. {foreign[0]!r}) and would be "
                         "replaced as a whole; choose a new or empty directory (or an earlier output of this command)")

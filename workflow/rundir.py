@@ -75,17 +75,32 @@ class RunPaths:
         return self.root / "config.resolved.yaml"
 
     def check_parts(self) -> None:
-        """Refuse a run directory whose parts are symbolic links (see the class docstring)."""
+        """Refuse a symbolic link in the run directory: a part in `RUN_PARTS`, or anything at any
+        depth below one (logs/train.log, data/store-000, data/.claims/..., checkpoints/...), since
+        namsa writes and reads through all of them (see the class docstring)."""
         for name in RUN_PARTS:
             part = self.root / name
-            if not part.is_symlink():
-                continue
-            target = Path(os.readlink(part))
-            if name == "data" and self.data != part and (part.parent / target).resolve() == self.data:
-                continue   # the link namsa made to execution.data_dir
-            raise UserError(f"run directory {self.root}: {name} is a symbolic link to {target}; namsa reads and "
-                            f"writes only inside the run directory: replace the link by a directory (for stores "
-                            f"elsewhere set execution.data_dir), or choose another --out")
+            if part.is_symlink():
+                if self._own_data_link(part):
+                    continue   # the link namsa made to execution.data_dir: the configured place
+                self._refuse_link(part, "replace the link by a directory (for stores elsewhere set "
+                                        "execution.data_dir)")
+            elif part.is_dir():
+                self._refuse_links_below(part)
+
+    def _own_data_link(self, part: Path) -> bool:
+        return part.name == "data" and self.data != part and (part.parent / os.readlink(part)).resolve() == self.data
+
+    def _refuse_links_below(self, folder: Path) -> None:
+        for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+            for name in dirnames + filenames:
+                if os.path.islink(os.path.join(dirpath, name)):
+                    self._refuse_link(Path(dirpath, name), "replace the link by the file or folder itself")
+
+    def _refuse_link(self, link: Path, fix: str) -> None:
+        raise UserError(f"run directory {self.root}: {link.relative_to(self.root)} is a symbolic link to "
+                        f"{os.readlink(link)}; namsa reads and writes only inside the run directory: {fix}, "
+                        f"or choose another --out")
 
     def create(self) -> None:
         self.check_parts()
@@ -105,17 +120,33 @@ class RunPaths:
 
     def inside(self, text: Any, what: str) -> Path:
         """``text`` (a path read from a JSON file in the run directory) resolved, refused with one line
-        unless it lies inside the run directory."""
+        unless it lies inside the run directory.
+
+        Relative paths are relative to the run directory (what namsa writes, so the directory can be
+        moved); an absolute path of another place is read as the same path below this run directory
+        where that exists (a summary written before paths were relative, then moved with `mv`)."""
         if not isinstance(text, str) or not text.strip():
-            raise UserError(f"run directory {self.root}: {what} in a summary is {text!r}, not a path; delete the "
-                            f"summary file named in it (or the run directory) and rerun")
+            raise UserError(f"run directory {self.root}: {what} in a summary is {text!r}, not a path; a summary "
+                            f"namsa writes names a path: use the run directory as namsa wrote it, or choose "
+                            f"another --out")
         path = Path(text)
         resolved = (self.root / path).resolve() if not path.is_absolute() else path.resolve()
         if not resolved.is_relative_to(self.root):
+            resolved = self._moved(path)
+        if resolved is None:
             raise UserError(f"run directory {self.root}: {what} {text!r} in a summary lies outside the run "
-                            f"directory; namsa reads only inside it: delete the summary (or the run directory) "
-                            f"and rerun")
+                            f"directory; namsa reads only inside it: use the run directory as namsa wrote it, "
+                            f"or choose another --out")
         return resolved
+
+    def _moved(self, path: Path) -> Path | None:
+        """The longest tail of ``path`` that exists below the run directory (None if none does)."""
+        parts = path.parts[1:]
+        for start in range(len(parts)):
+            candidate = self.root.joinpath(*parts[start:]).resolve()
+            if candidate.is_relative_to(self.root) and candidate != self.root and candidate.exists():
+                return candidate
+        return None
 
 
 class FailureLog:

@@ -54,7 +54,8 @@ def measure_horovod(cfg: dict, ranks: int, problem: BenchProblem, steps: int, wa
         env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
         subprocess.run([str(horovodrun), "--gloo", "-np", str(ranks), "-H", f"localhost:{ranks}", sys.executable,
                         "-m", "models.distributed.tuning", "--horovod-worker", str(spec)],
-                       check=True, env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, timeout=timeout_s)
+                       check=True, env={**env, "OMP_NUM_THREADS": "1", "PYTHONSAFEPATH": "1"},   # -m: no cwd imports
+                       capture_output=True, timeout=timeout_s)
         results = [json.loads(Path(tmp, f"out.rank{r}.json").read_text()) for r in range(ranks)]
     return {**results[0], "step_s": max(r["step_s"] for r in results)}
 

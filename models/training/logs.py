@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stage.nofollow import open_no_follow
+
 from ..flops import step_flops
 
 METRICS_FILE = "metrics.csv"
@@ -65,7 +67,7 @@ class MetricsLog:
             self.tb = SummaryWriter(str(self.out / "logs" / "tensorboard"), purge_step=step + 1)
         path = self.out / METRICS_FILE
         if not path.exists():
-            with open(path, "w", newline="") as fh:
+            with open_no_follow(path, "w", newline="") as fh:
                 csv.writer(fh).writerow(METRIC_COLUMNS)
 
     def progress(self, row: dict[str, Any]) -> None:
@@ -78,7 +80,7 @@ class MetricsLog:
     def log(self, row: dict[str, Any]) -> None:
         if not self.ctx.is_main:
             return
-        with open(self.out / METRICS_FILE, "a", newline="") as fh:
+        with open_no_follow(self.out / METRICS_FILE, "a", newline="") as fh:   # a planted link is not followed
             csv.writer(fh).writerow(["" if row.get(c) is None else row.get(c) for c in METRIC_COLUMNS])
         if self.tb is not None:
             for name in METRIC_COLUMNS[2:]:
