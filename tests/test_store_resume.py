@@ -205,3 +205,17 @@ def test_a_store_with_samples_of_other_settings_is_still_refused(tmp_path):
         stage.StoreWriter(store, config_hash=CONFIG_HASH, data_cfg=stage.DataConfig(split_seed=5))
     with pytest.raises(UserError, match="holds samples of other physics"):
         data_runners.check_same_physics(tmp_path, "e" * 64)
+
+
+def test_a_store_planted_as_a_link_in_a_received_out_is_refused_and_its_target_untouched(tmp_path, capsys):
+    """`namsa simulate --out DIR` where DIR came from someone else: DIR/store-000 linked to a folder outside
+    is not written through (issue 32: nothing written outside the output, whatever links it holds)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    out = tmp_path / "received"
+    out.mkdir()
+    (out / "store-000").symlink_to(outside)
+    rc = main(["simulate", MICRO, "--out", str(out), "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "store-000 is a symbolic link" in err[0], err
+    assert list(outside.iterdir()) == []

@@ -7,6 +7,7 @@ the Parsl driver stay light.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import threading
 import time
@@ -187,6 +188,9 @@ def open_free_writer(store_dir: str | Path, physics_hash: str, data_cfg: "DataCo
     store_dir = Path(store_dir)
     for k in range(FREE_STORE_TRIES + 1):
         path = store_dir if k == 0 else store_dir.with_name(f"{store_dir.name}-{k}")
+        if path.is_symlink():   # a received --out must not write through a link into someone else's folder
+            raise stage.StoreError(f"{path} is a symbolic link (to {os.readlink(path)}); namsa writes a store only "
+                                   "into a real directory inside --out: remove the link or choose another --out")
         try:
             return stage.StoreWriter(path, config_hash=physics_hash, data_cfg=data_cfg)
         except stage.StoreLockedError:
