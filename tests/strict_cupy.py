@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 import types
+import weakref
 from typing import Any
 
 import numpy as np
@@ -96,6 +97,36 @@ def _wrap(value: Any) -> Any:
     return value
 
 
+class DeviceMemory:
+    """Bytes held by live stand-in arrays that own their memory (views count nothing), and the peak
+    since the last ``reset``: what a batch really keeps alive at once, measured, for the batch plan."""
+
+    live = 0
+    peak = 0
+    _owners: dict[int, int] = {}
+    _lock = threading.Lock()
+
+    @classmethod
+    def reset(cls) -> None:
+        with cls._lock:
+            cls.peak = cls.live
+
+    @classmethod
+    def track(cls, a: np.ndarray) -> None:
+        if a.base is not None or id(a) in cls._owners:
+            return
+        with cls._lock:
+            cls._owners[id(a)] = a.nbytes
+            cls.live += a.nbytes
+            cls.peak = max(cls.peak, cls.live)
+        weakref.finalize(a, cls._release, id(a))
+
+    @classmethod
+    def _release(cls, key: int) -> None:
+        with cls._lock:
+            cls.live -= cls._owners.pop(key, 0)
+
+
 class DeviceArray(np.lib.mixins.NDArrayOperatorsMixin):
     """A "device" array: a numpy array that refuses to meet host arrays (see the module docstring)."""
 
@@ -103,6 +134,7 @@ class DeviceArray(np.lib.mixins.NDArrayOperatorsMixin):
 
     def __init__(self, a: np.ndarray):
         self._a = a
+        DeviceMemory.track(a)
         object.__setattr__(self, "device", current_device())   # where it was made, as a cupy array's .device
 
     # -- what cupy refuses ------------------------------------------------------------------------

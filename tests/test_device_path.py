@@ -14,6 +14,7 @@ import strict_cupy
 from namsa.config import SimulationConfig
 from namsa.detector import pattern_rebinner
 from namsa.library import get
+from namsa.multislice import BYTES_PER_PROBE_PIXEL, bytes_per_probe
 from namsa.scan_simulation import prepare_simulation
 from namsa.supercell import orient_supercell
 
@@ -97,7 +98,7 @@ def test_gpu_batches_follow_the_free_device_memory_not_a_fixed_cap(monkeypatch, 
     monkeypatch.setattr(strict_cupy._Device, "free_bytes", 400 << 20)
     tight = prepare_simulation(si110, sampling_A=0.1, method="multislice", device="cuda", n_positions=many,
                                memory_budget_gb=64.0, **OPTICS)
-    per_probe = 20 * tight.grid.gpts[0] * tight.grid.gpts[1]
+    per_probe = bytes_per_probe(tight.grid.gpts)
     assert 64 < tight.batch_size < many and tight.batch_size * per_probe < 0.8 * (400 << 20)
     cpu = prepare_simulation(si110, sampling_A=0.1, method="multislice", n_positions=many, workers=1, **OPTICS)
     assert cpu.batch_size <= 64   # the CPU keeps its cache-sized cap
@@ -222,3 +223,24 @@ def test_the_bloch_classes_run_as_one_batch_per_slice_on_the_device(monkeypatch)
     assert c2 >= 2 * c1 and slices2 == slices >= 3
     assert batch2 == batch1
     assert built2 - built1 < 2 * slices * (c2 - c1)   # per class and slice it was 4
+
+
+def _batch_peak_bytes(structure, batch: int) -> tuple[float, int]:
+    """(peak device bytes a run of one ``batch`` of probes adds, grid pixels) on the stand-in."""
+    sim = prepare_simulation(structure, sampling_A=0.1, slice_thickness_A=2.0, device="cuda", method="multislice",
+                             n_positions=batch, max_batch=batch, workers=1, **OPTICS)
+    positions = np.random.default_rng(0).uniform(0.0, 8.0, (batch, 2))
+    strict_cupy.DeviceMemory.reset()
+    before = strict_cupy.DeviceMemory.live
+    sim.run(positions, lambda a: a.sum(axis=0, keepdims=True), device_reducer=True)
+    return strict_cupy.DeviceMemory.peak - before, sim.grid.gpts[0] * sim.grid.gpts[1]
+
+
+def test_the_batch_plan_holds_what_a_batch_really_keeps_alive(monkeypatch, si110):
+    """The multislice batch plan's bytes per probe and pixel (namsa.multislice.BYTES_PER_PROBE_PIXEL) is at
+    least what one more probe in a batch really keeps alive at the peak, measured on the stand-in's
+    arrays (each cupy operation's result is an allocation there too); it used to count 20 against ~32."""
+    strict_cupy.install(monkeypatch)
+    (small, n), (large, _) = _batch_peak_bytes(si110, 2), _batch_peak_bytes(si110, 10)
+    marginal = (large - small) / (8 * n)   # bytes per probe and pixel
+    assert 20 < marginal <= BYTES_PER_PROBE_PIXEL, marginal

@@ -169,6 +169,34 @@ def test_cpu_and_gpu_agree_to_float32_precision(si110):
     assert rel_l2(fast_gpu, cpu) < 1e-5
 
 
+@pytest.mark.gpu
+def test_the_batch_plan_holds_what_a_gpu_batch_really_uses(si110):
+    """On a real GPU: the bytes one more probe in a batch adds to cupy's memory pool at the peak of its run
+    (read in the reducer, when the wave, the exit wave, the intensity and cuFFT's plans with their work
+    areas are all alive) stay within namsa.multislice.BYTES_PER_PROBE_PIXEL."""
+    import cupy
+
+    from namsa.multislice import BYTES_PER_PROBE_PIXEL
+    from namsa.scan_simulation import prepare_simulation
+
+    pool = cupy.get_default_memory_pool()
+    used = {}
+    for batch in (2, 10):
+        sim = prepare_simulation(si110, sampling_A=0.06, slice_thickness_A=1.92, device="cuda", method="multislice",
+                                 n_positions=batch, max_batch=batch, **OPTICS)
+        positions = np.random.default_rng(0).uniform(0.0, 8.0, (batch, 2))
+        cupy.fft.config.get_plan_cache().clear()
+        pool.free_all_blocks()
+        before = pool.used_bytes()
+        peak = []
+        sim.run(positions, lambda a: peak.append(pool.used_bytes()) or a.sum(axis=0, keepdims=True), device_reducer=True)
+        used[batch] = (max(peak) - before, sim.grid.gpts[0] * sim.grid.gpts[1])
+    (small, n), (large, _) = used[2], used[10]
+    marginal = (large - small) / (8 * n)
+    print(f"measured {marginal:.1f} bytes per probe and pixel (plan: {BYTES_PER_PROBE_PIXEL})")
+    assert marginal <= BYTES_PER_PROBE_PIXEL, marginal
+
+
 def test_periodic_path_reproduces_probe_by_probe_multislice():
     """The plane-wave S-matrix on one tile (namsa.periodic) equals probe-by-probe multislice: to float32
     round-off when the grid divides into tiles, and to ~1e-3 otherwise (the transmission function is then
