@@ -53,7 +53,7 @@ SCALING_STEPS ?= 4800
 
 # Publish the study's reconstructor as the shipped pretrained:study-scan (models/pretrained/).
 pretrained: study
-	$(PY) -m workflow.pretrained runs/study study-scan
+	$(VENV)/bin/namsa publish runs/study study-scan --into-package
 
 test: venv horovod-cached
 	$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc

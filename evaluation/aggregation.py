@@ -9,7 +9,8 @@ import numpy as np
 
 from . import metrics as M
 from .config import EvaluationConfig
-from .scoring import ELEMENT_CLASSES, METHODS, TIMED_METHODS
+from .methods import ICOM, NETWORK, REGISTRY
+from .scoring import ELEMENT_CLASSES
 from .verdict import HEADLINE_METRICS
 
 #: whole-map metrics, in the order the report shows them; True = higher is better.
@@ -64,6 +65,18 @@ def class_aggregates(records: list[dict], target: str, cfg: EvaluationConfig) ->
             if (rows := [r for r in records if r.get("element_class") == name])}
 
 
+def subset_aggregates(records: list[dict], target: str, cfg: EvaluationConfig) -> dict[str, tuple[dict, dict]]:
+    """{subset method: (`aggregate`, `class_aggregates`) of only the records it was scored on} for each
+    method with a subset rule (`methods.Method.subset`) present: the network's scores on the same
+    samples, which its verdict is decided on."""
+    out = {}
+    for m in REGISTRY:
+        rows = [r for r in records if m.subset is not None and m.name in r["metrics"][target]]
+        if rows:
+            out[m.name] = (aggregate(rows, target, cfg), class_aggregates(rows, target, cfg))
+    return out
+
+
 def _interval(values: list[float | None], materials: list[str], cfg: EvaluationConfig) -> dict[str, Any]:
     ci = M.bootstrap_ci(values, n_resamples=cfg.n_bootstrap, level=cfg.ci_level, seed=cfg.seed,
                         groups=materials).as_dict()
@@ -90,8 +103,8 @@ def breakdown(records: list[dict], target: str, key: str, cfg: EvaluationConfig)
 def network_vs_icom(records: list[dict], target: str, cfg: EvaluationConfig) -> dict[str, Any]:
     """Where the network beats iCoM (lower relative L2), overall and per element and thickness class."""
     def summary(rows: list[dict]) -> dict[str, Any]:
-        both = [(r["metrics"][target]["network"]["physical"]["rel_l2"],
-                 r["metrics"][target]["icom"]["physical"]["rel_l2"]) for r in rows if "icom" in r["metrics"][target]]
+        both = [(r["metrics"][target][NETWORK]["physical"]["rel_l2"],
+                 r["metrics"][target][ICOM]["physical"]["rel_l2"]) for r in rows if ICOM in r["metrics"][target]]
         pairs = [(n, i) for n, i in both if _finite(n) and _finite(i)]  # a missing value is no win and no loss
         if not pairs:
             return {"n": 0, "network_wins": 0, "win_rate": None, "mean_rel_l2_gap": None, "n_missing": len(both)}
@@ -111,7 +124,7 @@ def network_vs_icom(records: list[dict], target: str, cfg: EvaluationConfig) -> 
 def compute_seconds(records: list[dict]) -> dict[str, dict[str, float]]:
     """seconds[method] = {mean, median, max, total, n} of the per-sample compute times."""
     out = {}
-    for method in TIMED_METHODS:
+    for method in (m.name for m in REGISTRY if m.timed):
         values = [r["seconds"][method] for r in records if r["seconds"].get(method) is not None]
         if values:
             out[method] = {"mean": float(np.mean(values)), "median": float(np.median(values)),
@@ -122,13 +135,14 @@ def compute_seconds(records: list[dict]) -> dict[str, dict[str, float]]:
 def worst_records(records: list[dict], target: str, k: int) -> list[dict]:
     """The ``k`` records with the largest network relative L2 on ``target`` (missing values last)."""
     def err(r: dict) -> float:
-        v = r["metrics"][target]["network"]["physical"]["rel_l2"]
+        v = r["metrics"][target][NETWORK]["physical"]["rel_l2"]
         return v if _finite(v) else -math.inf
     return sorted(records, key=err, reverse=True)[:k]
 
 
 def methods_present(records: list[dict], targets: list[str]) -> dict[str, list[str]]:
-    return {t: [m for m in METHODS if any(m in r["metrics"][t] for r in records)] for t in targets}
+    """{target: the names of the methods scored on it, in the registry's order}."""
+    return {t: [m.name for m in REGISTRY if any(m.name in r["metrics"][t] for r in records)] for t in targets}
 
 
 def _mean_finite(values: list[float | None]) -> float | None:

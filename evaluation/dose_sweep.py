@@ -4,8 +4,9 @@ A microscope's scan carries counts, not the noise-free intensities the simulator
 dose of ``evaluation.doses`` (electrons / Angstrom^2) every evaluated sample's patterns are replaced
 by Poisson counts at that dose (`stage.dose.add_shot_noise`, the loader's own noise model) drawn
 from a stream fixed by (seed, dose, sample id), so the network, iCoM and the mean image are scored
-on the very same noisy data, and a rerun draws the same noise. Ptychography is left out here (it
-costs seconds to minutes per sample and dose); the verdict at each dose is the same rule as the
+on the very same noisy data, and a rerun draws the same noise. The methods whose record says
+``dose_sweep=False`` (`evaluation.methods`: the ptychographies, seconds to minutes per sample and
+dose) are left out here; the verdict at each dose is the same rule as the
 headline's (`verdict.all_verdicts`: material-level intervals, per element class).
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ from stage.dose import add_shot_noise, augmentation_rng, scan_step_area_A2
 
 from .aggregation import aggregate, class_aggregates, headline_of
 from .config import EvaluationConfig
+from .methods import ICOM, REGISTRY
 from .scoring import score_all
 from .verdict import all_verdicts
 
@@ -43,10 +45,11 @@ def dose_sweep(cfg: EvaluationConfig, stores: Any, indices: list[int], rec: Any,
                mean_maps: dict[str, np.ndarray] | None, absent: dict[str, str]) -> list[dict[str, Any]]:
     """One entry per dose of ``cfg.doses``: {dose_e_per_A2, n_samples, headline[target][method][metric]
     (physical units, mean over samples), aggregates, verdicts (as the headline's)}."""
-    quiet = cfg.model_copy(update={"ptycho": False, "multislice_ptycho": None, "n_panels": 0})
+    quiet = cfg.model_copy(update={"n_panels": 0})
+    swept = tuple(m for m in REGISTRY if m.dose_sweep)   # costly reconstructions are left out
     sweep = []
     for dose in cfg.doses:
-        records, _ = score_all(quiet, NoisyStores(stores, dose, cfg.seed), indices, rec, targets, mean_maps)
+        records, _ = score_all(quiet, NoisyStores(stores, dose, cfg.seed), indices, rec, targets, mean_maps, swept)
         aggregates = {t: aggregate(records, t, quiet) for t in targets}
         by_class = {t: class_aggregates(records, t, quiet) for t in targets}
         verdicts = all_verdicts(aggregates, intervals=cfg.n_bootstrap > 0, ci_level=cfg.ci_level,
@@ -63,7 +66,7 @@ def dose_lines(sweep: list[dict[str, Any]], target: str = "potential") -> list[s
     for entry in sweep:
         errors = {m: v.get("rel_l2") for m, v in entry["headline"].get(target, {}).items()}
         text = ", ".join(f"{m} {e:.3f}" for m, e in errors.items() if e is not None)
-        verdict = entry["verdicts"].get(target, {}).get("icom", {}).get("overall_sentence", "")
+        verdict = entry["verdicts"].get(target, {}).get(ICOM, {}).get("overall_sentence", "")
         lines.append(f"  at {entry['dose_e_per_A2']:g} e/A^2 ({target} rel. L2): {text}"
                      + (f"; {verdict}" if verdict else ""))
     return lines

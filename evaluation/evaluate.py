@@ -20,10 +20,11 @@ from stage.jsonfile import write_json_atomic
 
 from . import figures, report
 from .aggregation import (aggregate, breakdown, class_aggregates, compute_seconds, headline_of, methods_present,
-                          missing_metrics, network_vs_icom, worst_records)
+                          missing_metrics, network_vs_icom, subset_aggregates, worst_records)
 from .baselines import mean_training_targets
 from .config import EvaluationConfig
 from .dose_sweep import dose_sweep
+from .methods import ICOM, MEAN, REGISTRY, method
 from .scoring import jsonable, recompute, score_all
 from .verdict import all_verdicts
 
@@ -39,8 +40,8 @@ class EvaluationInputError(UserError):
 class EvalResult:
     """What `evaluate` wrote and its headline numbers.
 
-    headline[target][method] = {metric: mean over samples} (physical units), methods
-    ``network``, ``mean``, ``icom``, ``ptycho`` where computed.
+    headline[target][method] = {metric: mean over samples} (physical units) of every method of
+    `methods.REGISTRY` computed.
     verdicts[target][baseline] = `verdict.all_verdicts`' entry: `verdict.Verdict.as_dict()` of the
     overall verdict (``beats``, ``status``, ...) with ``by_class`` (per element class),
     ``overall_sentence`` and ``sentence`` (overall then per class: what is printed).
@@ -99,14 +100,17 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
     aggregates = {t: aggregate(records, t, eval_cfg) for t in targets}
     breakdowns = {t: {key: breakdown(records, t, key, eval_cfg) for key in report.BREAKDOWN_KEYS}
                   for t in targets}
-    versus = {t: network_vs_icom(records, t, eval_cfg) for t in targets if eval_cfg.icom and t == "potential"}
+    icom = method(ICOM)
+    versus = {t: network_vs_icom(records, t, eval_cfg) for t in targets
+              if icom.enabled(eval_cfg) and t in icom.targets}
     headline = headline_of(aggregates)
     by_class = {t: class_aggregates(records, t, eval_cfg) for t in targets}
     verdicts = all_verdicts(aggregates, intervals=eval_cfg.n_bootstrap > 0, ci_level=eval_cfg.ci_level,
-                            by_class=by_class, absent=absent)
+                            by_class=by_class, absent=absent,
+                            paired={t: subset_aggregates(records, t, eval_cfg) for t in targets})
     timings = compute_seconds(records)
     missing = missing_metrics(records, targets)
-    csv_path = _find_metrics_csv(train_metrics_csv, Path(model_dir), rec.card)
+    csv_path = _find_metrics_csv(train_metrics_csv, Path(model_dir), rec.card.metrics_csv)
     figs = figures.draw_all(fig_dir, records, kept, targets, eval_cfg,
                             first=[r["index"] for r in records[: eval_cfg.n_panels]],
                             worst=worst, metrics_csv=csv_path)
@@ -115,7 +119,7 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
         "seconds": round(time.time() - started, 2),
         "config": eval_cfg.model_dump(),
         "model_dir": str(Path(model_dir).resolve()),
-        "model_card": jsonable(rec.card),
+        "model_card": rec.card.to_json(),
         "normalizer": rec.normalizer.to_dict() if hasattr(rec.normalizer, "to_dict") else None,
         "data": data_info,
         "targets": targets,
@@ -143,7 +147,7 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
                       doses, missing)
 
 
-CONVENTIONS = {
+_GENERAL_CONVENTIONS = {
     "physical_units": {"potential": "V*Angstrom (projected potential)",
                        "density": "electrons/Angstrom^2 (projected electron density)"},
     "normalized_units": "(y - mean) / std with the target statistics of the training split (the model's Normalizer)",
@@ -161,16 +165,11 @@ CONVENTIONS = {
     "ci": "percentile bootstrap of the mean over materials: materials resampled with replacement, each "
           "bringing all of its samples (a material's samples are not independent); fewer than 2 materials "
           "give no interval",
-    "icom_fit": "iCoM map scaled and offset to the truth by least squares per sample with scale >= 0 (a map "
-                "that would need a negative scale gets scale 0: the best constant); uses the truth for these "
-                "2 scalars only; signed_scale is the unconstrained least-squares scale (negative: the map was "
-                "anti-correlated with the truth)",
-    "ptycho_fit": "single-slice ptychography (py4DSTEM) phase / interaction constant, scaled and offset to "
-                  "the truth as icom_fit (scale >= 0, signed_scale beside it; uses the truth for these 2 "
-                  "scalars only); iterations run and converged (stopped by the data-error rule, not the cap)",
-    "multislice_ptycho_fit": "multislice ptychography (py4DSTEM; n_slices of slice_thickness_A from the sample's "
-                             "thickness), slices' phases summed / interaction constant, fitted as ptycho_fit; "
-                             "computed on a subset only (subset says which), so its aggregates' n is smaller",
+}
+#: what metrics.json's names mean: the general ones, each fitted method's ``<name>_fit``, then the rest
+CONVENTIONS = {
+    **_GENERAL_CONVENTIONS,
+    **{f"{m.name}_fit": m.fit_convention for m in REGISTRY if m.fitted},
     "verdict": "the network 'beats' a baseline only when it is better on every headline metric (rel_l2, "
                "psnr_db, ssim, pearson_r; physical units) with non-overlapping material-level bootstrap "
                "intervals; decided overall and per element class (light: every element Z <= 14; heavy: the "
@@ -192,9 +191,9 @@ CONVENTIONS = {
 def _absent_baselines(cfg: EvaluationConfig, mean_maps: dict | None) -> dict[str, str]:
     """{baseline: why it is absent} for the mean baseline when it could not be or was not computed."""
     if not cfg.mean_baseline:
-        return {"mean": "not computed (evaluation.mean_baseline is off)"}
+        return {MEAN: "not computed (evaluation.mean_baseline is off)"}
     if mean_maps is None:
-        return {"mean": "not computed: the evaluated stores hold no training samples to average (a mean of the "
+        return {MEAN: "not computed: the evaluated stores hold no training samples to average (a mean of the "
                         "evaluated samples' own targets would use the truth it is scored against); evaluate with "
                         "the training stores beside them to get it"}
     return {}
@@ -231,7 +230,7 @@ def _data_summary(stores: Any, data_cfg: Any, split: str) -> dict[str, Any]:
     }
 
 
-def _find_metrics_csv(given: str | Path | None, model_dir: Path, card: dict | None) -> Path | None:
+def _find_metrics_csv(given: str | Path | None, model_dir: Path, card_csv: str | None) -> Path | None:
     """The training metrics CSV for the learning-curve figure.
 
     ``given`` (the caller's, e.g. the DAG's) is used as given. A model directory is a file someone
@@ -249,8 +248,8 @@ def _find_metrics_csv(given: str | Path | None, model_dir: Path, card: dict | No
     model_dir = Path(model_dir)
     homes = [model_dir.resolve()]
     candidates = []
-    if isinstance(card, dict) and isinstance(card.get("metrics_csv"), str) and card["metrics_csv"].strip():
-        name = Path(card["metrics_csv"].replace("\\", "/")).name
+    if card_csv and card_csv.strip():
+        name = Path(card_csv.replace("\\", "/")).name
         if name not in ("", ".", ".."):
             candidates.append(model_dir / name)
     candidates.append(model_dir / "metrics.csv")

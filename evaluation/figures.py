@@ -22,9 +22,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-METHOD_LABELS = {"network": "network", "mean": "mean training target", "icom": "iCoM (LS-scaled)",
-                 "ptycho": "ptychography (LS-scaled)"}
-METHOD_COLORS = {"network": "tab:blue", "mean": "tab:gray", "icom": "tab:orange", "ptycho": "tab:green"}
+from .methods import NETWORK, REGISTRY, in_panel_order, method, names
+
 #: legend text of the training metrics CSV's loss columns (models.training.logs.METRIC_COLUMNS): what each is.
 LOSS_LABELS = {
     "train_loss": "train_loss: Huber on standardised targets (data term)",
@@ -127,7 +126,7 @@ def sample_panel_figure(kept: dict[str, Any], target: str, record: dict[str, Any
     """Two rows: a few CBED patterns (log scale, one colour scale, mrad), then truth, network and
     baselines (one colour scale, the truth's range) and network - truth (Angstrom scale bars)."""
     maps, meta = kept["maps"][target], kept["meta"]
-    methods = [m for m in ("network", "icom", "ptycho", "mean") if m in maps]
+    methods = [m.name for m in in_panel_order() if m.name in maps]
     cbeds = list(kept["cbed"].items())
     n_maps = len(methods) + 2
     fig = Figure(figsize=(_width(1.9 * n_maps + 0.9), 5.4 if cbeds else 2.9), layout="constrained")
@@ -167,9 +166,9 @@ def _map_row(fig: Any, maps: dict[str, np.ndarray], methods: list[str], target: 
         if record is not None and m in record["metrics"][target]:
             r = record["metrics"][target][m]["physical"]["rel_l2"]
             score = f"\nrel L2 {r:.3f}" if r is not None else ""
-        _show_map(ax, maps[m], METHOD_LABELS[m] + score, extent, "Å", vmin=lo, vmax=hi)
+        _show_map(ax, maps[m], method(m).figure_label + score, extent, "Å", vmin=lo, vmax=hi)
     _colorbar(fig, im, list(axes[:-1]), f"{QUANTITY_LABELS.get(target, target)} ({unit})")
-    diff = maps["network"] - truth
+    diff = maps[NETWORK] - truth
     lim = float(np.abs(diff).max()) or 1.0
     err = _show_map(axes[-1], diff, "network − truth", extent, "Å", cmap="RdBu_r", vmin=-lim, vmax=lim)
     _colorbar(fig, err, axes[-1], f"error ({unit})")
@@ -178,7 +177,7 @@ def _map_row(fig: Any, maps: dict[str, np.ndarray], methods: list[str], target: 
 def metric_values(records: list[dict], target: str, metric: str) -> dict[str, list[float]]:
     """{method: finite per-sample values of ``metric``} (physical units) for every method present."""
     series = {m: [r["metrics"][target][m]["physical"][metric] for r in records if m in r["metrics"][target]]
-              for m in METHOD_LABELS}
+              for m in names()}
     return {m: finite for m, vals in series.items() if (finite := [v for v in vals if v is not None and math.isfinite(v)])}
 
 
@@ -199,7 +198,8 @@ def error_histograms(path: Path, records: list[dict], target: str, metric: str =
     ax = fig.subplots()
     bins = np.linspace(min(every), max(every), min(21, len(every) + 1))
     for m, vals in finite.items():
-        ax.hist(vals, bins=bins, alpha=0.55, label=f"{METHOD_LABELS[m]} (n={len(vals)})", color=METHOD_COLORS[m])
+        ax.hist(vals, bins=bins, alpha=0.55, label=f"{method(m).figure_label} (n={len(vals)})",
+                color=method(m).colour)
     ax.set_xlabel(f"{metric} ({target}, physical units)")
     ax.set_ylabel("samples")
     ax.legend(fontsize=MIN_FONT_PT)
@@ -217,15 +217,15 @@ def error_vs_thickness(path: Path, records: list[dict], target: str) -> Path | N
     ax = fig.subplots()
     classes = sorted({r["z_class"] for r in records})
     markers = {zc: "osd^v"[i % 5] for i, zc in enumerate(classes)}
-    methods = [m for m in METHOD_LABELS if any(m in r["metrics"][target] for r in records)]
+    methods = [m for m in REGISTRY if any(m.name in r["metrics"][target] for r in records)]
     for m in methods:
         for zc in classes:
-            xy = [(r["thickness_A"], r["metrics"][target][m]["physical"]["rel_l2"]) for r in records
-                  if r["z_class"] == zc and m in r["metrics"][target]]
+            xy = [(r["thickness_A"], r["metrics"][target][m.name]["physical"]["rel_l2"]) for r in records
+                  if r["z_class"] == zc and m.name in r["metrics"][target]]
             xy = [(t, e) for t, e in xy if t is not None and e is not None]
             if xy:
-                ax.scatter(*zip(*xy), color=METHOD_COLORS[m], marker=markers[zc], s=24, alpha=0.75)
-    handles = [Line2D([], [], color=METHOD_COLORS[m], marker="o", ls="", label=METHOD_LABELS[m]) for m in methods]
+                ax.scatter(*zip(*xy), color=m.colour, marker=markers[zc], s=24, alpha=0.75)
+    handles = [Line2D([], [], color=m.colour, marker="o", ls="", label=m.figure_label) for m in methods]
     handles += [Line2D([], [], color="k", marker=markers[zc], ls="", label=zc) for zc in classes]
     ax.legend(handles=handles, fontsize=MIN_FONT_PT, loc="center left", bbox_to_anchor=(1.02, 0.5))
     ax.set_xlabel("thickness (Å)")
@@ -306,11 +306,11 @@ def scaling_curve(path: Path, n_train: Sequence[int], value: Sequence[float | No
         n, v, lo, hi = (np.array(a, dtype=float) for a in zip(*pts))
         lo = np.where(np.isnan(lo), v, lo)
         hi = np.where(np.isnan(hi), v, hi)
-        ax.errorbar(n, v, yerr=[v - lo, hi - v], marker="o", capsize=3, color=METHOD_COLORS["network"],
+        ax.errorbar(n, v, yerr=[v - lo, hi - v], marker="o", capsize=3, color=method(NETWORK).colour,
                     label="network (test, mean ± CI)")
     for name, ref in (references or {}).items():
         if ref is not None:
-            ax.axhline(ref, ls="--", color=METHOD_COLORS.get(name, "k"), label=METHOD_LABELS.get(name, name))
+            ax.axhline(ref, ls="--", color=method(name).colour, label=method(name).figure_label)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("training samples")
     ax.set_ylabel(f"test {metric} ({target})")

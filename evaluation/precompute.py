@@ -2,7 +2,7 @@
 (they do not depend on it), e.g. while the candidates train; `namsa evaluate` with the same config then
 reads them back instead of iterating again.
 
-    python -m workflow.precompute CONFIG --data DATA [--set KEY=VALUE ...]
+    namsa precompute CONFIG --data DATA [--set KEY=VALUE ...]
 
 Uses the config's evaluation section (split, ptycho settings, multislice_ptycho, max_samples,
 baseline_cache) and picks the multislice subset as `namsa evaluate` does (the first eligible samples
@@ -18,7 +18,8 @@ import numpy as np
 from namsa.errors import UserError
 
 from .config import EvaluationConfig
-from .scoring import MultisliceQuota, ptychography
+from .methods import REGISTRY
+from .scoring import subset_rules
 
 
 def precompute(cfg: EvaluationConfig, data_dirs: list[str | Path]) -> int:
@@ -27,12 +28,18 @@ def precompute(cfg: EvaluationConfig, data_dirs: list[str | Path]) -> int:
 
     if cfg.baseline_cache is None:
         raise UserError("evaluation.baseline_cache is not set: name the directory to fill (--set evaluation.baseline_cache=DIR)")
-    quota = MultisliceQuota(cfg)
+    # the methods whose maps are cached; their subset rules pick samples as `namsa evaluate` does
+    cached = [m for m in REGISTRY if m.runner is not None and m.settings is not None and m.enabled(cfg)]
+    subsets = subset_rules(cfg, [t for m in cached for t in m.targets], tuple(cached))
     with open_stores(data_dirs) as stores:
         indices = stores.indices(cfg.split_filter())[: cfg.max_samples]
         for n, index in enumerate(indices, 1):
             sample = stores[index]
             started = time.perf_counter()
-            ptychography(cfg, sample, np.asarray(sample.potential, np.float32), quota.take(sample.meta))
+            due = {name for name, rule in subsets.items() if rule.take(sample.meta)}
+            for m in cached:
+                if m.subset is None or m.name in due:
+                    for t in m.targets:
+                        m.compute(cfg, sample, np.asarray(getattr(sample, t), np.float32))
             print(f"{n}/{len(indices)} {sample.meta['sample_id']}: {time.perf_counter() - started:.1f} s", flush=True)
     return len(indices)

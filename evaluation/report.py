@@ -15,6 +15,7 @@ from . import figures
 from .card_view import card_rows, text
 from .html_parts import ci as _ci, esc as _e, figure as _figure, num as _num, table as _table
 from .material_ids import describe_material
+from .methods import NETWORK, baselines, method, names
 from .report_doses import dose_section
 from .report_samples import materials_section, samples_section, worst_section
 from .verdict import HEADLINE_METRICS, study_reference
@@ -27,9 +28,6 @@ BREAKDOWN_KEYS: dict[str, str] = {
     "heaviest_element": "heaviest element",
     "thickness_class": "thickness",
 }
-METHOD_NAMES = {"network": "network", "mean": "mean training target", "icom": "iCoM (least-squares scaled)",
-                "ptycho": "ptychography (py4DSTEM, least-squares scaled)",
-                "multislice_ptycho": "multislice ptychography (py4DSTEM, least-squares scaled; thick subset only)"}
 METRIC_NAMES = {"rel_l2": "relative L2 ↓",
                 "rel_l2_level": "… from the map's mean ↓ (fitted baselines: taken from the truth)",
                 "rel_l2_contrast": "… from its contrast ↓", "psnr_db": "PSNR (dB) ↑", "ssim": "SSIM ↑", "pearson_r": "Pearson r ↑",
@@ -71,7 +69,7 @@ def _headline(doc: dict[str, Any], target: str, units: str) -> str:
     whose best method differs from the physical table's (which the verdict is decided on) is
     marked, so the two tables never read as contradicting the verdict."""
     agg = doc["aggregates"][target]
-    methods = [m for m in METHOD_NAMES if m in agg]
+    methods = [m for m in names() if m in agg]
     metrics = [k for k in METRIC_NAMES if k in agg[methods[0]][units]]
     rows, flagged = [], []
     for k in metrics:
@@ -85,7 +83,7 @@ def _headline(doc: dict[str, Any], target: str, units: str) -> str:
     level = int(doc["config"]["ci_level"] * 100)
     note = (f"<p class='note'>{n} samples; mean over samples with a {level}% bootstrap interval over materials in "
             f"brackets; best method in bold. {_e('; '.join(_missing_methods(doc, agg)))}</p>")
-    return _table(["metric"] + [METHOD_NAMES[m] for m in methods], rows) + note + _units_note(units, flagged)
+    return _table(["metric"] + [method(m).label for m in methods], rows) + note + _units_note(units, flagged)
 
 
 def _units_note(units: str, flagged: list[str]) -> str:
@@ -107,17 +105,11 @@ def _units_note(units: str, flagged: list[str]) -> str:
 
 
 def _missing_methods(doc: dict[str, Any], agg: dict[str, Any]) -> list[str]:
-    """Why each baseline missing from the table is missing."""
-    missing = []
-    if "mean" not in agg:
-        why = (doc.get("absent_baselines") or {}).get("mean", "not computed")
-        missing.append(f"the mean-training-target baseline is absent: {why}")
-    if "icom" not in agg:
-        missing.append("iCoM was not computed (it estimates the potential only; or evaluation.icom is off)")
-    if "ptycho" not in agg:
-        missing.append("ptychography was not computed (evaluation.ptycho is off, or the target is not the "
-                       "potential)")
-    return missing
+    """Why each baseline missing from the table is missing (its record's `missing_note`, with the
+    reason metrics.json's ``absent_baselines`` gives for it)."""
+    absent = doc.get("absent_baselines") or {}
+    return [m.missing_note.format(why=absent.get(m.name, "not computed")) for m in baselines()
+            if m.name not in agg and m.missing_note]
 
 
 def _verdicts(doc: dict[str, Any], target: str) -> str:
@@ -152,12 +144,12 @@ def _class_table(doc: dict[str, Any], target: str) -> str:
     classes = (doc.get("class_aggregates") or {}).get(target) or {}
     if not classes:
         return ""
-    methods = [m for m in METHOD_NAMES if any(m in agg for agg in classes.values())]
-    rows = [[_e(name), _num(agg["network"]["physical"]["rel_l2"]["n"]),
-             _num(agg["network"]["physical"]["rel_l2"].get("n_groups"))]
+    methods = [m for m in names() if any(m in agg for agg in classes.values())]
+    rows = [[_e(name), _num(agg[NETWORK]["physical"]["rel_l2"]["n"]),
+             _num(agg[NETWORK]["physical"]["rel_l2"].get("n_groups"))]
             + [_ci(agg[m]["physical"]["rel_l2"]) if m in agg else "–" for m in methods]
             for name, agg in classes.items()]
-    return _table(["element class", "samples", "materials"] + [f"{METHOD_NAMES[m]}<br>rel L2" for m in methods], rows)
+    return _table(["element class", "samples", "materials"] + [f"{method(m).label}<br>rel L2" for m in methods], rows)
 
 
 def _compute_times(doc: dict[str, Any]) -> str:
@@ -165,7 +157,7 @@ def _compute_times(doc: dict[str, Any]) -> str:
     times = doc.get("compute_seconds", {})
     if not times:
         return ""
-    lines = "".join(f"<li>{_e(METHOD_NAMES.get(m, m))}: compute time per sample {_num(t['mean'], 3)} s "
+    lines = "".join(f"<li>{_e(method(m).label)}: compute time per sample {_num(t['mean'], 3)} s "
                     f"(median {_num(t['median'], 3)} s, {t['n']} samples)</li>" for m, t in times.items())
     return (f"<p><b>Compute time per sample</b> <span class='note'>({_e(doc['conventions'].get('compute_seconds', ''))})"
             f"</span></p><ul>{lines}</ul>")
@@ -266,10 +258,10 @@ def _breakdown_section(doc: dict[str, Any], target: str) -> str:
         if len(table) == 1:
             parts.append(_one_group(title, *next(iter(table.items())), "the headline table above"))
             continue
-        methods = [m for m in METHOD_NAMES if any(m in g for g in table.values())]
+        methods = [m for m in names() if any(m in g for g in table.values())]
         extra = ["formula", "prototype"] if key == "material_id" else []
         # one cell per method, "rel L2 / SSIM": two columns per method would not fit a 1024 px window.
-        header = [title] + extra + ["n"] + [f"{METHOD_NAMES[m]}<br>rel L2 / SSIM" for m in methods]
+        header = [title] + extra + ["n"] + [f"{method(m).label}<br>rel L2 / SSIM" for m in methods]
         rows = [[_e(name)] + _material_cells(doc, name, extra) + [_num(g["n"])]
                 + [f"{_num(g.get(m, {}).get('rel_l2'))} / {_num(g.get(m, {}).get('ssim'))}" for m in methods]
                 for name, g in table.items()]
@@ -300,8 +292,8 @@ def _absent_figure(doc: dict[str, Any], name: str, metric: str, target: str) -> 
         values = {_num(r["thickness_A"]) for r in doc["samples"]}
         return f"<p class='note'>No thickness plot: every sample has thickness {_e(', '.join(values))} Å.</p>"
     values = {m: {_num(r["metrics"][target][m]["physical"].get(metric)) for r in doc["samples"]
-                  if m in r["metrics"][target]} for m in METHOD_NAMES}
-    said = "; ".join(f"{METHOD_NAMES[m]} {', '.join(sorted(v))}" for m, v in values.items() if v)
+                  if m in r["metrics"][target]} for m in names()}
+    said = "; ".join(f"{method(m).label} {', '.join(sorted(v))}" for m, v in values.items() if v)
     return f"<p class='note'>No {_e(metric)} histogram: one value per method ({_e(said)}).</p>"
 
 
@@ -382,7 +374,7 @@ def render_scaling(summary: dict[str, Any], out_dir: Path) -> str:
     """The learning-curve report of `scaling_study` (``summary`` as in its scaling.json) as HTML:
     the figure, every size's error against the baselines, and a link to each size's own report."""
     target, metric = summary["target"], summary["metric"]
-    methods = [m for m in METHOD_NAMES if m in summary["rows"][-1][target]]
+    methods = [m for m in names() if m in summary["rows"][-1][target]]
     rows = []
     for row in summary["rows"]:
         link = Path(row["eval_dir"]) / "report.html"
@@ -400,6 +392,6 @@ def render_scaling(summary: dict[str, Any], out_dir: Path) -> str:
         "samples with its bootstrap interval. The baselines do not depend on the training-set size (the mean "
         "training target is taken over the whole training split).</p>",
         _figure({"figures": {"curve": str(rel_figure)}}, "curve", "Test error against training-set size."),
-        _table(["training samples", "fraction", "steps"] + [METHOD_NAMES[m] for m in methods] + ["evaluation"],
+        _table(["training samples", "fraction", "steps"] + [method(m).label for m in methods] + ["evaluation"],
                rows, left=1),
         "</body></html>"])

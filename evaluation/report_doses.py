@@ -5,9 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .html_parts import ci, esc, table
-
-#: method -> column heading (no ptychography: the sweep leaves it out)
-SWEEP_METHODS = {"network": "network", "icom": "iCoM (least-squares scaled)", "mean": "mean training target"}
+from .methods import ICOM, REGISTRY
 
 
 def dose_section(doc: dict[str, Any]) -> str:
@@ -20,13 +18,15 @@ def dose_section(doc: dict[str, Any]) -> str:
              "Relative L2 in physical units, mean over samples with its material-level interval; the verdict is "
              "the headline's rule, decided on this noisy data. Ptychography is not run here.</p>"]
     for target in doc["targets"]:
-        methods = [m for m in SWEEP_METHODS if any(m in e["aggregates"].get(target, {}) for e in sweep)]
+        # the methods the sweep scored (`methods.Method.dose_sweep`), in the tables' order
+        methods = [m for m in REGISTRY
+                   if m.dose_sweep and any(m.name in e["aggregates"].get(target, {}) for e in sweep)]
         rows = []
         for entry in sweep:
             agg = entry["aggregates"].get(target, {})
-            verdict = entry["verdicts"].get(target, {}).get("icom", {}).get("overall_sentence", "–")
+            verdict = entry["verdicts"].get(target, {}).get(ICOM, {}).get("overall_sentence", "–")
             rows.append([f"{entry['dose_e_per_A2']:g}"]
-                        + [ci(agg.get(m, {}).get("physical", {}).get("rel_l2")) for m in methods] + [esc(verdict)])
-        parts.append(f"<h3>{esc(target)}</h3>" + table(["dose (e/Å²)"] + [SWEEP_METHODS[m] for m in methods]
+                        + [ci(agg.get(m.name, {}).get("physical", {}).get("rel_l2")) for m in methods] + [esc(verdict)])
+        parts.append(f"<h3>{esc(target)}</h3>" + table(["dose (e/Å²)"] + [m.label for m in methods]
                                                        + ["against iCoM"], rows, left=1))
     return "\n".join(parts)

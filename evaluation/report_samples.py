@@ -6,17 +6,22 @@ from typing import Any
 
 from .html_parts import esc, figure, num, table
 from .material_ids import ID_FORMS, describe_material
+from .methods import NETWORK, Method, baselines, in_panel_order
 
 #: the columns that say what a sample is, beside its id in every per-sample table.
 SAMPLE_COLUMNS = ["sample", "formula", "prototype", "zone axis", "thickness (Å)"]
-#: baselines in the per-sample tables' column order, with their column headings.
-BASELINE_COLUMNS = {"icom": "iCoM rel L2", "ptycho": "ptychography rel L2", "mean": "mean rel L2"}
 
 
-def _baselines(doc: dict[str, Any], target: str) -> list[str]:
-    """The baselines computed for ``target`` (a column of a method never run would be all dashes)."""
+def _baselines(doc: dict[str, Any], target: str) -> list[Method]:
+    """The baselines computed for ``target``, in panel order (a column of a method never run would be
+    all dashes)."""
     present = {m for r in doc["samples"] for m in r["metrics"][target]}
-    return [m for m in BASELINE_COLUMNS if m in present]
+    return [m for m in in_panel_order(baselines()) if m.name in present]
+
+
+def _column(m: Method) -> str:
+    """A method's per-sample column heading."""
+    return f"{m.short_label} rel L2"
 
 
 def materials_section(doc: dict[str, Any]) -> str:
@@ -47,15 +52,15 @@ def worst_section(doc: dict[str, Any], target: str) -> str:
     for rank, index in enumerate(doc["worst"].get(target, [])):
         r = by_id[index]
         m = r["metrics"][target]
-        rows.append(_sample_cells(r) + [num(m["network"]["physical"]["rel_l2"])]
-                    + [num(m.get(k, {}).get("physical", {}).get("rel_l2")) for k in baselines])
+        rows.append(_sample_cells(r) + [num(m[NETWORK]["physical"]["rel_l2"])]
+                    + [num(m.get(k.name, {}).get("physical", {}).get("rel_l2")) for k in baselines])
         if index in first and f"sample_{first.index(index)}_{target}" in doc["figures"]:
             figs.append(f"<p class='note'>Worst case {rank + 1} ({esc(r['sample_id'])}) is drawn above as "
                         f"per-sample panel {first.index(index) + 1}.</p>")
         else:
             figs.append(figure(doc, f"worst_{rank}_{target}", f"Worst case {rank + 1}: {r['sample_id']}"))
     return (f"<h2>Worst cases ({esc(target)})</h2>" +
-            table(SAMPLE_COLUMNS + ["network rel L2"] + [BASELINE_COLUMNS[m] for m in baselines], rows, left=4)
+            table(SAMPLE_COLUMNS + ["network rel L2"] + [_column(m) for m in baselines], rows, left=4)
             + "\n".join(figs))
 
 
@@ -65,8 +70,8 @@ def samples_section(doc: dict[str, Any], target: str) -> str:
     for r in doc["samples"]:
         m = r["metrics"][target]
         rows.append(_sample_cells(r)
-                    + [num(m.get(k, {}).get("physical", {}).get("rel_l2")) for k in ["network"] + baselines]
-                    + [num(m["network"]["physical"]["ssim"]), num(m["network"]["physical"]["mean_error_A"])])
+                    + [num(m.get(k, {}).get("physical", {}).get("rel_l2")) for k in [NETWORK, *(b.name for b in baselines)]]
+                    + [num(m[NETWORK]["physical"]["ssim"]), num(m[NETWORK]["physical"]["mean_error_A"])])
     return (f"<h2>Every sample ({esc(target)})</h2>" +
-            table(SAMPLE_COLUMNS + ["network rel L2"] + [BASELINE_COLUMNS[m] for m in baselines]
+            table(SAMPLE_COLUMNS + ["network rel L2"] + [_column(m) for m in baselines]
                   + ["network SSIM", "network column error (Å)"], rows, left=4))

@@ -14,15 +14,9 @@ from namsa.icom import calibration_from_meta
 from namsa.targets import TARGETS_VERSION, to_target_resolution
 
 from . import metrics as M
-from .baselines import icom_baseline, multislice_baseline, ptycho_baseline
-from .baselines.cache import cached
 from .config import EvaluationConfig
+from .methods import MEAN, NETWORK, REGISTRY, Method, Subset, per_sample
 
-METHODS: tuple[str, ...] = ("network", "mean", "icom", "ptycho", "multislice_ptycho")
-#: methods computed from the CBED stack, whose compute time per sample is recorded.
-TIMED_METHODS: tuple[str, ...] = ("network", "icom", "ptycho", "multislice_ptycho")
-#: classical baselines put into the truth's units by a per-sample least-squares fit (potential only).
-FITTED_BASELINES: tuple[str, ...] = ("icom", "ptycho", "multislice_ptycho")
 #: element classes of the breakdown by atomic number (heaviest element of the sample).
 Z_CLASSES: tuple[tuple[str, int], ...] = (("light (Z<=14)", 14), ("medium (15<=Z<=36)", 36), ("heavy (Z>=37)", 999))
 #: the two element classes the verdict is given for (as well as overall): light where iCoM's weak-phase
@@ -33,25 +27,34 @@ ELEMENT_CLASSES: tuple[str, str] = (LIGHT_CLASS, HEAVY_CLASS)
 
 
 def score_all(cfg: EvaluationConfig, stores: Any, indices: list[int], rec: Any, targets: list[str],
-              mean_maps: dict[str, np.ndarray] | None) -> tuple[list[dict], dict[int, dict]]:
-    """Per-sample records for every index; full arrays kept for the first ``n_panels`` samples."""
+              mean_maps: dict[str, np.ndarray] | None,
+              methods: tuple[Method, ...] = REGISTRY) -> tuple[list[dict], dict[int, dict]]:
+    """Per-sample records for every index; full arrays kept for the first ``n_panels`` samples.
+    methods: the records to run where ``cfg`` enables them (the dose sweep passes its own)."""
     records: list[dict] = []
     kept: dict[int, dict] = {}
-    quota = MultisliceQuota(cfg)
+    subsets = subset_rules(cfg, targets, methods)
     for batch in _batches(indices, cfg.batch_size):
         for index, sample, preds, net_s in _predict(stores, batch, rec, targets):
-            multislice = "potential" in targets and quota.take(sample.meta)
-            maps, seconds = _method_maps(cfg, sample, preds, targets, mean_maps, multislice)
-            records.append(_score_sample(cfg, index, sample, maps, rec.normalizer, {"network": net_s, **seconds}))
+            due = {name: rule for name, rule in subsets.items() if rule.take(sample.meta)}
+            maps, seconds = _method_maps(cfg, sample, preds, targets, mean_maps, due, methods)
+            records.append(_score_sample(cfg, index, sample, maps, rec.normalizer, {NETWORK: net_s, **seconds}))
             if len(kept) < cfg.n_panels:
                 kept[index] = _keep(sample, maps, cfg.n_cbed_panels)
     return records, kept
 
 
+def subset_rules(cfg: EvaluationConfig, targets: list[str], methods: tuple[Method, ...] = REGISTRY
+                 ) -> dict[str, Subset]:
+    """{method: its subset rule, fresh for this run} of the enabled subset methods with a target here."""
+    return {m.name: m.subset(cfg) for m in methods
+            if m.subset is not None and m.enabled(cfg) and set(m.targets) & set(targets)}
+
+
 def recompute(cfg: EvaluationConfig, stores: Any, indices: list[int], rec: Any, targets: list[str],
               mean_maps: dict[str, np.ndarray] | None) -> dict[int, dict]:
     """Arrays of a few samples again (the worst cases), rather than holding every map in memory.
-    Multislice ptychography is not rerun for them (minutes per sample; its maps are not drawn)."""
+    A subset method (multislice ptychography: minutes per sample) is not rerun for them."""
     kept = {}
     for index, sample, preds, _ in _predict(stores, indices, rec, targets):
         kept[index] = _keep(sample, _method_maps(cfg, sample, preds, targets, mean_maps)[0], cfg.n_cbed_panels)
@@ -70,11 +73,11 @@ def _predict(stores: Any, indices: list[int], rec: Any,
     physics = getattr(getattr(getattr(rec, "model", None), "arch", None), "physics_inputs", ())
     kwargs = {"calibration": [calibration_from_meta(s.meta) for s in samples]} if physics else {}
     out = np.asarray(_to_numpy(rec.predict(stack, **kwargs)), dtype=np.float32)   # to numpy: waits for a GPU
-    per_sample = (time.perf_counter() - t0) / len(samples)
+    seconds_each = (time.perf_counter() - t0) / len(samples)
     out = out.reshape(len(samples), len(rec.targets), *out.shape[-2:])
     names = list(rec.targets)
     for k, (index, sample) in enumerate(zip(indices, samples)):
-        yield index, sample, {t: _as_trained(rec, sample.meta, out[k, names.index(t)]) for t in targets}, per_sample
+        yield index, sample, {t: _as_trained(rec, sample.meta, out[k, names.index(t)]) for t in targets}, seconds_each
 
 
 def _as_trained(rec: Any, meta: dict, prediction: np.ndarray) -> np.ndarray:
@@ -86,81 +89,40 @@ def _as_trained(rec: Any, meta: dict, prediction: np.ndarray) -> np.ndarray:
     return to_target_resolution(prediction, meta["fov_A"], float(meta["target_fwhm_A"])).astype(np.float32)
 
 
-class MultisliceQuota:
-    """Which samples get multislice ptychography: the first ``max_samples`` eligible ones (thick
-    enough, `MultisliceSettings.eligible`) in the order they are scored; none when it is off."""
-
-    def __init__(self, cfg: EvaluationConfig) -> None:
-        self.settings = cfg.multislice_ptycho
-        self.taken = 0
-
-    def take(self, meta: dict) -> bool:
-        """True (and counted) when the sample with this meta gets the multislice baseline."""
-        due = (self.settings is not None and self.taken < self.settings.max_samples
-               and self.settings.eligible(meta))
-        self.taken += due
-        return due
-
-
 def _method_maps(cfg: EvaluationConfig, sample: Any, preds: dict[str, np.ndarray], targets: list[str],
-                 mean_maps: dict[str, np.ndarray] | None,
-                 multislice: bool = False) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
-    """(maps, seconds): maps[target] = {"truth", "network", "mean"?, "icom"?, "ptycho"?,
-    "multislice_ptycho"? (when ``multislice``), "<m>_fit"?} in physical units; seconds[method] =
-    compute time of the classical baselines for this sample."""
+                 mean_maps: dict[str, np.ndarray] | None, due: dict[str, Subset] | None = None,
+                 methods: tuple[Method, ...] = REGISTRY) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
+    """(maps, seconds): maps[target] = {"truth", <method>: map, "<method>_fit": fit record} in
+    physical units for the network, the mean image (with ``mean_maps``) and every per-sample method
+    of ``methods`` that ``cfg`` enables for the target (a subset method only when ``due`` holds it);
+    seconds[method] = compute time of the per-sample methods for this sample."""
+    due = due or {}
     maps: dict[str, dict[str, Any]] = {}
     seconds: dict[str, float] = {}
     for t in targets:
         truth = np.asarray(getattr(sample, t), dtype=np.float32)
-        entry: dict[str, Any] = {"truth": truth, "network": preds[t]}
+        entry: dict[str, Any] = {"truth": truth, NETWORK: preds[t]}
         if mean_maps is not None:
-            entry["mean"] = mean_maps[t]
-        if cfg.icom and t == "potential":
-            t0 = time.perf_counter()
-            entry["icom"], entry["icom_fit"] = icom_baseline(sample, truth)
-            seconds["icom"] = time.perf_counter() - t0
-        if t == "potential":
-            for method, (fitted, fit) in ptychography(cfg, sample, truth, multislice).items():
-                entry[method], entry[f"{method}_fit"] = fitted, fit
-                seconds[method] = fit["seconds"]
+            entry[MEAN] = mean_maps[t]
+        for m in per_sample(cfg, t):
+            if m in methods and (m.subset is None or m.name in due):
+                entry[m.name], entry[f"{m.name}_fit"], seconds[m.name] = m.compute(cfg, sample, truth,
+                                                                                    due.get(m.name))
         maps[t] = entry
     return maps, seconds
-
-
-def ptychography(cfg: EvaluationConfig, sample: Any, truth: np.ndarray,
-                 multislice: bool) -> dict[str, tuple[np.ndarray, dict[str, Any]]]:
-    """The configured ptychography baselines of one sample's potential: {method: (fitted map, fit)},
-    through ``cfg.baseline_cache`` (they do not depend on the model)."""
-    sid, out = sample.meta["sample_id"], {}
-    if cfg.ptycho:
-        settings = (cfg.ptycho_iterations, cfg.ptycho_batch_size, cfg.ptycho_convergence)
-        out["ptycho"] = cached(cfg.baseline_cache, "ptycho", sid, settings, lambda: ptycho_baseline(
-            sample, truth, cfg.ptycho_iterations, cfg.ptycho_batch_size, cfg.ptycho_convergence))
-    if multislice:
-        fitted, fit = cached(cfg.baseline_cache, "multislice_ptycho", sid, cfg.multislice_ptycho,
-                             lambda: multislice_baseline(sample, truth, cfg.multislice_ptycho))
-        # Marked: this baseline's aggregates cover only the samples it ran on.
-        out["multislice_ptycho"] = (fitted, {**fit, "subset": _subset_note(cfg)})
-    return out
-
-
-def _subset_note(cfg: EvaluationConfig) -> str:
-    settings = cfg.multislice_ptycho
-    return (f"scored on a subset: the first {settings.max_samples} samples at least "
-            f"{settings.min_thickness_A:g} A thick")
 
 
 def _score_sample(cfg: EvaluationConfig, index: int, sample: Any, maps: dict[str, dict[str, Any]],
                   normalizer: Any, seconds: dict[str, float]) -> dict[str, Any]:
     meta = sample.meta
     record = {"index": int(index), **_sample_facts(meta, cfg.thickness_bins_A), "metrics": {},
-              **{f"{m}_fit": None for m in FITTED_BASELINES}, "seconds": seconds}
+              **{f"{m.name}_fit": None for m in REGISTRY if m.fitted}, "seconds": seconds}
     pixel = _pixel_size_A(meta, next(iter(maps.values()))["truth"].shape)
     for t, entry in maps.items():
         truth = entry["truth"]
         truth_n = np.asarray(normalizer.target(truth, t))
         per_method = {}
-        for method in METHODS:
+        for method in (m.name for m in REGISTRY):
             if method not in entry:
                 continue
             est = entry[method]
@@ -173,9 +135,9 @@ def _score_sample(cfg: EvaluationConfig, index: int, sample: Any, maps: dict[str
                 "normalized": M.image_metrics(np.asarray(normalizer.target(est, t)), truth_n),
             }
         record["metrics"][t] = per_method
-        for m in FITTED_BASELINES:
-            if f"{m}_fit" in entry:
-                record[f"{m}_fit"] = entry[f"{m}_fit"]
+        for m in REGISTRY:
+            if f"{m.name}_fit" in entry:
+                record[f"{m.name}_fit"] = entry[f"{m.name}_fit"]
     return jsonable(record)
 
 

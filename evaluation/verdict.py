@@ -22,13 +22,12 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .methods import NETWORK, REGISTRY, in_panel_order, method
+
 #: the headline metrics, in the order sentences name them; True = higher is better.
 HEADLINE_METRICS: dict[str, bool] = {"rel_l2": False, "psnr_db": True, "ssim": True, "pearson_r": True}
 #: how sentences name each metric.
 SHORT_NAMES: dict[str, str] = {"rel_l2": "rel. L2", "psnr_db": "PSNR", "ssim": "SSIM", "pearson_r": "Pearson r"}
-#: how sentences name each baseline.
-BASELINE_NAMES: dict[str, str] = {"mean": "mean training target", "icom": "iCoM baseline",
-                                  "ptycho": "ptychography baseline"}
 #: how a class sentence opens for each `Verdict.status`.
 STATUS_LEADS: dict[str, str] = {"beats": "beats", "loses": "loses to", "ties": "ties with (does NOT beat)",
                                 "does not beat": "does NOT beat"}
@@ -70,9 +69,9 @@ def verdict(aggregate: dict[str, Any], baseline: str, *, intervals: bool = True,
     label: a class's name (e.g. "light (every element Z <= 14)"): the sentence opens with it and
     says "loses to" / "ties with" plainly where the overall sentence says "does NOT beat".
     """
-    groups = _groups(aggregate["network"][units], aggregate[baseline][units], intervals)
+    groups = _groups(aggregate[NETWORK][units], aggregate[baseline][units], intervals)
     status = _status(groups)
-    name = BASELINE_NAMES.get(baseline, baseline)
+    name = method(baseline).verdict_label
     level = f"{round(100 * ci_level)}%"
     if status == "beats":
         sentence = (f"the network beats the {name}: better on {_names(groups['better_apart'])}, "
@@ -148,8 +147,10 @@ def _names(metrics: list[str]) -> str:
 
 def all_verdicts(aggregates: dict[str, dict[str, Any]], *, intervals: bool, ci_level: float,
                  by_class: dict[str, dict[str, dict[str, Any]]] | None = None,
-                 absent: dict[str, str] | None = None) -> dict[str, dict]:
-    """verdicts[target][baseline] for every baseline present beside the network.
+                 absent: dict[str, str] | None = None,
+                 paired: dict[str, dict[str, tuple[dict, dict]]] | None = None) -> dict[str, dict]:
+    """verdicts[target][baseline] for every judged baseline (`methods.Method.judged`) present beside
+    the network, in the registry's order.
 
     Each is `Verdict.as_dict()` of the overall verdict plus ``overall_sentence`` (that verdict's
     sentence), ``by_class`` ({class: `Verdict.as_dict()`} from ``by_class[target][class]``, the
@@ -157,15 +158,20 @@ def all_verdicts(aggregates: dict[str, dict[str, Any]], *, intervals: bool, ci_l
     what the report and the CLI print. Without ``by_class`` the sentence is the overall one.
     absent: {baseline: why it was not computed}; each gets an entry with ``status`` "absent" and a
     sentence that says so, so the closing lines never pass over a missing baseline in silence.
+    paired: paired[target][baseline] = (aggregates, class aggregates) over only the samples that
+    baseline was scored on (`aggregation.subset_aggregates`): a subset method is judged against the
+    network on the same samples, not against the network's mean over all of them.
     """
     out: dict[str, dict] = {}
-    for target, agg in aggregates.items():
-        classes = (by_class or {}).get(target, {})
-        out[target] = {m: _with_classes(verdict(agg, m, intervals=intervals, ci_level=ci_level), classes,
-                                        intervals, ci_level)
-                       for m in BASELINE_NAMES if m in agg and "network" in agg}
+    for target, overall in aggregates.items():
+        out[target] = {}
+        for m in (m.name for m in REGISTRY if m.judged):
+            agg, classes = (paired or {}).get(target, {}).get(m) or (overall, (by_class or {}).get(target, {}))
+            if m in agg and NETWORK in agg:
+                out[target][m] = _with_classes(verdict(agg, m, intervals=intervals, ci_level=ci_level), classes,
+                                               intervals, ci_level)
         for m, why in (absent or {}).items():
-            if m not in agg and "network" in agg:
+            if m not in overall and NETWORK in overall:
                 out[target][m] = _absent(m, why)
     return out
 
@@ -175,7 +181,7 @@ def _with_classes(overall: Verdict, classes: dict[str, dict[str, Any]], interval
     """The overall verdict's dict with the per-class verdicts beside it and in its sentence."""
     per_class = {name: verdict(agg, overall.baseline, intervals=intervals, ci_level=ci_level,
                                label=_class_label(name, agg)).as_dict()
-                 for name, agg in classes.items() if overall.baseline in agg and "network" in agg}
+                 for name, agg in classes.items() if overall.baseline in agg and NETWORK in agg}
     sentence = overall.sentence
     if per_class:
         sentence += ". Per element class: " + ". ".join(v["sentence"] for v in per_class.values())
@@ -184,7 +190,7 @@ def _with_classes(overall: Verdict, classes: dict[str, dict[str, Any]], interval
 
 def _class_label(name: str, agg: dict[str, Any]) -> str:
     """"light (every element Z <= 14; 12 samples of 3 materials)"."""
-    entry = agg["network"]["physical"].get("rel_l2") or {}
+    entry = agg[NETWORK]["physical"].get("rel_l2") or {}
     count = f"{entry.get('n', 0)} samples" + (f" of {entry['n_groups']} materials"
                                               if entry.get("n_groups") is not None else "")
     return name[:-1] + f"; {count})" if name.endswith(")") else f"{name} ({count})"
@@ -192,7 +198,7 @@ def _class_label(name: str, agg: dict[str, Any]) -> str:
 
 def _absent(baseline: str, why: str) -> dict[str, Any]:
     """The verdict entry of a baseline that was not computed."""
-    empty = Verdict(baseline, False, f"no verdict against the {BASELINE_NAMES.get(baseline, baseline)}: {why}",
+    empty = Verdict(baseline, False, f"no verdict against the {method(baseline).verdict_label}: {why}",
                     status="absent").as_dict()
     return {**empty, "overall_sentence": empty["sentence"], "by_class": {}}
 
@@ -209,14 +215,16 @@ def study_reference(target: str = "potential") -> str | None:
     if STUDY_PRETRAINED not in pretrained_names():
         return None
     card = pretrained_card(STUDY_PRETRAINED)
-    scores = card["held_out_evaluation"]["aggregates"].get(target)
+    scores = (card.held_out_evaluation.aggregates or {}).get(target) if card.held_out_evaluation else None
     if not scores:
         return None
-    rel_l2 = {method: scores[method]["physical"]["rel_l2"] for method in ("network", "icom", "ptycho", "mean")
-              if method in scores}
-    listed = ", ".join(f"{BASELINE_NAMES.get(m, m).removesuffix(' baseline')} {v['value']:.3f}" for m, v in rel_l2.items())
-    materials = len(card["trained_on"]["data"]["materials"]["test"])
+    # methods scored on every sample only: the sentence states one sample count for all of them
+    rel_l2 = {m.name: scores[m.name]["physical"]["rel_l2"] for m in in_panel_order()
+              if m.name in scores and m.subset is None}
+    listed = ", ".join(f"{method(m).verdict_label.removesuffix(' baseline')} {v['value']:.3f}"
+                       for m, v in rel_l2.items())
+    materials = len(card.trained_on.data["materials"]["test"])
     return (f"For scale, the full study (configs/study.yaml, `make study`; docs/evaluation.md, 'The study') "
-            f"scores {target} relative L2 {listed} on {rel_l2['network']['n']} noise-free held-out samples of "
+            f"scores {target} relative L2 {listed} on {rel_l2[NETWORK]['n']} noise-free held-out samples of "
             f"{materials} materials of structure types it never saw; its reconstructor ships as "
             f"pretrained:{STUDY_PRETRAINED}.")

@@ -21,9 +21,11 @@ import stat
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
+from namsa.config import SimulationConfig
 from namsa.errors import UserError
+from namsa.sampling import ScanSampling, config_sampling
 
 from .config import Architecture, ModelConfigError, _check_architecture
 
@@ -132,13 +134,19 @@ class FileInfo(BaseModel):
 
 
 class ExpectsInput(BaseModel):
-    """The simulation physics a published model expects (read by `namsa reconstruct`)."""
+    """The simulation physics a published model expects (read by `namsa reconstruct`): the training
+    config's `namsa.sampling.SAMPLING_FIELDS`; `sampling` is what `namsa.sampling.config_sampling`
+    derives from them (grid, detector pixel and scan step spans), computed once when the card is read."""
 
     model_config = _STRICT
 
     energy_kv: Annotated[float, Field(gt=0, le=10_000)]
     semiangle_mrad: Annotated[float, Field(gt=0, le=1_000)]
-    sampling_A: Annotated[float, Field(gt=0, le=100)]
+    sampling_A: Annotated[float, Field(gt=0, le=100)] | None = None
+    gpts: Annotated[int, Field(ge=8, le=1 << 16)] | None = None
+    scan_fov_fraction: Annotated[float, Field(gt=0, le=1)] | None = None
+    scan_fov_A: Annotated[list[Annotated[float, Field(ge=0, le=1e6)]], Field(min_length=4, max_length=4)] | None = None
+    fft_friendly_grid: bool | None = None
     scan_shape: Annotated[list[Annotated[int, Field(ge=1, le=1 << 16)]], Field(min_length=2, max_length=2)]
     pattern_px: Annotated[int, Field(ge=1, le=1 << 16)]
     target_px: Annotated[int, Field(ge=1, le=1 << 16)]
@@ -147,6 +155,24 @@ class ExpectsInput(BaseModel):
     thickness_A: Annotated[float, Field(gt=0)] | None = None
     aberrations: dict[str, float] | None = None
     variations: dict[str, Any] | None = None
+    _sampling: ScanSampling = PrivateAttr()
+
+    @model_validator(mode="after")
+    def _derive_sampling(self) -> "ExpectsInput":
+        try:
+            self._sampling = config_sampling(self.simulation_config())
+        except (ValidationError, UserError) as exc:
+            raise ValueError(f"not a simulation namsa can run ({' '.join(str(exc).split())[:160]})") from None
+        return self
+
+    def simulation_config(self) -> SimulationConfig:
+        """These fields as a `namsa.SimulationConfig` (unset ones at its defaults)."""
+        return SimulationConfig.model_validate(self.model_dump(exclude_none=True))
+
+    @property
+    def sampling(self) -> ScanSampling:
+        """Grid, detector pixel and scan step the model was trained on (`namsa.sampling.config_sampling`)."""
+        return self._sampling
 
 
 class DataInfo(BaseModel):
@@ -168,6 +194,8 @@ class Provenance(BaseModel):
 
     data: dict[str, Any] | None = None
     aggregates: dict[str, Any] | None = None
+    headline: dict[str, Any] | None = None              # held_out_evaluation: the verdict's figures
+    dose_augmentation: dict[str, Any] | None = None   # trained_on: the loader's dose augmentation
 
 
 class ModelCard(BaseModel):
@@ -236,6 +264,10 @@ class ModelCard(BaseModel):
             raise ValueError(f"expects_input.pattern_px={e.pattern_px} / target_px={e.target_px} do not fit "
                              f"architecture.input_layout={arch.input_layout!r}: {problem}")
         return self
+
+    def to_json(self) -> dict[str, Any]:
+        """The card as JSON values, exactly the fields it was given (what `models.card_writer` writes)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
 def _describe(exc: ValidationError) -> str:
@@ -325,16 +357,15 @@ def open_regular(path: str | Path, what: str = "file") -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def read_card_file(path: Path) -> tuple[dict[str, Any], ModelCard]:
-    """(the card as parsed, validated) of the card file ``path``, read with a size cap."""
+def read_card_file(path: Path) -> ModelCard:
+    """The validated card of the card file ``path``, read with a size cap."""
     where = f"model card {path}"
     with open_regular(path, "model card") as fh:
         try:
             raw = fh.read(MAX_CARD_BYTES + 1)
         except OSError as exc:
             raise ModelDirError(f"{where} cannot be read ({exc.strerror or exc}); check the model directory") from None
-    obj = parse_json_bytes(raw, where)
-    return obj, validate_card(obj, where)
+    return validate_card(parse_json_bytes(raw, where), where)
 
 
 def inside(base: str | Path, relpath: str | Path, what: str = "path") -> Path:

@@ -9,8 +9,9 @@ Layout of ``<out>/checkpoints/step-00000100/``:
                             lists), loss scale, normaliser, data manifest hash, optimiser scalars and
                             param groups, metrics, and an xxh3-128 digest + size of each file.
 
-A checkpoint is written into ``.tmp-step-*`` beside the final name, every file fsynced, then
-renamed into place, so a kill at any point leaves either the old set or the new one. Loading
+A checkpoint is written into ``.step-*.tmp-<pid>`` beside the final name, every file fsynced, then
+put in place by `stage.dir_swap` (the one directory swap), so a kill at any point leaves either the
+old set or the new one. Loading
 verifies sizes and digests; a corrupt or truncated checkpoint is reported and the previous one
 used. A file that holds a pickle (or torch.save's zip) is refused outright: loading a checkpoint
 never runs ``pickle``.
@@ -33,8 +34,9 @@ import torch
 import xxhash
 from safetensors.torch import load_file, save_file
 
-from namsa.errors import UserError
-from stage.jsonfile import TMP_PREFIX, fsync_dir, write_json_atomic
+from namsa.errors import RunError, UserError
+from stage import dir_swap
+from stage.jsonfile import fsync_dir, write_json_atomic
 
 from .card import MODEL_FILE, ModelDirError, inside, open_regular, parse_json_bytes
 
@@ -42,7 +44,6 @@ FORMAT_VERSION = 1
 OPTIM_FILE, STATE_FILE = "optimizer.safetensors", "state.json"
 EXPECTED_FILES = (MODEL_FILE, OPTIM_FILE, STATE_FILE)
 PICKLE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".bin", ".npy", ".npz")
-_TMP_PREFIX = TMP_PREFIX  # also the prefix of stage.jsonfile's temporary files
 #: RNG states, optimiser scalars and configs: tens of kB; far more is not a namsa state
 MAX_STATE_BYTES = 64 << 20
 
@@ -213,8 +214,9 @@ def step_dir_name(step: int) -> str:
     return f"step-{step:08d}"
 
 
-class CheckpointWriteError(CheckpointError):
-    """A checkpoint that could not be written (disk full, file too large, read-only, ...)."""
+class CheckpointWriteError(RunError):
+    """A checkpoint that could not be written (disk full, file too large, read-only, ...): the run
+    failed, not its input, so not a `CheckpointError`; the checkpoints before it stay loadable."""
 
 
 def save_checkpoint(root: Path, step: int, model_state: dict[str, torch.Tensor],
@@ -228,9 +230,10 @@ def save_checkpoint(root: Path, step: int, model_state: dict[str, torch.Tensor],
 
     root = Path(root)
     final = root / step_dir_name(step)
-    tmp = root / f"{_TMP_PREFIX}{final.name}.{os.getpid()}"
+    tmp = dir_swap.temporary_sibling(final)
     try:
         root.mkdir(parents=True, exist_ok=True)
+        recover_checkpoints(root)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         _write_checkpoint_files(tmp, step, model_state, optimizer_state, state)
@@ -242,7 +245,7 @@ def save_checkpoint(root: Path, step: int, model_state: dict[str, torch.Tensor],
             f"cannot write checkpoint {final} ({reason}); free disk space (or raise the file-size limit) and "
             f"resume with --resume: {kept[-1].name + ' is intact' if kept else 'no earlier checkpoint exists'}"
         ) from None
-    _publish(root, tmp, final)
+    dir_swap.swap_into_place(tmp, final)  # the same step written again after a resume: replaced whole
     return final
 
 
@@ -261,16 +264,10 @@ def _write_checkpoint_files(tmp: Path, step: int, model_state: dict[str, torch.T
     fsync_dir(tmp)
 
 
-def _publish(root: Path, tmp: Path, final: Path) -> None:
-    """Rename the finished ``tmp`` to ``final`` (replacing a checkpoint of the same step whole)."""
-    if final.exists():  # the same step written again after a resume: replace it whole
-        trash = root / f"{_TMP_PREFIX}old-{final.name}.{os.getpid()}"
-        os.replace(final, trash)
-        os.replace(tmp, final)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.replace(tmp, final)
-    fsync_dir(root)
+def recover_checkpoints(root: Path) -> None:
+    """Settle what killed writers left under ``root``: a checkpoint set aside by a swap that a kill
+    interrupted is put back, temporaries are removed. Called by the one writer (rank 0) only."""
+    dir_swap.recover_all(Path(root), stale=lambda pid: True)
 
 
 def read_state(path: Path) -> dict[str, Any]:
@@ -380,11 +377,11 @@ def set_aside(root: Path, damaged: list[Path]) -> Path:
 
 def prune_checkpoints(root: Path, keep_last: int, keep: set[str] = frozenset()) -> list[Path]:
     """Delete all but the newest ``keep_last`` checkpoints (and those named in ``keep``) and stale
-    temporaries; return what was deleted."""
+    temporaries (`recover_checkpoints`); return the checkpoints deleted."""
     root = Path(root)
+    recover_checkpoints(root)
     ckpts = list_checkpoints(root)
     doomed = [p for p in ckpts[:-keep_last] if p.name not in keep] if keep_last > 0 else []
-    doomed += [p for p in root.iterdir() if p.name.startswith(_TMP_PREFIX)] if root.is_dir() else []
     for path in doomed:
         shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
     return doomed

@@ -143,10 +143,13 @@ class Architecture:
         """Planes of the network's input stack: S patterns + K physics maps."""
         return self.in_channels + len(self.physics_inputs)
 
-    def data_mismatch(self, patterns: int, pattern_px: int, target_px: int | None) -> str | None:
-        """Why data of ``patterns`` patterns of ``pattern_px`` px with ``target_px`` targets cannot
-        train this network (a one-line hint naming the setting to change), or None if it can.
-        ``target_px`` None checks the input alone (what a forward pass sees)."""
+    def data_mismatch(self, patterns: int, pattern_px: int, target_px: int | None,
+                      scan_shape: tuple[int, int] | None = None) -> str | None:
+        """Why data of ``patterns`` patterns of ``pattern_px`` px with ``target_px`` targets, taken
+        over a ``scan_shape`` = (scan_y, scan_x) scan, cannot train this network (a one-line hint
+        naming the setting to change), or None if it can. ``target_px`` / ``scan_shape`` None check
+        the input alone (what a forward pass sees: a stack of patterns, not where they were taken).
+        The one owner of these rules: the pipeline config and the training data check both ask here."""
         m = self.size_multiple
         if patterns != self.in_channels:
             return (f"the data has {patterns} patterns per sample but the model expects in_channels="
@@ -168,6 +171,9 @@ class Architecture:
         if target_px is not None and self.scan_shape != (target_px, target_px):
             return (f"the scan layout maps a {self.scan_shape[0]}x{self.scan_shape[1]} scan to maps of the same size, "
                     f"but targets are {target_px}x{target_px}: set simulation.target_px to the scan size")
+        if scan_shape is not None and tuple(scan_shape) != self.scan_shape:
+            return (f"model.scan_shape {list(self.scan_shape)} differs from simulation.scan_shape "
+                    f"{list(scan_shape)}; set model.scan_shape to the simulated scan")
         return None
 
 

@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from stage.microscope.checks import OutsideTrainingWarning  # noqa: F401  (the category predict warns with)
-
 from . import checkpoint as ckpt
-from .card import CARD_FILE, ModelDirError, inside, read_card_file, validate_card
+from .card import CARD_FILE, ModelCard, ModelDirError, inside, read_card_file
+from .card_writer import card_from_state
 from .config import Architecture
 from .fcdensenet import FCDenseNet
+from .scan_fit.card_checks import OutsideTrainingWarning  # noqa: F401  (the category predict warns with)
 from .weights_check import check_header, check_size, expected_tensors
 
 #: ``load_reconstructor("pretrained:<name>")`` loads ``models/pretrained/<name>/`` (package data)
@@ -35,16 +35,16 @@ PRETRAINED_DIR = "pretrained"
 class Reconstructor:
     """A trained FC-DenseNet with its normaliser; see the module docstring."""
 
-    def __init__(self, model: FCDenseNet, card: dict[str, Any], device: torch.device, batch_size: int = 8):
+    def __init__(self, model: FCDenseNet, card: ModelCard, device: torch.device, batch_size: int = 8):
         from stage import Normalizer
 
         self.model = model.eval()
         self.card = card
         self.device = device
         self.batch_size = batch_size
-        self.normalizer = Normalizer.from_dict(card["normalizer"])
-        self.targets: list[str] = list(card["targets"])
-        #: what the last `predict` measured of its input against the card (stage.microscope.checks)
+        self.normalizer = Normalizer.from_dict(card.normalizer.model_dump(exclude_unset=True))
+        self.targets: list[str] = list(card.targets)
+        #: what the last `predict` measured of its input against the card (models.scan_fit.card_checks)
         self.last_report: dict[str, Any] = {}
         self._warned: set[str] = set()  # each kind of finding is warned once per reconstructor
 
@@ -55,7 +55,7 @@ class Reconstructor:
         (evaluation.scoring)."""
         from stage.manifest import targets_version
 
-        return targets_version(self.card.get("code_version"))
+        return targets_version(self.card.code_version)
 
     @property
     def in_channels(self) -> int:
@@ -115,11 +115,11 @@ class Reconstructor:
         return torch.stack(maps, dim=1).cpu().numpy().astype(np.float32, copy=False)
 
 
-def _input_report(x: torch.Tensor, card: dict[str, Any], warned: set[str]) -> dict[str, Any]:
+def _input_report(x: torch.Tensor, card: ModelCard, warned: set[str]) -> dict[str, Any]:
     """Cheap checks of the first stack of ``x`` against the card; each kind of finding not in
     ``warned`` yet is warned as an `OutsideTrainingWarning` (dose, total intensity, disc radius
     outside what the model learned), so scoring thousands of noisy stacks says it once."""
-    from stage.microscope.checks import input_report, warn_report
+    from .scan_fit.card_checks import input_report, warn_report
 
     report = input_report(x[0].detach().float().cpu().numpy(), card)
     new = [w for w in report["warnings"] if w["code"] not in warned]
@@ -136,7 +136,7 @@ class ModelOutputError(ModelDirError):
     """A model whose maps hold non-finite values from finite input (`Reconstructor.predict`)."""
 
 
-def _resolve(path: Path) -> tuple[Path, dict[str, Any]]:
+def _resolve(path: Path) -> tuple[Path, ModelCard]:
     """(directory holding model.safetensors, validated card) for a model dir, run dir or checkpoint
     dir; the card is checked against its schema (`models.card`) before anything else is read."""
     # lexists, not is_file: a card or state that is a link or a FIFO is refused by name below, unopened
@@ -144,8 +144,8 @@ def _resolve(path: Path) -> tuple[Path, dict[str, Any]]:
         path = inside(path, "model", "the run's model folder")
     if os.path.lexists(path / CARD_FILE):
         ckpt.refuse_pickles(path)
-        card, spec = read_card_file(inside(path, CARD_FILE, "the model card"))
-        info = spec.files[ckpt.MODEL_FILE]
+        card = read_card_file(inside(path, CARD_FILE, "the model card"))
+        info = card.files[ckpt.MODEL_FILE]
         weights = inside(path, ckpt.MODEL_FILE, "the weights file")
         if not weights.is_file() or weights.stat().st_size != info.bytes:
             raise ckpt.CorruptCheckpointError(f"model {path}: {ckpt.MODEL_FILE} is missing or not the {info.bytes} "
@@ -153,27 +153,22 @@ def _resolve(path: Path) -> tuple[Path, dict[str, Any]]:
         return path, card
     if os.path.lexists(path / ckpt.STATE_FILE):
         state = ckpt.verify_checkpoint(path)
-        card = {k: state[k] for k in ("model_config", "architecture", "targets", "normalizer",
-                                      "data_manifest_hash", "code_version", "train_config") if k in state}
-        card.update(format="namsa-reconstructor", format_version=state.get("format_version"), source="checkpoint",
-                    step=state.get("step"))
-        card["files"] = {ckpt.MODEL_FILE: (state.get("files") or {}).get(ckpt.MODEL_FILE)}
-        validate_card(card, f"checkpoint {path / ckpt.STATE_FILE}")
-        card["metrics"] = {"position": state.get("position")}
+        card = card_from_state(state, f"checkpoint {path / ckpt.STATE_FILE}", source="checkpoint",
+                               step=state.get("step"), metrics={"position": state.get("position")})
         return path, card
     raise ReconstructorInputError(f"{path} is neither a model dir ({CARD_FILE}), a run dir (model/) nor a checkpoint "
                                   f"dir ({ckpt.STATE_FILE}); pass the --out of `namsa train` or one of its folders")
 
 
-def _check_weights(folder: Path, card: dict[str, Any]) -> Architecture:
+def _check_weights(folder: Path, card: ModelCard) -> Architecture:
     """The card's architecture, once its size is sane and the weights file's header, size and
     digest match it (nothing is allocated before this returns)."""
-    arch = Architecture.from_dict(card["architecture"])
+    arch = card.architecture.architecture()
     weights = folder / ckpt.MODEL_FILE
     check_size(arch, f"the card in {folder}")
     check_header(weights, expected_tensors(arch))
-    verified = card.get("source") == "checkpoint"  # verify_checkpoint has checked its digest already
-    if not verified and ckpt.file_digest(weights) != card["files"][ckpt.MODEL_FILE]["xxh3_128"]:
+    verified = card.source == "checkpoint"  # verify_checkpoint has checked its digest already
+    if not verified and ckpt.file_digest(weights) != card.files[ckpt.MODEL_FILE].xxh3_128:
         raise ckpt.CorruptCheckpointError(f"model {folder}: {ckpt.MODEL_FILE} does not match the digest its card "
                                           f"records; re-export it from a checkpoint")
     return arch
@@ -192,10 +187,10 @@ def _pretrained_path(name: str) -> Path:
     return Path(str(resources.files("models") / PRETRAINED_DIR / name))
 
 
-def pretrained_card(name: str) -> dict[str, Any]:
+def pretrained_card(name: str) -> ModelCard:
     """The model card of the shipped reconstructor ``name`` (what it expects, what it was trained on,
     its held-out scores), without loading its weights."""
-    return read_card_file(_pretrained_path(name) / CARD_FILE)[0]
+    return read_card_file(_pretrained_path(name) / CARD_FILE)
 
 
 def load_reconstructor(path: str | Path, device: str | torch.device | None = None,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .version import __version__
 
-from .errors import UserError
+from .errors import NamsaError, RunError, UserError
 from .material_id import sample_id
 from .sample import Sample
 from .config import SimulationConfig
@@ -28,5 +28,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'namsa' has no attribute {name!r}")
 
 
-__all__ = ["__version__", "UserError", "Sample", "sample_id", "SimulationConfig", "load_structure",
+__all__ = ["__version__", "NamsaError", "UserError", "RunError", "Sample", "sample_id", "SimulationConfig", "load_structure",
            "simulate_cbed", "simulate_sample", "plan_samples", "Plan", "SampleSpec"]

@@ -7,9 +7,9 @@ from typing import Any, Callable
 import numpy as np
 
 from .backend import Backend
-from .optics import band_limit_frequency
 from .potential import Grid
 from .random_streams import SampleStream, sample_rng
+from .sampling import detector_pixel_inv_A
 
 
 def overlap_matrix(source_edges: np.ndarray, target_edges: np.ndarray) -> np.ndarray:
@@ -32,8 +32,7 @@ def pattern_rebinner(grid: Grid, band_limit: float, pattern_px: int,
     With ``backend`` the reducer takes and returns that backend's arrays (the rebinning matrices
     live on its device, so a GPU batch is rebinned there); on CPU the numbers are the same either way.
     """
-    k_max = band_limit_frequency(grid.sampling, band_limit)
-    dk_out = 2.0 * k_max / pattern_px
+    dk_out = detector_pixel_inv_A(grid.sampling, band_limit, pattern_px)
     target = (np.arange(pattern_px + 1) - pattern_px // 2 - 0.5) * dk_out
     mats = []
     for n, length in zip(grid.gpts, grid.extent):

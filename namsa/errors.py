@@ -1,15 +1,29 @@
-"""The one error type users see.
+"""The one error root: every error namsa means a user to read is a `NamsaError` of one of two kinds.
 
-Every package (namsa, stage, models, workflow) raises a subclass of :class:`UserError` for bad
-input. Its message is a single line that says what is wrong and what to do; the CLI prints it
-and exits non-zero without a traceback. ``namsa.errors`` and ``namsa.sample`` are the two
-contract modules every room may import.
+* :class:`UserError`: the input is wrong (a config key, a file, a flag, a path). The user fixes it.
+* :class:`RunError`: the input was fine but the environment or the run failed (a full disk, a lost
+  peer rank, a diverged loss, a checkpoint that could not be written). Rerunning may succeed once
+  the cause is gone; finished work is kept.
+
+Each package subclasses one of the two, and the kind is the whole decision: the CLI
+(`workflow.errors.exit_status`) turns it into the exit status. The message is a single line that
+says what is wrong and what to do. Neither kind is a `ValueError`, so a caller's
+``except ValueError`` (or a pydantic validator) never swallows one by accident. ``namsa.errors``
+and ``namsa.sample`` are the two contract modules every room may import.
 """
 from __future__ import annotations
 
 
-class UserError(ValueError):
-    """Bad input from the user: one line, names the input and the fix."""
+class NamsaError(Exception):
+    """The root: a one-line message for a person. Subclass `UserError` or `RunError`, never this."""
 
     def __init__(self, message: str):
         super().__init__(" ".join(str(message).split()))
+
+
+class UserError(NamsaError):
+    """Bad input from the user: one line, names the input and the fix."""
+
+
+class RunError(NamsaError):
+    """The environment or the run failed (disk, peers, divergence, writes): one line, the reason and what to do."""

@@ -226,7 +226,7 @@ class ScanCalibration:
                        scan_step_A=pair(data.get("scan_step_A")),
                        shift_frac=tuple(float(v) for v in data.get("shift_frac", (0.0, 0.0))),
                        periodic=bool(data.get("periodic", True)))
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, ICoMInputError) as exc:
             raise ICoMInputError(f"scan calibration {data!r} is malformed ({exc}); it needs scan_shape and "
                                  "optionally k_sampling_invA, energy_kv, scan_step_A, shift_frac, periodic") from None
 

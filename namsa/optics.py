@@ -8,6 +8,7 @@ that sum |psi|^2 = 1; its FFT (numpy "backward" norm) therefore has sum |Psi|^2 
 from __future__ import annotations
 
 import functools
+from typing import Sequence
 
 import numpy as np
 
@@ -102,16 +103,21 @@ def probe_fourier(gpts: tuple[int, int], sampling: tuple[float, float], energy_k
     return psi / norm
 
 
+def scan_step_A(fov_A: Sequence[float], scan_shape: Sequence[int]) -> tuple[float, float]:
+    """(step_y, step_x) Angstrom of a scan of ``scan_shape`` positions over ``fov_A`` = [y0, x0, height,
+    width]: endpoint-exclusive, so a field of view of one period tiles seamlessly."""
+    return float(fov_A[2]) / int(scan_shape[0]), float(fov_A[3]) / int(scan_shape[1])
+
+
 def scan_positions(fov_A: tuple[float, float, float, float], scan_shape: tuple[int, int]) -> np.ndarray:
     """(sy * sx, 2) probe positions [y, x] (Angstrom), row-major, endpoint-exclusive over the fov.
 
     ``fov_A`` = [y0, x0, height, width]; position (i, j) = (y0 + i h / sy, x0 + j w / sx), so a
     fov of one full period tiles seamlessly.
     """
-    y0, x0, h, w = fov_A
-    sy, sx = scan_shape
-    yy = y0 + np.arange(sy) * (h / sy)
-    xx = x0 + np.arange(sx) * (w / sx)
+    step_y, step_x = scan_step_A(fov_A, scan_shape)
+    yy = fov_A[0] + np.arange(scan_shape[0]) * step_y
+    xx = fov_A[1] + np.arange(scan_shape[1]) * step_x
     grid = np.stack(np.meshgrid(yy, xx, indexing="ij"), axis=-1)
     return grid.reshape(-1, 2)
 

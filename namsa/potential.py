@@ -72,13 +72,25 @@ def smooth_fft_length(n: int) -> int:
         m += 1
 
 
+#: `make_grid` rounds a grid side up to whole pixels per unit cell and then to a 2^a 3^b (or 5-smooth)
+#: count, so its pixel is finer than ``sampling_A`` by less than this factor (e.g. 36.01 pixels per
+#: tile -> 48: 1.333) for tiles of at least 5 pixels (every unit cell at a sampling of 0.5 Angstrom or finer)
+GRID_REFINEMENT_MAX = 4.0 / 3.0
+
+
+def grid_spacing_range_A(sampling_A: float) -> tuple[float, float]:
+    """(finest, coarsest) grid pixel (Angstrom) `make_grid` gives for ``sampling_A``: its rounding bound."""
+    return sampling_A / GRID_REFINEMENT_MAX, sampling_A
+
+
 def make_grid(cell_A: tuple[float, float, float] | np.ndarray, sampling_A: float | None = None,
               gpts: int | tuple[int, int] | None = None, tiling: tuple[int, ...] | None = None,
               fft_friendly: bool = False) -> Grid:
     """Grid covering the cell (Lx, Ly, Lz) exactly: ``gpts`` wins, else the smallest pixel count
     with pixels no larger than ``sampling_A``, made a multiple of the supercell's ``tiling``
     (nx, ny, ...) when given (so each tile holds a whole number of pixels), with a per-tile count
-    that is a product of 2s and 3s (:func:`fast_fft_length`).
+    that is a product of 2s and 3s (:func:`fast_fft_length`); the pixel is then at most
+    `GRID_REFINEMENT_MAX` times finer than ``sampling_A`` (:func:`grid_spacing_range_A`).
 
     ``fft_friendly``: every side a 2^a 3^b 5^c count (:func:`smooth_fft_length`), for GPUs: still a
     multiple of the tiling when the tile count itself is 5-smooth; a tiling of 13 or 19 repeats

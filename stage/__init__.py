@@ -1,7 +1,8 @@
 """stage: node-local LMDB sample stores (format v1), splits, normalisation, staging, torch input pipeline.
 
-The torch adapter (`SampleDataset`, `make_loader`) is imported lazily so that writing a store
-(in simulation workers) never imports torch.
+The store classes (which load lmdb) and the torch adapter (`SampleDataset`, `make_loader`) are
+imported on first use, so that writing a store (in simulation workers) never imports torch and
+reading a microscope file (`stage.microscope`) never imports lmdb.
 """
 from __future__ import annotations
 
@@ -10,15 +11,13 @@ from typing import Any
 from .config import DataConfig
 from .errors import (CorruptRecordError, EmptyStoreError, NotAStoreError, SchemaError, StoreError,
                      StoreFullError, StoreLockedError, StoreNotFoundError, TruncatedStoreError)
-from .normalize import Normalizer
 from .splits import sample_split, split_of
 from .layout import find_stores
-from .manifest import SCHEMA_VERSION
-from .reader import StoreReader
-from .storeset import StoreSet, open_store, open_stores
-from .writer import StoreWriter
 
-_LAZY = {"SampleDataset": "dataset", "make_loader": "loader", "ShardedBatchSampler": "sampler",
+#: name -> the submodule that defines it, imported on first use (lmdb, torch)
+_LAZY = {"Normalizer": "normalize", "SCHEMA_VERSION": "manifest", "StoreReader": "reader",
+         "StoreSet": "storeset", "open_store": "storeset", "open_stores": "storeset", "StoreWriter": "writer",
+         "SampleDataset": "dataset", "make_loader": "loader", "ShardedBatchSampler": "sampler",
          "stage_store": "staging", "stage_rank_shard": "staging", "inspect_store": "inspect"}
 
 

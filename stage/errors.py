@@ -1,7 +1,8 @@
-"""Errors of the stage package: each a one-line `namsa.errors.UserError` naming the store and the fix."""
+"""Errors of the stage package, each one line naming the store and the fix: a `namsa.errors.UserError`
+for a store path or contents that are wrong, a `namsa.errors.RunError` for a store that ran out of room."""
 from __future__ import annotations
 
-from namsa.errors import UserError
+from namsa.errors import RunError, UserError
 
 
 class StoreError(UserError):
@@ -32,8 +33,10 @@ class StoreLockedError(StoreError):
     """Another writer holds the store's exclusive lock."""
 
 
-class StoreFullError(StoreError):
-    """The disk (or the configured maximum map size) is full; the store is still valid."""
+class StoreFullError(RunError):
+    """The disk (or the configured maximum map size) filled up while writing; the store is still valid.
+
+    Not a `StoreError`: nothing about the store or the input is wrong, and a rerun with room resumes."""
 
 
 class CorruptRecordError(StoreError):

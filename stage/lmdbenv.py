@@ -105,7 +105,7 @@ def _open_writable_env(path: Path, map_size: int) -> tuple[lmdb.Environment, dic
         raise _creation_error(path, exc) from exc
 
 
-def _creation_error(path: Path, exc: lmdb.Error) -> StoreError:
+def _creation_error(path: Path, exc: lmdb.Error) -> StoreError | StoreFullError:
     """One line for a store that cannot be opened or created. LMDB reports a write cut short by a
     full disk or a file size limit as EIO, so an I/O error here is named as the likely full disk."""
     text = " ".join(str(exc).split())

@@ -133,7 +133,7 @@ class Normalizer:
             return cls(data["transform"], data["cbed_mean"], data["cbed_std"],
                        {k: tuple(v) for k, v in data["targets"].items()}, data["intensity_scale"],
                        data.get("physics"), data.get("calibration"))
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, UserError) as exc:
             raise UserError(f"normalizer dict is malformed ({exc}); it must come from Normalizer.to_dict()") from exc
 
     def __eq__(self, other: object) -> bool:

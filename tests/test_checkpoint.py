@@ -64,12 +64,12 @@ def test_rng_states_round_trip_through_json():
 def test_interrupted_write_leaves_only_complete_checkpoints(tmp_path):
     model, opt = _model_and_optimizer()
     _save(tmp_path, 2, model, opt)
-    (tmp_path / ".tmp-step-00000004.999").mkdir()  # what a kill during a write leaves behind
-    (tmp_path / ".tmp-step-00000004.999" / "model.safetensors").write_bytes(b"partial")
+    (tmp_path / ".step-00000004.tmp-999").mkdir()  # what a kill during a write leaves behind
+    (tmp_path / ".step-00000004.tmp-999" / "model.safetensors").write_bytes(b"partial")
     assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["step-00000002"]
     assert ckpt.load_latest(tmp_path)[0].name == "step-00000002"
     ckpt.prune_checkpoints(tmp_path, keep_last=5)
-    assert not (tmp_path / ".tmp-step-00000004.999").exists()
+    assert not (tmp_path / ".step-00000004.tmp-999").exists()
 
 
 @pytest.mark.parametrize("damage, message", [
@@ -147,3 +147,51 @@ def test_safetensors_header_that_starts_like_a_pickle_marker_is_not_refused(tmp_
         pytest.skip("no header of that length reachable")
     assert ckpt.looks_pickled(path) and ckpt.has_safetensors_header(path)
     ckpt.refuse_pickles(tmp_path)  # a genuine safetensors file passes
+
+
+def _rewrite_step_3_killed_between_renames(tmp_path, monkeypatch, *, exchange: bool) -> None:
+    """Write step 3 twice; the second publish dies right after the swap's first OS call (the
+    exchange, or with ``exchange=False`` the rename that sets the old checkpoint aside)."""
+    import os
+
+    from stage import dir_swap
+
+    model, opt = _model_and_optimizer()
+    _save(tmp_path, 3, model, opt, note="old")
+    real_exchange, real_rename = dir_swap.exchange, os.rename
+    calls = []
+
+    def killed_after_first(real):
+        def call(*args, **kwargs):
+            if calls:
+                raise KeyboardInterrupt("killed between the swap's steps")
+            calls.append(args)
+            return real(*args, **kwargs)
+        return call
+
+    if exchange:
+        monkeypatch.setattr(dir_swap, "exchange", killed_after_first(real_exchange))
+        monkeypatch.setattr(dir_swap, "remove", killed_after_first(lambda path: None))
+    else:
+        monkeypatch.setattr(dir_swap, "exchange", lambda a, b: False)   # a file system without renameat2
+        monkeypatch.setattr(os, "rename", killed_after_first(real_rename))
+    with pytest.raises(KeyboardInterrupt):
+        _save(tmp_path, 3, model, opt, note="new")
+    monkeypatch.undo()
+
+
+def test_a_kill_after_the_exchange_leaves_the_new_checkpoint(tmp_path, monkeypatch):
+    _rewrite_step_3_killed_between_renames(tmp_path, monkeypatch, exchange=True)
+    assert ckpt.load_checkpoint(tmp_path / "step-00000003")[2]["note"] == "new"
+    ckpt.prune_checkpoints(tmp_path, keep_last=5)   # the old one, left at the temporary name, is removed
+    assert [p.name for p in tmp_path.iterdir()] == ["step-00000003"]
+
+
+def test_a_kill_between_the_fallback_renames_leaves_the_old_checkpoint(tmp_path, monkeypatch):
+    """Without renameat2 the old checkpoint is set aside first; a kill before the second rename
+    leaves it there, and the next writer (or resume) puts it back, whole and loadable."""
+    _rewrite_step_3_killed_between_renames(tmp_path, monkeypatch, exchange=False)
+    assert ckpt.list_checkpoints(tmp_path) == []
+    ckpt.recover_checkpoints(tmp_path)
+    assert ckpt.load_checkpoint(tmp_path / "step-00000003")[2]["note"] == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["step-00000003"]

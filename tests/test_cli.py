@@ -12,7 +12,8 @@ import pytest
 import stage
 from workflow.cli import EXIT_BAD_INPUT, build_parser, main
 
-SUBCOMMANDS = ("simulate", "stage", "inspect", "train", "evaluate", "run", "scaling", "reconstruct")
+SUBCOMMANDS = ("simulate", "stage", "inspect", "train", "evaluate", "run", "scaling", "reconstruct", "precompute",
+               "publish")
 
 MICRO = Path(__file__).resolve().parents[1] / "configs" / "micro.yaml"
 
@@ -39,7 +40,7 @@ def test_help(command, capsys):
 
 
 def test_config_commands_take_a_config_and_overrides(capsys):
-    for command in ("simulate", "train", "evaluate", "run", "scaling"):
+    for command in ("simulate", "train", "evaluate", "run", "scaling", "precompute"):
         with pytest.raises(SystemExit):
             main([command, "--help"])
         out = capsys.readouterr().out
@@ -184,3 +185,46 @@ def test_bad_scaling_fractions_exit_2(tmp_path, capsys):
         main(["scaling", "--data", str(tmp_path), "--out", str(tmp_path), "--fractions", "0.5,2"])
     assert exit_info.value.code == EXIT_BAD_INPUT
     assert "every fraction must be in (0, 1]" in capsys.readouterr().err
+
+
+def test_train_refuses_data_whose_scan_differs_from_the_models_scan_shape(tmp_path, capsys):
+    """`namsa train` alone applies the scan-shape rule (models.config.Architecture.data_mismatch): a
+    4 x 16 scan holds the 64 patterns an 8 x 8 scan-layout model takes, but not its positions."""
+    from stage_helpers import CONFIG_HASH, make_samples
+
+    data = tmp_path / "data"
+    with stage.StoreWriter(data / "store-000", config_hash=CONFIG_HASH, data_cfg=stage.DataConfig()) as writer:
+        for sample in make_samples(8, scan=(4, 16), px=8):
+            writer.put(sample)
+    cfg = tmp_path / "scan.yaml"
+    cfg.write_text("model:\n  preset: scan\n  in_channels: 64\n  scan_shape: [8, 8]\n  pattern_bins: 4\n"
+                   "simulation:\n  scan_shape: [8, 8]\n  pattern_px: 8\n  target_px: 8\n"
+                   "training:\n  device: cpu\n  max_steps: 1\n  progress: false\n")
+    out = tmp_path / "run"
+    assert main(["train", str(cfg), "--data", str(data), "--out", str(out), "--no-progress"]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("namsa: error: model.scan_shape [8, 8] differs from "
+                                                   "simulation.scan_shape [4, 16]; set model.scan_shape"), err
+    assert not (out / "checkpoints").exists()
+
+
+def test_publish_writes_only_where_it_is_told(tmp_path, capsys):
+    """`namsa publish` needs --out DIR or --into-package (the source tree only on request); bad input is
+    one line."""
+    for where in ([], ["--out", str(tmp_path / "o"), "--into-package"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["publish", str(tmp_path / "run"), "x", *where])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == EXIT_BAD_INPUT and err.count("\n") == 1
+        assert "one of the arguments --out --into-package is required" in err or "not allowed with argument" in err
+    assert main(["publish", str(tmp_path / "run"), "x", "--out", str(tmp_path / "o")]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is missing; run the whole pipeline first" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_workflow_modules_have_no_entry_points_of_their_own():
+    """Every command is a `namsa` subcommand: no `python -m workflow.<module>` besides the CLI."""
+    root = Path(__file__).resolve().parents[1] / "workflow"
+    mains = [p.name for p in root.glob("*.py") if p.name != "cli.py" and "__main__" in p.read_text()]
+    assert mains == []

@@ -327,7 +327,7 @@ def test_run_dir_whose_model_folder_leaves_it(base_run, tmp_path):
 
 def test_a_consistent_expects_input_loads(base_run, tmp_path):
     model_dir = hostile_copy(base_run, tmp_path, edit(_set("expects_input", expects())))
-    assert models.load_reconstructor(model_dir, device="cpu").card["expects_input"]["target_px"] == 16
+    assert models.load_reconstructor(model_dir, device="cpu").card.expects_input.target_px == 16
 
 
 # ----------------------------------------------------------------------- checkpoint directories
@@ -370,14 +370,14 @@ def test_the_base_checkpoint_loads(base_run):
 
 def test_shipped_cards_validate():
     for name in models.pretrained_names():
-        _, card = read_card_file(REPO / "models" / "pretrained" / name / CARD_FILE)
+        card = read_card_file(REPO / "models" / "pretrained" / name / CARD_FILE)
         assert card.expects_input is not None and card.held_out_evaluation is not None
 
 
 def test_the_trainer_export_validates(tiny_trained_model):  # noqa: F811
     """The card `namsa train` writes (real training); `workflow.pretrained.publish`'s card is
     loaded through the same schema in tests/test_pretrained.py::test_publish_a_run_and_load_it_back."""
-    _, card = read_card_file(Path(tiny_trained_model.model_dir) / CARD_FILE)
+    card = read_card_file(Path(tiny_trained_model.model_dir) / CARD_FILE)
     assert card.metrics_csv and card.data is not None and card.data.dirs
 
 

@@ -1,5 +1,6 @@
 """The house's layering (docs/architecture.md): import-linter's contracts in pyproject.toml hold for
-the tree, and an import that runs back up (a physics module importing the evaluation) breaks them."""
+the tree, an import that runs back up (a physics module importing the evaluation) breaks them, and so
+does a circle between the modules of one room (the training loop imported by its own data module)."""
 from __future__ import annotations
 
 import shutil
@@ -25,13 +26,27 @@ def test_the_rooms_keep_their_layering():
     assert "0 broken" in done.stdout
 
 
-def test_an_import_running_back_up_breaks_the_contract(tmp_path):
+def _copy_of_the_tree(root: Path) -> None:
     for room in ROOMS:
-        shutil.copytree(REPO / room, tmp_path / room, ignore=shutil.ignore_patterns("__pycache__", "pretrained"))
-    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+        shutil.copytree(REPO / room, root / room, ignore=shutil.ignore_patterns("__pycache__", "pretrained"))
+    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
+
+
+def test_an_import_running_back_up_breaks_the_contract(tmp_path):
+    _copy_of_the_tree(tmp_path)
     with open(tmp_path / "namsa" / "constants.py", "a") as fh:
         fh.write("\nfrom evaluation import metrics  # runs back up: physics must not know the evaluation\n")
     done = lint_imports(tmp_path)
     assert done.returncode != 0
     assert "rooms depend one way" in done.stdout and "BROKEN" in done.stdout
     assert "namsa.constants -> evaluation" in done.stdout
+
+
+def test_a_circle_inside_a_room_breaks_the_contract(tmp_path):
+    _copy_of_the_tree(tmp_path)
+    with open(tmp_path / "models" / "training" / "data.py", "a") as fh:   # loop.py imports data.py
+        fh.write("\nfrom .loop import Trainer  # a circle: the data module asks the loop that owns it\n")
+    done = lint_imports(tmp_path)
+    assert done.returncode != 0
+    broken = done.stdout[done.stdout.index("Broken contracts"):]
+    assert "no circles inside a room" in broken and "No cycles are allowed in models.training" in broken

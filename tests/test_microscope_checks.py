@@ -1,5 +1,5 @@
-"""Checks before and after inference (stage.microscope.checks) and `Reconstructor.predict`'s
-warnings: real namsa simulations pass; spot patterns, a disc that disagrees with the semi-angle,
+"""Checks before inference (stage.microscope.checks), against the model's card after it
+(models.scan_fit.card_checks) and `Reconstructor.predict`'s warnings: real namsa simulations pass; spot patterns, a disc that disagrees with the semi-angle,
 Poisson counts, normalised data, a saturated detector and implausible maps are each named."""
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from microscope_helpers import disc_scan, simulated_scan, spot_scan
-from stage.microscope import ExperimentalInputError, OutsideTrainingWarning, RawScan, checks
+from models.card import ModelCard, validate_card
+from models.scan_fit import OutsideTrainingWarning, card_checks
+from stage.microscope import ExperimentalInputError, RawScan, checks
 
 
 @pytest.fixture(scope="module")
@@ -94,32 +96,41 @@ def test_data_in_arbitrary_units_are_named(sim):
     assert "arbitrary-units" in _codes(report)
 
 
-CARD = {"normalizer": {"targets": {"potential": [831.0, 1530.0], "density": [74.6, 283.0]}},
-        "target_units": {"potential": "V*Angstrom", "density": "electrons/Angstrom^2"},
-        "expects_input": {"variations": {"dose_e_per_A2": None}}}
+def _card(dose_augmentation: dict | None = None) -> ModelCard:
+    """The shipped card, typed, with these training statistics and dose augmentation (None: trained
+    noise-free, as its expects_input has no fixed dose)."""
+    from models import pretrained_card
+
+    raw = pretrained_card("study-scan").to_json()
+    raw["normalizer"]["targets"] = {"potential": [831.0, 1530.0], "density": [74.6, 283.0]}
+    raw["trained_on"]["dose_augmentation"] = dose_augmentation
+    return validate_card(raw, "the test card")
+
+
+CARD = _card()
 
 
 def test_implausible_maps_are_flagged():
     rng = np.random.default_rng(1)
     plausible = {"potential": 800 + 500 * rng.random((32, 32)), "density": 70 + 50 * rng.random((32, 32))}
-    assert checks.check_after_inference(plausible, CARD)["warnings"] == []
+    assert card_checks.check_after_inference(plausible, CARD)["warnings"] == []
     wild = {"potential": -plausible["potential"], "density": 100 * plausible["density"]}
-    report = checks.check_after_inference(wild, CARD, {"measured": {"dose_e_per_A2": {"value": 1e3}}})
+    report = card_checks.check_after_inference(wild, CARD, {"measured": {"dose_e_per_A2": {"value": 1e3}}})
     assert _codes(report) == {"potential-negative", "density-too-large", "dose"}
     assert "trained noise-free" in next(w["message"] for w in report["warnings"] if w["code"] == "dose")
     # a dose past the noise-free threshold (here the absurd one a quantum of float data implies) is
     # measured but warns of nothing
-    quiet = checks.check_after_inference(wild, CARD, {"measured": {"dose_e_per_A2": {"value": 5e45}}})
+    quiet = card_checks.check_after_inference(wild, CARD, {"measured": {"dose_e_per_A2": {"value": 5e45}}})
     assert "dose" not in _codes(quiet)
 
 
 def test_a_dose_inside_the_trained_range_is_quiet_and_one_below_it_warns():
-    card = {**CARD, "trained_on": {"dose_augmentation": {"enabled": True, "dose_range_e_per_A2": [100.0, 1e6]}}}
-    assert checks.trained_dose_range(card) == (100.0, 1e6) and checks.trained_dose_range(CARD) is None
+    card = _card({"enabled": True, "dose_range_e_per_A2": [100.0, 1e6]})
+    assert card_checks.trained_dose_range(card) == (100.0, 1e6) and card_checks.trained_dose_range(CARD) is None
     maps = {"potential": np.full((4, 4), 900.0), "density": np.full((4, 4), 80.0)}
-    inside = checks.check_after_inference(maps, card, {"measured": {"dose_e_per_A2": {"value": 1e3}}})
+    inside = card_checks.check_after_inference(maps, card, {"measured": {"dose_e_per_A2": {"value": 1e3}}})
     assert inside["warnings"] == []
-    below = checks.check_after_inference(maps, card, {"measured": {"dose_e_per_A2": {"value": 20.0}}})
+    below = card_checks.check_after_inference(maps, card, {"measured": {"dose_e_per_A2": {"value": 20.0}}})
     assert "below the 100-1e+06 e/Angstrom^2 the model was trained at" in below["warnings"][0]["message"]
 
 
@@ -139,7 +150,7 @@ def test_predict_warns_outside_what_the_model_learned(sim):
         rec.predict(noisy.astype(np.float32))
     assert caught[0].filename == __file__  # attributed to the caller's line
     flat = np.full((1024, 32, 32), 1.0 / 1024, np.float32)  # one level only: no dose to read
-    assert "dose_e_per_A2" not in checks.input_report(flat, rec.card)["measured"]
+    assert "dose_e_per_A2" not in card_checks.input_report(flat, rec.card)["measured"]
     assert rec.last_report["measured"]["dose_e_per_A2"]["value"] > 0
     with warnings.catch_warnings():  # said once per reconstructor; the record still has it
         warnings.simplefilter("error", OutsideTrainingWarning)
@@ -151,7 +162,7 @@ def test_predict_warns_outside_what_the_model_learned(sim):
         rec.predict(disc_scan((32, 32), 32, radius=9.0).reshape(1024, 32, 32))
 
 
-def load_card_of(name: str) -> dict:
+def load_card_of(name: str) -> ModelCard:
     from models import load_reconstructor
 
     return load_reconstructor(name, device="cpu").card
@@ -172,7 +183,7 @@ def test_reconstruct_records_checks_and_calibration_from_the_data(tmp_path, caps
     err = capsys.readouterr().err
     info = json.loads((tmp_path / "out" / "reconstruction.json").read_text())
     dose = info["checks"]["before"]["measured"]["dose_e_per_A2"]["value"]
-    low = checks.trained_dose_range(load_card_of("pretrained:study-scan"))[0]
+    low = card_checks.trained_dose_range(load_card_of("pretrained:study-scan"))[0]
     # a dose below what the model was trained at is said on stderr; one inside it is only recorded
     assert ("namsa: warning: the data carry about" in err) == (dose < low), (dose, err)
     assert info["calibrations"]["semiangle_mrad"]["source"] == checks.FIT_SOURCE

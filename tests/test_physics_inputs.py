@@ -14,6 +14,7 @@ import stage
 from _train_helpers import DATA_CFG, one_thread, tiny_train_cfg  # noqa: F401
 from evaluation.baselines import icom_from_sample
 from models import ModelConfig
+from models.card import validate_card
 from models.fcdensenet import build_model
 from models.losses import data_loss, huber_loss, relative_huber_loss
 from models.reconstructor import Reconstructor
@@ -82,7 +83,9 @@ def test_predict_on_a_raw_stack_builds_the_loaders_channels(tiny_data_dir):
     with stage.open_store(path) as store:
         sample = store[ds.global_indices[0]]
     arch = ModelConfig(preset="tiny", physics_inputs=list(NAMES)).architecture()
-    card = {"normalizer": norm.to_dict(), "targets": ["potential"]}
+    card = validate_card({"format": "namsa-reconstructor", "format_version": 1, "architecture": arch.to_dict(),
+                          "targets": ["potential"], "normalizer": norm.to_dict(),
+                          "files": {"model.safetensors": {"bytes": 0, "xxh3_128": "0" * 32}}}, "the test card")
     rec = Reconstructor(build_model(arch), card, torch.device("cpu"))
     cal = calibration_from_meta(sample.meta)
     x = rec.network_input(torch.from_numpy(sample.cbed)[None], [cal])

@@ -15,6 +15,7 @@ from models.reconstructor import ReconstructorInputError
 from namsa.errors import UserError
 from workflow import pretrained
 from workflow.config import PipelineConfig, dump_config
+from workflow.cli import main
 
 
 def test_publish_a_run_and_load_it_back(tiny_trained_model, tiny_data_dir, tiny_sim_config, tmp_path):  # noqa: F811
@@ -28,7 +29,8 @@ def test_publish_a_run_and_load_it_back(tiny_trained_model, tiny_data_dir, tiny_
              run / "model", run / "eval")
     cfg = PipelineConfig(simulation=tiny_sim_config, model={"preset": "tiny", "in_channels": 64})
     (run / "config.resolved.yaml").write_text(dump_config(cfg))
-    dest = pretrained.publish(run, "tiny-test", root=tmp_path / "shipped")
+    assert main(["publish", str(run), "tiny-test", "--out", str(tmp_path / "shipped")]) == 0   # `namsa publish`
+    dest = tmp_path / "shipped" / "tiny-test"
     card = json.loads((dest / "model_card.json").read_text())
     assert card["name"] == "tiny-test"
     assert card["expects_input"]["scan_shape"] == [8, 8] and card["expects_input"]["energy_kv"] == 200.0
@@ -67,20 +69,20 @@ def test_shipped_reconstructors_load_and_say_what_they_expect():
     assert names, "the package ships at least one pretrained reconstructor (make pretrained)"
     for name in names:
         rec = models.load_reconstructor(f"pretrained:{name}", device="cpu")
-        expects = rec.card["expects_input"]
-        sy, sx = expects["scan_shape"]
-        p = expects["pattern_px"]
+        expects = rec.card.expects_input
+        sy, sx = expects.scan_shape
+        p = expects.pattern_px
         out = rec.predict(np.full((sy * sx, p, p), 1.0 / (p * p), np.float32))
-        assert out.shape == (len(rec.targets), expects["target_px"], expects["target_px"])
+        assert out.shape == (len(rec.targets), expects.target_px, expects.target_px)
         assert np.isfinite(out).all()
-        headline = rec.card["held_out_evaluation"]["headline"]["potential"]
+        headline = rec.card.held_out_evaluation.headline["potential"]
         assert headline["network"]["rel_l2"] < headline["mean"]["rel_l2"]
 
 
 def test_small_runs_point_to_the_full_study_result_from_its_card():
     from evaluation.verdict import STUDY_PRETRAINED, study_reference
 
-    scores = models.pretrained_card(STUDY_PRETRAINED)["held_out_evaluation"]["aggregates"]["potential"]
+    scores = models.pretrained_card(STUDY_PRETRAINED).held_out_evaluation.aggregates["potential"]
     sentence = study_reference("potential")
     for method, name in (("network", "network"), ("icom", "iCoM"), ("ptycho", "ptychography"),
                          ("mean", "mean training target")):

@@ -20,10 +20,10 @@ def test_the_flagship_scores_its_cards_figures_on_re_simulated_held_out_samples(
     from namsa.material_id import parse_sample_id
 
     card = pretrained_card(STUDY_PRETRAINED)
-    checks = card.get("check_samples")
-    assert checks, f"pretrained:{STUDY_PRETRAINED} has no check_samples: publish it with workflow.pretrained"
-    cfg = namsa.SimulationConfig.model_validate(card["simulation_config"])
-    data_cfg = stage.DataConfig.model_validate(card["data_config"])
+    checks = card.check_samples
+    assert checks, f"pretrained:{STUDY_PRETRAINED} has no check_samples: publish it with namsa publish"
+    cfg = namsa.SimulationConfig.model_validate(card.simulation_config)
+    data_cfg = stage.DataConfig.model_validate(card.data_config)
     with stage.StoreWriter(tmp_path / "data" / "store-0", config_hash=cfg.physics_hash(), data_cfg=data_cfg) as writer:
         for check in checks:
             material_id, zone_axis, variant = parse_sample_id(check["sample_id"])

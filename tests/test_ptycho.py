@@ -15,7 +15,8 @@ from evaluation.baselines.convergence import ConvergenceRule, iterate
 from evaluation.baselines.multislice_ptycho import MultisliceSettings, multislice_from_sample, slicing
 from evaluation.baselines.ptycho import PtychoError, ptycho_from_sample, require_py4dstem
 from evaluation.config import EvaluationConfig
-from evaluation.scoring import MultisliceQuota, _method_maps
+from evaluation.methods import MULTISLICE_PTYCHO
+from evaluation.scoring import _method_maps, subset_rules
 from evaluation.metrics import fit_affine, pearson_r, relative_l2
 from namsa.targets import to_target_resolution
 from namsa.errors import UserError
@@ -172,26 +173,27 @@ def test_multislice_runs_on_a_thin_stack_and_returns_a_projected_potential_in_vo
     assert 0.5 < scale < 30 and pearson_r(result.potential, truth) > 0.5
 
 
-def test_multislice_quota_takes_the_first_thick_samples_only():
+def test_multislice_subset_takes_the_first_thick_samples_only():
     cfg = EvaluationConfig(multislice_ptycho={"max_samples": 2, "min_thickness_A": 20.0})
-    quota = MultisliceQuota(cfg)
-    taken = [quota.take({"thickness_A": t}) for t in (10.0, 30.0, 15.0, 40.0, 50.0, 60.0)]
+    rule = subset_rules(cfg, ["potential"])[MULTISLICE_PTYCHO]
+    taken = [rule.take({"thickness_A": t}) for t in (10.0, 30.0, 15.0, 40.0, 50.0, 60.0)]
     assert taken == [False, True, False, True, False, False]
-    off = MultisliceQuota(EvaluationConfig())
-    assert not any(off.take({"thickness_A": 100.0}) for _ in range(3))
+    assert rule.note() == "scored on a subset: the first 2 samples at least 20 A thick"
+    assert subset_rules(EvaluationConfig(), ["potential"]) == {}   # off: no sample gets it
+    assert subset_rules(cfg, ["density"]) == {}                    # it makes potential maps only
 
 
 def test_scoring_adds_multislice_only_where_due_and_marks_its_subset(thick_si):
     cfg = EvaluationConfig(icom=False, multislice_ptycho={"max_samples": 1, "min_thickness_A": 20.0,
                                                           "convergence": {"max_iterations": 2}})
     preds = {"potential": thick_si.potential}
-    maps, seconds = _method_maps(cfg, thick_si, preds, ["potential"], None, multislice=True)
+    maps, seconds = _method_maps(cfg, thick_si, preds, ["potential"], None, due=subset_rules(cfg, ["potential"]))
     entry = maps["potential"]
     assert entry["multislice_ptycho"].shape == thick_si.potential.shape and seconds["multislice_ptycho"] > 0
     fit = entry["multislice_ptycho_fit"]
     assert fit["scale"] >= 0 and np.isfinite(fit["signed_scale"]) and fit["n_slices"] == 2
     assert "subset" in fit["subset"] and "20 A" in fit["subset"]
-    skipped, _ = _method_maps(cfg, thick_si, preds, ["potential"], None, multislice=False)
+    skipped, _ = _method_maps(cfg, thick_si, preds, ["potential"], None)
     assert "multislice_ptycho" not in skipped["potential"]
 
 

@@ -50,7 +50,7 @@ def test_peak_memory_stays_bounded_and_maps_equal_an_unbounded_run(big_scan, tmp
 def test_constant_specimen_has_no_seams_at_tile_borders(tmp_path):
     """One pattern everywhere: the stitched map has no step where tiles begin or end; a plain
     side-by-side tiling of the same tile prediction would (its edge columns differ)."""
-    from stage.microscope import tile_grid
+    from models.scan_fit import tile_grid
     from workflow.reconstruct import reconstruct
 
     scan = (64, 64)
@@ -73,7 +73,7 @@ def test_constant_specimen_has_no_seams_at_tile_borders(tmp_path):
 
 
 def test_tiles_overlap_cover_the_scan_and_blend_a_constant_exactly():
-    from stage.microscope import Stitcher, blocks, tile_grid
+    from models.scan_fit import Stitcher, blocks, tile_grid
 
     grid = tile_grid((80, 75), (32, 32), 32)
     assert grid.origins_y == (0, 16, 32, 48) and grid.origins_x == (0, 16, 32, 43)  # stride 16 < 32, last flush

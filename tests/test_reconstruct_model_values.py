@@ -44,7 +44,8 @@ def test_expects_input_that_contradicts_the_architecture_is_refused(sample, tiny
 
 
 def test_the_stitcher_refuses_maps_of_another_shape():
-    from stage.microscope import ExperimentalInputError, Stitcher, tile_grid
+    from models.scan_fit import Stitcher, tile_grid
+    from stage.microscope import ExperimentalInputError
 
     stitcher = Stitcher(1, tile_grid((8, 8), (8, 8), 16))
     stitcher.add(np.ones((1, 16, 16)), (0, 0))

@@ -32,7 +32,7 @@ def _by_hand(rec, cbed: np.ndarray) -> np.ndarray:
 
 def test_predict_round_trip_in_physical_units(tiny_trained_model, samples):
     rec = models.load_reconstructor(tiny_trained_model.model_dir, device="cpu")
-    assert rec.targets == ["potential"] and rec.card["target_units"] == {"potential": "V*Angstrom"}
+    assert rec.targets == ["potential"] and rec.card.target_units == {"potential": "V*Angstrom"}
     cbed = samples[0].cbed
     single = rec.predict(cbed)
     assert single.shape == (1, *samples[0].potential.shape) and single.dtype == np.float32

@@ -5,14 +5,14 @@ import pytest
 
 from namsa.config import SimulationConfig
 from namsa.multislice import MemoryBudgetError
-from workflow.memory import (GB, cbed_problem, check_fits, grid_side, largest_square_scan, machine_memory,
-                             sample_memory)
+from namsa.sampling import config_sampling
+from workflow.memory import GB, cbed_problem, check_fits, largest_square_scan, machine_memory, sample_memory
 
 
 def test_the_estimate_is_the_cbed_stack_and_one_wave_per_thread():
     cfg = SimulationConfig(scan_shape=(32, 32), pattern_px=64, target_px=64, cell_lateral_A=12.0, sampling_A=0.1)
     need = sample_memory(cfg, threads=2)
-    assert grid_side(cfg) == 120
+    assert config_sampling(cfg).grid_px[0] == 120  # the grid the estimate takes: namsa's smallest
     assert need.cbed == 2 * 1024 * 64 * 64 * 4  # float32 stack, held twice
     assert need.waves == 2 * 120 * 120 * 12
     assert need.total == need.cbed + need.waves

@@ -472,6 +472,7 @@ def test_a_writer_killed_with_9_does_not_count_as_writing(tmp_path):
 READ_AS_ANOTHER_USER_CHILD = """
 import os, sys
 import stage
+stage.open_store, stage.StoreWriter   # load stage's lazy store classes while the interpreter's files are readable
 if os.geteuid() == 0:
     os.setgid(65534)
     os.setuid(65534)  # 'nobody': may read the store but not write its lock.mdb
@@ -507,6 +508,7 @@ DENIED_CHILD = """
 import os, sys
 import stage
 from stage_helpers import CONFIG_HASH
+stage.open_store, stage.StoreWriter   # load stage's lazy store classes while the interpreter's files are readable
 if os.geteuid() == 0:
     os.setgid(65534)
     os.setuid(65534)  # root ignores file modes: drop to 'nobody' so the denial is real

@@ -89,36 +89,36 @@ def test_run_outputs(base_run):
     best = base_run.best_checkpoint.name
     assert ckpts == sorted({"step-00000006", "step-00000008", best})
     card = models.load_reconstructor(base_run.model_dir).card
-    assert card["training"]["checkpoint"] == best and card["targets"] == ["potential"]
-    assert card["data_manifest_hash"] and card["normalizer"]["transform"] == DATA_CFG.transform
-    assert card["metrics"]["best_dev_loss"] == min(float(r["dev_loss"]) for r in rows if r["dev_loss"])
+    assert card.training["checkpoint"] == best and card.targets == ["potential"]
+    assert card.data_manifest_hash and card.normalizer.transform == DATA_CFG.transform
+    assert card.metrics["best_dev_loss"] == min(float(r["dev_loss"]) for r in rows if r["dev_loss"])
 
 
 def test_model_card_states_the_resolved_model_config_and_what_bounded_training(base_run):
     card = models.load_reconstructor(base_run.model_dir).card
-    arch = card["architecture"]
-    config = card["model_config"]
+    arch = card.architecture.model_dump()
+    config = card.model_config_
     # every preset-decided field written out from the architecture; null only where null is the value
     assert {k: v for k, v in config.items() if v is None} == ({"td_channels": None} if arch["td_channels"] is None
                                                                else {})
     for key in ("growth_rate", "levels", "layers_per_block", "kernel_size", "dropout", "in_channels"):
         assert config[key] == arch[key], key
     assert config["preset"] == "tiny" and config["overrides"] == []
-    training = card["training"]
+    training = card.training
     assert training["length_bound_by"] == "max_steps" and training["steps_planned"] == BASE_STEPS
     assert training["length"].startswith(f"max_steps={BASE_STEPS} set the length (it wins over epochs=")
-    assert card["train_config"]["epochs"] > training["epochs_completed"]   # why the card must say which bound
+    assert card.train_config["epochs"] > training["epochs_completed"]   # why the card must say which bound
 
 
 def test_model_card_says_when_epochs_bounded_training(tiny_data_dir, tmp_path):
     result = _train(tmp_path / "run", tiny_data_dir, ModelConfig(preset="tiny", growth_rate=3), max_steps=None,
                     epochs=1, eval_every=100, checkpoint_every=100)
     card = models.load_reconstructor(result.model_dir).card
-    training = card["training"]
+    training = card.training
     assert training["length_bound_by"] == "epochs" and training["epochs_completed"] == 1
     assert training["steps"] == training["steps_planned"] == training["steps_per_epoch"] == result.steps
     assert training["length"] == f"epochs=1 set the length (max_steps unset): 1 x {result.steps} steps"
-    assert card["model_config"]["overrides"] == ["growth_rate"] and card["model_config"]["growth_rate"] == 3
+    assert card.model_config_["overrides"] == ["growth_rate"] and card.model_config_["growth_rate"] == 3
 
 
 def test_resume_extends_a_finished_run(base_run, tmp_path, tiny_data_dir, capsys):

@@ -319,7 +319,7 @@ def test_stores_go_to_execution_data_dir_with_a_link_in_the_run(tmp_path, monkey
 
 def test_unset_variable_in_the_data_dir_is_a_clear_error(tmp_path, monkeypatch):
     from namsa.errors import UserError
-    from workflow.rundir import RunPaths
+    from workflow.run_paths import RunPaths
 
     monkeypatch.delenv("NAMSA_UNSET_SCRATCH", raising=False)
     cfg = load_config(None, overrides=["execution.data_dir=$NAMSA_UNSET_SCRATCH/data"])

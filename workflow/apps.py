@@ -20,8 +20,9 @@ TRAIN = "train"
 
 @python_app(executors=[WORKERS])
 def simulate_app(simulation: dict, data: dict, store_dir: str, spec_keys: list, sources: dict,
-                 progress_path: str) -> dict:
-    """One simulation chunk -> one store; only the simulation and data sections travel."""
+                 progress_path: str, deadline_at: float | None = None) -> dict:
+    """One simulation chunk -> one store; only the simulation and data sections travel (and the
+    simulate stage's deadline, epoch seconds, the same for every chunk)."""
     entered_at = time.time()
     from namsa import SimulationConfig
     from stage import DataConfig
@@ -31,7 +32,7 @@ def simulate_app(simulation: dict, data: dict, store_dir: str, spec_keys: list, 
     try:
         summary = data_runners.simulate_specs(SimulationConfig.model_validate(simulation),
                                               DataConfig.model_validate(data), store_dir, specs, sources,
-                                              progress=False, progress_path=progress_path)
+                                              progress=False, progress_path=progress_path, deadline_at=deadline_at)
     finally:  # the worker lives on; training may start next on the same GPUs
         data_runners.release_device_pools()
     return {**summary.to_dict(), "entered_at": entered_at}

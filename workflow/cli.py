@@ -9,10 +9,13 @@ workflow.model_runners or workflow.reconstruct (the DAG of `namsa run`: workflow
     namsa run CONFIG [--out DIR]          the whole Parsl DAG: simulate -> train -> evaluate
     namsa scaling CONFIG --data DIR --out DIR
     namsa reconstruct FILE --model DIR|pretrained:<name> --out DIR   an experimental 4D-STEM file -> maps
+    namsa precompute CONFIG --data DIR    a split's ptychography into evaluation.baseline_cache, before any model
+    namsa publish RUN NAME --out DIR | --into-package   a finished run's model + extended card as DIR/NAME
 
 CONFIG may be left out: the embedded quickstart config is used. The commands that read a CONFIG take
-``--set key=value`` overrides; stage, inspect and reconstruct read none. Bad input exits with status 2 and
-one line ``namsa: error: <what is wrong and how to fix it>``.
+``--set key=value`` overrides; stage, inspect and reconstruct read none. Every failure is one line
+``namsa: error: <what is wrong and how to fix it>``; bad input exits with status 2, a run or an
+environment that failed with status 1 (workflow.errors says which is which).
 """
 from __future__ import annotations
 
@@ -21,13 +24,10 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from namsa.errors import UserError
+from namsa.errors import NamsaError, RunError
 
-from .errors import NothingSimulated, StageFailed
-from .oserrors import os_error_line
-
-#: exit status for bad input (like argparse), for a failed stage, and for Ctrl-C (128 + SIGINT)
-EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED = 2, 1, 130
+from .errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, NothingSimulated, StageFailed, exit_status
+from .oserrors import os_error
 
 
 def _load(args: argparse.Namespace):
@@ -78,6 +78,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(f"  failed: {who}: {why}")
     _say_failures(summary.failed, produced=summary.written + summary.skipped,
                   listed_in=Path(args.out) / f"simulate-{args.worker:03d}.json")
+    if summary.deadline_reached:
+        print(f"namsa: warning: execution.simulate_deadline_s reached: {summary.not_reached} planned samples not "
+              "simulated (not failures); run the same command again to continue", file=sys.stderr)
     return 0
 
 
@@ -157,7 +160,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .pipeline import run_pipeline
-    from .rundir import RunPaths
+    from .run_paths import RunPaths
 
     cfg = _load(args)
     with _hold(args, RunPaths.for_config(cfg, args.out).root, what="run directory"):
@@ -194,6 +197,22 @@ def cmd_reconstruct(args: argparse.Namespace) -> int:
         print(f"  resampled: {note}")
     for warning in summary.get("warnings", []):  # checks of the data and the maps (reconstruction.json)
         print(f"namsa: warning: {warning}", file=sys.stderr)
+    return 0
+
+
+def cmd_precompute(args: argparse.Namespace) -> int:
+    from evaluation.precompute import precompute
+
+    cfg = _load(args)
+    count = precompute(cfg.evaluation, args.data)
+    print(f"precomputed the baselines of {count} {cfg.evaluation.split} samples into {cfg.evaluation.baseline_cache}")
+    return 0
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from .pretrained import PRETRAINED_ROOT, publish
+
+    print(f"published {publish(args.run, args.name, PRETRAINED_ROOT if args.into_package else args.out)}")
     return 0
 
 
@@ -339,35 +358,51 @@ def build_parser() -> argparse.ArgumentParser:
                         "of it (at least one tile), so a scan of any size fits")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="accepted for symmetry; no bar here")
     p.add_argument("--set", action=_NoOverrides, help=argparse.SUPPRESS)
+
+    p = add("precompute", cmd_precompute, "compute the ptychography baselines of the config's evaluation split into "
+            "evaluation.baseline_cache before any model exists; `namsa evaluate` then reads them back")
+    _add_config(p)
+    p.add_argument("--data", required=True, type=Path, action="append", help="data directory (repeatable)")
+
+    p = add("publish", cmd_publish, "publish a finished `namsa run` directory's model with an extended card "
+            "(the physics it expects, its data, its held-out scores) as the folder NAME")
+    p.add_argument("run", type=Path, metavar="RUN", help="a finished `namsa run` directory (model/, eval/, "
+                   "config.resolved.yaml)")
+    p.add_argument("name", metavar="NAME", help="the published folder's name (loads as pretrained:NAME when shipped)")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--out", type=Path, help="write the model into DIR/NAME")
+    where.add_argument("--into-package", action="store_true",
+                       help="write into the source tree's models/pretrained/NAME, shipped with namsa (for maintainers)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `namsa` console script; returns the exit status."""
+    """Entry point of the `namsa` console script; returns the exit status (`workflow.errors`)."""
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)
-    except UserError as exc:
-        print(f"namsa: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("namsa: interrupted; everything written so far is kept: rerun the same command to resume",
               file=sys.stderr)
         return EXIT_INTERRUPTED
-    except StageFailed as exc:
-        print(f"namsa: error: {exc}", file=sys.stderr)
-        if exc.detail:
-            print(exc.detail, file=sys.stderr)
-        return EXIT_FAILED
+    except NamsaError as exc:
+        return _report(exc)
     except OSError as exc:  # a full disk, a read-only or unwritable place: the system's word, and what to do
-        where = getattr(args, "out", None) or getattr(args, "dst", None)
-        print(f"namsa: error: {os_error_line(args.command, exc, where)}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _report(os_error(args.command, exc, getattr(args, "out", None) or getattr(args, "dst", None)))
     except MemoryError:  # what was written is kept (stores and checkpoints commit atomically)
-        print(f"namsa: error: {args.command} ran out of memory; use smaller inputs (simulation.cell_lateral_A, "
-              f"simulation.thickness_A, training.batch_size), fewer execution.workers, or a machine with more memory; "
-              f"rerun the same command to resume", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _report(RunError(
+            f"{args.command} ran out of memory; use smaller inputs (simulation.cell_lateral_A, simulation.thickness_A, "
+            f"training.batch_size), fewer execution.workers, or a machine with more memory; rerun the same command "
+            f"to resume"))
+
+
+def _report(exc: NamsaError) -> int:
+    """Print ``namsa: error: <one line>`` (and a failed stage's log tail below it); its exit status."""
+    status = exit_status(exc)  # first: a class of no decided kind must fail loudly, not print a line
+    print(f"namsa: error: {exc}", file=sys.stderr)
+    if isinstance(exc, StageFailed) and exc.detail:
+        print(exc.detail, file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":

@@ -135,6 +135,11 @@ class ExecutionConfig(_Section):
                               laptop uses `torchrun --standalone` with gloo).
     data_dir:                 where simulation tasks write their stores (default <run>/data); set
                               it to node-local or scratch storage on a cluster.
+    simulate_deadline_s:      seconds after the simulate stage starts (`namsa simulate`, `namsa run`)
+                              when no new sample is started: the samples not reached are stopped,
+                              not failed (a rerun simulates them), and training starts on what exists;
+                              each worker takes its samples in an interleaved order, so a cut set still
+                              spans the materials. None: no deadline.
     """
 
     profile: str = "local"
@@ -143,6 +148,7 @@ class ExecutionConfig(_Section):
     min_success_fraction: float = Field(1.0, ge=0.0, le=1.0)
     train_processes_per_node: int = Field(1, ge=1)
     data_dir: str | None = None
+    simulate_deadline_s: float | None = Field(None, gt=0.0)
     local_htex: LocalHtexSite = LocalHtexSite()
     slurm: SlurmSite = SlurmSite()
     pbs: PBSSite = PBSSite()
@@ -197,12 +203,13 @@ class PipelineConfig(_Section):
         too_many = plan_problem(self.simulation, self.data)
         if too_many:
             raise ValueError(f"simulation: {too_many}")
-        arch = self.model.architecture()
+        try:
+            arch = self.model.architecture()
+        except UserError as exc:  # pydantic reports only ValueErrors as validation errors (one line, with the source)
+            raise ValueError(str(exc)) from None
         sim = self.simulation
-        problem = arch.data_mismatch(sim.scan_shape[0] * sim.scan_shape[1], sim.pattern_px, sim.target_px)
-        if problem is None and arch.input_layout == "scan" and tuple(sim.scan_shape) != arch.scan_shape:
-            problem = (f"model.scan_shape {list(arch.scan_shape)} differs from simulation.scan_shape "
-                       f"{list(sim.scan_shape)}; set model.scan_shape to the simulated scan")
+        problem = arch.data_mismatch(sim.scan_shape[0] * sim.scan_shape[1], sim.pattern_px, sim.target_px,
+                                     tuple(sim.scan_shape))
         if problem:
             raise ValueError(f"{problem} (model preset {self.model.preset})")
         return self

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from namsa.errors import UserError
+from namsa.errors import RunError, UserError
 
 from .runner_io import one_line, progress_bar, write_summary_json
 
@@ -46,6 +46,8 @@ class SimulateSummary:
     started_at: float = 0.0
     finished_at: float = 0.0
     stopped: bool = False
+    #: stopped by execution.simulate_deadline_s: the samples not reached are not failures
+    deadline_reached: bool = False
 
     @property
     def seconds(self) -> float:
@@ -65,7 +67,14 @@ class SimulateSummary:
         rate = self.written / self.seconds if self.seconds > 0 else 0.0
         text = (f"{self.store}: {self.written} written, {self.skipped} already stored, "
                 f"{len(self.failed)} failed in {self.seconds:.1f} s ({rate:.2f} samples/s)")
+        if self.deadline_reached:
+            return text + " [stopped at the deadline: rerun to finish]"
         return text + (" [stopped early: rerun to finish]" if self.stopped else "")
+
+    @property
+    def not_reached(self) -> int:
+        """Planned samples this worker never came to (a stop or the deadline): not failures."""
+        return max(self.planned - self.written - self.skipped - len(self.failed), 0)
 
 
 def spec_key(spec: Any) -> list:
@@ -79,6 +88,19 @@ def spec_from_key(key: Sequence[Any]) -> Any:
 
     material_id, axis, variant = key
     return namsa.SampleSpec(material_id, tuple(int(i) for i in axis), int(variant))
+
+
+def interleaved(specs: Sequence[Any]) -> list[Any]:
+    """``specs`` reordered round-robin over their templates (a generated material's template, any other
+    material itself: `namsa.material_id.template_of`), each template's own order kept: a prefix of the
+    result, what a deadline leaves, spans the structure types instead of the first materials of the plan."""
+    from namsa.material_id import template_of
+
+    groups: dict[str, list[Any]] = {}
+    for spec in specs:
+        groups.setdefault(template_of(spec.material_id), []).append(spec)
+    queues = list(groups.values())
+    return [queue[i] for i in range(max(map(len, queues), default=0)) for queue in queues if i < len(queue)]
 
 
 def plan(cfg: "PipelineConfig"):
@@ -132,7 +154,7 @@ def check_same_physics(data_dir: str | Path, physics_hash: str) -> None:
 
 def simulate_specs(sim_cfg: "SimulationConfig", data_cfg: "DataConfig", store_dir: str | Path, specs: Sequence[Any],
                    sources: Mapping[str, str], *, progress: bool = True, progress_path: str | Path | None = None,
-                   stop: threading.Event = STOP) -> SimulateSummary:
+                   stop: threading.Event = STOP, deadline_at: float | None = None) -> SimulateSummary:
     """Simulate ``specs`` (namsa SampleSpecs) into the single store ``store_dir`` (one writer = one
     store); ``sources`` maps each material id to what `namsa.simulate_sample` loads (`Plan.sources`).
 
@@ -143,9 +165,13 @@ def simulate_specs(sim_cfg: "SimulationConfig", data_cfg: "DataConfig", store_di
     used: a lock clash is never a sample failure. A sample whose simulation raises is recorded in
     ``failed`` with a one-line reason and skipped (a store failure, e.g. a full disk, is not a
     sample failure and propagates). ``progress_path`` gets a small JSON after every sample so a
-    driver can show live progress across processes.
+    driver can show live progress across processes. ``deadline_at`` (epoch seconds): no sample is
+    started after it, and ``specs`` are taken in `interleaved` order so that what is done by then
+    spans the materials.
     """
     summary = SimulateSummary(store=str(store_dir), planned=len(specs), started_at=time.time())
+    if deadline_at is not None:
+        specs = interleaved(specs)
     if progress_path is not None:  # marks the task as started for a watching driver
         write_summary_json(progress_path, summary.to_dict())
     if not specs:  # nothing to do: do not create an empty store
@@ -157,7 +183,7 @@ def simulate_specs(sim_cfg: "SimulationConfig", data_cfg: "DataConfig", store_di
     with open_free_writer(store_dir, sim_cfg.physics_hash(), data_cfg) as writer, \
             progress_bar(len(specs), Path(store_dir).name, "sample", progress) as bar:
         summary.store = str(writer.path)
-        _simulate_into(writer, sim_cfg, specs, sources, summary, bar, progress_path, stop)
+        _simulate_into(writer, sim_cfg, specs, sources, summary, bar, progress_path, stop, deadline_at)
     summary.finished_at = time.time()
     if progress_path is not None:
         write_summary_json(progress_path, summary.to_dict())
@@ -201,7 +227,7 @@ def open_free_writer(store_dir: str | Path, physics_hash: str, data_cfg: "DataCo
 
 def _simulate_into(writer: Any, sim_cfg: "SimulationConfig", specs: Sequence[Any], sources: Mapping[str, str],
                    summary: SimulateSummary, bar: Any, progress_path: str | Path | None,
-                   stop: threading.Event) -> None:
+                   stop: threading.Event, deadline_at: float | None = None) -> None:
     """The sample loop of `simulate_specs`: claim, simulate, store. The host phase of
     the next ``sim_cfg.host_threads`` samples runs ahead in a thread pool (`namsa.pipelined`); samples
     are still stored in order, and a sample whose preparation raised is recorded as failed here."""
@@ -213,17 +239,18 @@ def _simulate_into(writer: Any, sim_cfg: "SimulationConfig", specs: Sequence[Any
     jobs = [(sources[spec.material_id], tuple(spec.zone_axis), spec.variant) for spec in specs]
     slots = prepared_in_order(jobs, sim_cfg, wanted=lambda i: not writer.has(ids[i]))
     with contextlib.closing(slots):   # leaving early (stop, a store error) stops the pool at once
-        _store_in_order(writer, claims, ids, slots, summary, bar, progress_path, stop)
+        _store_in_order(writer, claims, ids, slots, summary, bar, progress_path, stop, deadline_at)
 
 
 def _store_in_order(writer: Any, claims: Any, ids: Sequence[str], slots: Any, summary: SimulateSummary, bar: Any,
-                    progress_path: str | Path | None, stop: threading.Event) -> None:
+                    progress_path: str | Path | None, stop: threading.Event, deadline_at: float | None) -> None:
     """Claim, finish (`namsa.pipelined.PreparedSlot.sample`) and store each sample in order."""
     import stage
 
     for sid, slot in zip(ids, slots):
-        if stop.is_set():
+        if stop.is_set() or (deadline_at is not None and time.time() >= deadline_at):
             summary.stopped = True
+            summary.deadline_reached = not stop.is_set()
             break
         if writer.has(sid) or claims.claim(sid) is not None:
             slot.discard()
@@ -232,7 +259,7 @@ def _store_in_order(writer: Any, claims: Any, ids: Sequence[str], slots: Any, su
             try:
                 writer.put(slot.sample())
                 summary.written += 1
-            except stage.StoreError:
+            except (stage.StoreError, RunError):  # the store, the disk or the run failed, not this sample
                 raise
             except Exception as exc:  # one bad structure must not stop the others
                 summary.failed.append((sid, one_line(exc)))
@@ -264,8 +291,9 @@ def simulate(cfg: "PipelineConfig", out_dir: str | Path, *, worker: int = 0, num
         from .memory import check_fits
 
         check_fits(cfg.simulation)
+    deadline_s = cfg.execution.simulate_deadline_s
     summary = simulate_specs(cfg.simulation, cfg.data, out_dir / f"store-{worker:03d}", todo, planned.sources,
-                             progress=progress)
+                             progress=progress, deadline_at=None if deadline_s is None else time.time() + deadline_s)
     summary.skipped += len(mine) - len(todo)
     summary.planned = len(mine)
     if worker == 0:

@@ -2,7 +2,8 @@
 
 An absurd size (a 100000 x 100000 scan, a grid of billions of pixels) must be refused in a second
 with what fits, not found out by a MemoryError after planning or by an OOM kill. The estimate is
-a lower bound from the sizes the config fixes (the supercell is at least ``cell_lateral_A`` wide):
+a lower bound from the sizes the config fixes (the grid is at least the smallest one
+`namsa.sampling.config_sampling` says the config allows, ``grid_px[0]`` pixels per side):
 
 * the CBED stack: S = scan_y * scan_x float32 patterns of pattern_px^2, held twice while the
   batches are concatenated and converted;
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 import psutil
 
 from namsa.config import SimulationConfig
+from namsa.sampling import config_sampling
 
 GB = 1e9
 #: bytes per grid pixel of one probe in flight (lower bound over both simulation paths)
@@ -45,11 +47,6 @@ class SampleMemory:
         return f"CBED stack {self.cbed / GB:.3g} GB, wave batch {self.waves / GB:.3g} GB"
 
 
-def grid_side(cfg: SimulationConfig) -> int:
-    """Grid pixels per side of the smallest supercell the config allows."""
-    return int(cfg.gpts) if cfg.gpts else math.ceil(cfg.cell_lateral_A / cfg.sampling_A)
-
-
 def cbed_bytes(cfg: SimulationConfig) -> float:
     """The float32 CBED stack of one sample, with its transient copy (bytes)."""
     scan_y, scan_x = cfg.scan_shape
@@ -58,7 +55,8 @@ def cbed_bytes(cfg: SimulationConfig) -> float:
 
 def sample_memory(cfg: SimulationConfig, threads: int = 1) -> SampleMemory:
     """Lower bound of the memory (bytes) simulating one sample of ``cfg`` needs on ``threads`` threads."""
-    return SampleMemory(cbed=cbed_bytes(cfg), waves=float(max(1, threads) * grid_side(cfg) ** 2 * PROBE_BYTES_PER_PX))
+    side = config_sampling(cfg).grid_px[0]  # the smallest grid the config allows (namsa's own rounding)
+    return SampleMemory(cbed=cbed_bytes(cfg), waves=float(max(1, threads) * side ** 2 * PROBE_BYTES_PER_PX))
 
 
 def largest_square_scan(cfg: SimulationConfig, free_bytes: float) -> int:
@@ -104,7 +102,8 @@ def check_fits(cfg: SimulationConfig, parallel: int = 1) -> None:
         return
     fits = int(available // need.total)
     advice = (f"run at most {fits} at once (execution.workers={fits})" if fits else
-              f"shrink the grid ({grid_side(cfg)}^2 pixels: raise sampling_A or reduce cell_lateral_A) "
+              f"shrink the grid ({config_sampling(cfg).grid_px[0]}^2 pixels: raise sampling_A or reduce "
+              "cell_lateral_A) "
               f"or the scan (scan_shape, pattern_px)")
     raise MemoryBudgetError(f"simulation: {parallel} sample(s) at once need at least {parallel * need.total / GB:.3g} GB "
                             f"({need.parts()} each) but {available / GB:.3g} GB is available; {advice}")

@@ -1,13 +1,24 @@
-"""One line for an operating-system error (no space, permission, read-only, not a directory, ...).
+"""One line for an operating-system error (no space, permission, read-only, not a directory, ...),
+and its kind.
 
 `workflow.cli.main` turns any `OSError` a stage lets through into
-``namsa: error: <command> <path>: <strerror>; <what to do>``, exit status 2: the path and the
-system's reason are what a user needs, a traceback is not.
+``namsa: error: <command> <path>: <strerror>; <what to do>``: the path and the system's reason are
+what a user needs, a traceback is not. The errno decides the kind (`os_error_kind`): a path the
+user gave that cannot be used (permission, read-only, not a directory, ...) is bad input, exit 2;
+anything else (a full disk or quota, a file size limit, an I/O error, too many open files) is the
+environment failing, exit 1.
 """
 from __future__ import annotations
 
 import errno
 import os
+
+from namsa.errors import RunError, UserError
+
+#: errnos that mean the path given cannot be used as asked: the user chooses another (bad input)
+PATH_ERRNOS: frozenset[int] = frozenset({
+    errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR, errno.ENOENT, errno.EEXIST,
+    errno.ENAMETOOLONG, errno.ELOOP})
 
 #: what to do, by errno; anything else gets `OTHER_ADVICE`
 ADVICE: dict[int, str] = {
@@ -45,3 +56,14 @@ def os_error_line(command: str | None, exc: OSError, out: object = None) -> str:
     advice = ADVICE.get(exc.errno or -1, OTHER_ADVICE)
     head = " ".join(part for part in (command or "", str(where)) if part)
     return f"{head}: {reason}; {advice}" if head else f"{reason}; {advice}"
+
+
+def os_error_kind(exc: OSError) -> type[UserError] | type[RunError]:
+    """`UserError` when the errno says the path given cannot be used, `RunError` for any other
+    (the disk, the quota, a limit or the device failed under a valid request)."""
+    return UserError if exc.errno in PATH_ERRNOS else RunError
+
+
+def os_error(command: str | None, exc: OSError, out: object = None) -> UserError | RunError:
+    """The one-line error of `os_error_line`, of the kind `os_error_kind` decides."""
+    return os_error_kind(exc)(os_error_line(command, exc, out))

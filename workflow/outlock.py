@@ -32,7 +32,7 @@ from typing import IO, Iterator
 
 from namsa.errors import UserError
 
-from .oserrors import ADVICE, OTHER_ADVICE
+from .oserrors import ADVICE, OTHER_ADVICE, os_error_kind
 from .replace_out import INSIDE_LOCK, refuse_file_above
 
 #: lock files held by an ancestor process (a `namsa run` whose training child locks the same --out)
@@ -73,7 +73,7 @@ def _open(path: Path, out: Path, flag: str) -> IO[str]:
         return os.fdopen(fd, "r+")
     except OSError as exc:
         advice = ADVICE.get(exc.errno or -1, OTHER_ADVICE)
-        raise UserError(f"{flag} {out}: cannot create the lock file {path} ({exc.strerror}); {advice}") from None
+        raise os_error_kind(exc)(f"{flag} {out}: cannot create the lock file {path} ({exc.strerror}); {advice}") from None
 
 
 def _record(fh: IO[str], command: str) -> None:

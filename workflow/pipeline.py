@@ -1,5 +1,5 @@
 """The Parsl DAG behind `namsa run`: simulate (fan-out) -> train -> evaluate, in a run directory
-laid out as workflow.rundir describes.
+laid out as workflow.run_paths describes.
 
 Resume: the stores' contents (LMDB records, reconciled with their manifests) decide which samples
 exist; train-summary.json / eval-summary.json record the data fingerprint and config they were made
@@ -20,7 +20,7 @@ from typing import Any
 import parsl
 from parsl.executors.high_throughput.errors import ManagerLost, WorkerLost
 
-from namsa.errors import UserError
+from namsa.errors import NamsaError
 from stage.errors import StoreLockedError
 from stage.nofollow import open_no_follow
 
@@ -32,7 +32,7 @@ from .liveview import LiveView, last_step, total_steps, wait_ticking
 from .memory import check_fits
 from .outlock import HELD_ENV
 from .profiles import build_parsl_config, train_command, worker_slots
-from .rundir import TRAIN_RUN_FILE, FailureLog, RunPaths
+from .run_paths import TRAIN_RUN_FILE, FailureLog, RunPaths
 from .summary import RunSummary, TaskTiming, parsl_overhead
 
 #: lines of the training log quoted when training fails
@@ -131,6 +131,8 @@ class Pipeline:
             check_fits(self.cfg.simulation, parallel=n_tasks)
         chunks = [missing[i::n_tasks] for i in range(n_tasks)]
         stores = self._free_store_names(n_tasks)
+        deadline_s = self.cfg.execution.simulate_deadline_s
+        deadline_at = None if deadline_s is None else started + deadline_s
         self.dfk()
         tasks: list[tuple[concurrent.futures.Future, TaskTiming, Path, list]] = []
         for chunk, store in zip(chunks, stores):
@@ -139,7 +141,8 @@ class Pipeline:
             timing = TaskTiming("simulate", submitted=time.time())
             future = simulate_app(self.cfg_dict["simulation"], self.cfg_dict["data"], str(store),
                                   [data_runners.spec_key(s) for s in chunk],
-                                  {s.material_id: sources[s.material_id] for s in chunk}, str(progress_path))
+                                  {s.material_id: sources[s.material_id] for s in chunk}, str(progress_path),
+                                  deadline_at)
             future.add_done_callback(lambda _f, t=timing: setattr(t, "resolved", time.time()))
             tasks.append((future, timing, progress_path, chunk))
         self.log(f"simulate: {len(missing)} samples in {n_tasks} tasks")
@@ -190,6 +193,7 @@ class Pipeline:
                 result = data_runners.SimulateSummary.from_dict(future.result())
                 timing.started, timing.ended = future.result()["entered_at"], result.finished_at
                 self.summary.written += result.written
+                self.summary.not_reached += result.not_reached if result.deadline_reached else 0
                 new_failures += result.failed
                 self.log("simulate: " + result.line())
             else:
@@ -217,7 +221,8 @@ class Pipeline:
         plan = self.plan
         n_materials = len({s.material_id for s in plan.specs})
         per_material = len(plan.specs) / n_materials if n_materials else 1.0
-        expected = len(plan.specs) + per_material * len(plan.failures)
+        # samples the simulate deadline stopped before are not failures: not expected this run
+        expected = len(plan.specs) + per_material * len(plan.failures) - self.summary.not_reached
         fraction = self.summary.available / expected if expected else 0.0
         needed = self.cfg.execution.min_success_fraction
         if self.summary.available == 0 or fraction < needed:
@@ -339,7 +344,7 @@ class Pipeline:
         wait_ticking([future], lambda: None)
         if future.exception() is not None:
             exc = future.exception()
-            if isinstance(exc, (UserError, OSError)):   # one line from main(), not "evaluation failed"
+            if isinstance(exc, (NamsaError, OSError)):   # one line from main(), not "evaluation failed"
                 raise exc
             raise StageFailed(f"evaluation failed: {runner_io.one_line(exc)}; see {self.paths.root / 'runinfo'}")
         result = future.result()

@@ -1,17 +1,18 @@
-"""Publish a trained run as a pretrained reconstructor shipped with the package.
+"""Publish a trained run as a pretrained reconstructor (`namsa publish`, workflow.cli).
 
-    python -m workflow.pretrained runs/study study-scan      (what `make pretrained` runs)
+    namsa publish runs/study study-scan --out DIR              writes DIR/study-scan/
+    namsa publish runs/study study-scan --into-package         (what `make pretrained` runs)
 
-copies ``RUN/model/model.safetensors`` to ``models/pretrained/<name>/`` and writes its model card
+copies ``RUN/model/model.safetensors`` to ``<root>/<name>/`` and writes its model card
 with what a user of the weights must know besides the weights: the simulation physics the model
 expects its input to have (beam energy, convergence angle, sampling, scan and pattern sizes: a
 scan taken under other conditions is outside what it learned), the data it was trained on, and
-its held-out scores against the baselines (``RUN/eval/metrics.json``). Then
-``models.load_reconstructor("pretrained:<name>")`` loads it.
+its held-out scores against the baselines (``RUN/eval/metrics.json``). ``models.load_reconstructor``
+loads the folder; published into the package's ``models/pretrained/`` (only on request:
+``--into-package``), it loads as ``"pretrained:<name>"``.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 from pathlib import Path
@@ -19,16 +20,20 @@ from typing import Any
 
 import yaml
 
+from evaluation.methods import NETWORK
 from models import checkpoint as ckpt
-from models.card import CARD_FILE, open_regular, read_card_file, validate_card
+from models.card import CARD_FILE, open_regular, validate_card
+from models.card_writer import write_card
 from models.reconstructor import PRETRAINED_DIR, load_reconstructor
+from namsa.config import SimulationConfig
 from namsa.errors import UserError
+from namsa.sampling import sampling_fields
 
-#: where `publish` writes (the package's data folder; see pyproject's package-data)
+#: where `namsa publish --into-package` writes (the package's data folder; see pyproject's package-data)
 PRETRAINED_ROOT = Path(__file__).resolve().parents[1] / "models" / PRETRAINED_DIR
 
 
-def publish(run_dir: str | Path, name: str, root: str | Path = PRETRAINED_ROOT) -> Path:
+def publish(run_dir: str | Path, name: str, root: str | Path) -> Path:
     """Copy the run's exported model to ``root/name`` with an extended card; returns that folder."""
     run = Path(run_dir)
     model_dir, metrics_path, config_path = run / "model", run / "eval" / "metrics.json", run / "config.resolved.yaml"
@@ -37,25 +42,23 @@ def publish(run_dir: str | Path, name: str, root: str | Path = PRETRAINED_ROOT) 
             raise UserError(f"{path} is missing; run the whole pipeline first (namsa run CONFIG --out {run})")
     if not name or "/" in name or name.startswith("."):
         raise UserError(f"pretrained name {name!r} must be a plain folder name, e.g. study-scan")
-    load_reconstructor(model_dir, device="cpu")  # no links, digest and finite weights: what users will load
-    card = read_card_file(model_dir / CARD_FILE)[0]
+    # no links, digest and finite weights: what users will load
+    card = load_reconstructor(model_dir, device="cpu").card.to_json()
     card.update(_provenance(yaml.safe_load(config_path.read_text()), json.loads(metrics_path.read_text())))
     card["name"] = name
-    validate_card(card, f"the card published from {run}")  # expects_input must fit the architecture
+    # expects_input must fit the architecture
+    published = validate_card(_portable(card), f"the card published from {run}")
     dest = Path(root) / name
     dest.mkdir(parents=True, exist_ok=True)
     with open_regular(model_dir / ckpt.MODEL_FILE, "weights file") as src, open(dest / ckpt.MODEL_FILE, "wb") as dst:
         shutil.copyfileobj(src, dst)
-    (dest / CARD_FILE).write_text(json.dumps(_portable(card), indent=1, sort_keys=True) + "\n")
+    write_card(dest, published)
     return dest
 
 
 def _provenance(config: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
     sim = config["simulation"]
-    expects = {key: sim[key] for key in ("energy_kv", "semiangle_mrad", "sampling_A", "scan_shape", "pattern_px",
-                                         "target_px", "cell_lateral_A", "thickness_A", "aberrations", "band_limit",
-                                         "variations")}
-    return {"expects_input": expects,
+    return {"expects_input": sampling_fields(SimulationConfig.model_validate(sim)),
             # the whole simulation and data sections: what held-out samples are re-made and stored with
             "simulation_config": sim, "data_config": config["data"],
             "check_samples": check_samples(metrics),
@@ -78,7 +81,7 @@ def check_samples(metrics: dict[str, Any]) -> list[dict[str, Any]]:
         group = chosen.setdefault(s["element_class"], [])
         if len(group) < CHECK_SAMPLES_PER_CLASS:
             group.append({"sample_id": s["sample_id"], "element_class": s["element_class"],
-                          "network_rel_l2": {t: m["network"]["physical"]["rel_l2"] for t, m in s["metrics"].items()}})
+                          "network_rel_l2": {t: m[NETWORK]["physical"]["rel_l2"] for t, m in s["metrics"].items()}})
     return [s for group in chosen.values() for s in group]
 
 
@@ -111,19 +114,3 @@ def _without_absolute_paths(value: Any) -> Any:
     if isinstance(value, str) and Path(value).is_absolute():
         return Path(value).name
     return value
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run_dir", help="a finished `namsa run` directory (model/, eval/, config.resolved.yaml)")
-    parser.add_argument("name", help="the pretrained name: load it as pretrained:<name>")
-    args = parser.parse_args(argv)
-    try:
-        print(publish(args.run_dir, args.name))
-    except UserError as exc:
-        parser.exit(2, f"namsa: error: {exc}\n")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

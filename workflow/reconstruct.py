@@ -19,9 +19,6 @@ INFO_FILE = "reconstruction.json"
 #: bytes of RAM per GB of --memory-gb spent on the block being read and fitted (the rest holds the
 #: interpreter, torch, the model and the stitched maps)
 BLOCK_SHARE = 0.5
-#: float64 block-sized temporaries of the checks before inference (stage.microscope.autocal.scan_scalars:
-#: the block, its window, mask, percentile sort, weighted sums); a 1 GB block peaked at 5.3 GB RSS
-CHECK_TEMPORARIES = 10
 
 
 def reconstruct(source: Any, model: str | Path, out_dir: str | Path, *,
@@ -32,7 +29,8 @@ def reconstruct(source: Any, model: str | Path, out_dir: str | Path, *,
     source: a file path, a `stage.microscope.RawScan`, or a py4DSTEM DataCube in memory.
     calibrations: energy_kv (kV), semiangle_mrad (mrad), dk_inv_A (1/Angstrom) or dk_mrad (mrad)
     per detector pixel, step_A (Angstrom per scan step); None entries are read from the file
-    (stage.microscope). Maps are [row = y, col = x], pixel (0, 0) at the first probe position.
+    (stage.microscope); the scan is fitted to the model by models.scan_fit. Maps are [row = y,
+    col = x], pixel (0, 0) at the first probe position.
     memory_gb: the RAM the run aims at; the scan is read block by block, a block at most half of
     it (at least one tile). pattern_transform(block, y0, x0): applied to every raw block
     ``data[y0:y0+h, x0:x0+w]`` before the detector is fitted (e.g. a recentring); identity if None.
@@ -59,25 +57,26 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
                       memory_gb: float, transform: Any) -> dict[str, Any]:
     """The work of `reconstruct`: open, check, stream tiles through the model, write, swap."""
     from models import load_reconstructor
+    from models import scan_fit as fit
     from stage import microscope as ex
+    from stage.microscope.autocal import block_bytes_within
 
     from . import reconstruct_maps
 
     scan = ex.as_raw_scan(source)
     budget = int(memory_gb * 2**30 * BLOCK_SHARE)
-    # the checks hold about CHECK_TEMPORARIES float64 copies of the block they read (masks, sorts)
-    check_block = max(2**20, budget // CHECK_TEMPORARIES)
-    cal, checks, from_data = ex.check_before_inference(scan, calibrations, check_block)  # refuses non-CBED, a wrong disc
+    # refuses non-CBED, a wrong disc; its blocks sized so that their temporaries fit the budget
+    cal, checks, from_data = ex.check_before_inference(scan, calibrations, block_bytes_within(budget))
     rec = load_reconstructor(model)
     reconstruct_maps.check_map_names(rec.targets)  # the card's targets become file names
-    expect = ex.model_expectation(rec.card)
-    plan = ex.plan_fit(scan.data.shape, cal, expect)
-    grid = ex.tile_grid(plan.shape, expect.scan_shape, expect.target_px)
+    expect = fit.model_expectation(rec.card)
+    plan = fit.plan_fit(scan.data.shape, cal, expect)
+    grid = fit.tile_grid(plan.shape, expect.scan_shape, expect.target_px)
     correction = from_data.descan_correction(scan.data.shape[:2]) if transform is None else None
     transform = correction or transform
     tile_cal = _tile_calibration(rec, plan, expect, cal.energy_kv)
     with warnings.catch_warnings():  # predict's OutsideTrainingWarning: recorded in the JSON (checks.predict)
-        warnings.simplefilter("ignore", ex.OutsideTrainingWarning)
+        warnings.simplefilter("ignore", fit.OutsideTrainingWarning)
         stitched, com, scales = _stream(scan, plan, grid, rec, budget, transform, tile_cal)
     pixel = (plan.step_A[0] * expect.scan_shape[0] / expect.target_px,
              plan.step_A[1] * expect.scan_shape[1] / expect.target_px)
@@ -89,7 +88,7 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     info = _reconstruct_info(scan.path, model, cal, expect, plan, grid, scales, notes, memory_gb)
     if tile_cal is not None:  # what the model's CoM/iCoM input planes were computed with
         info["physics_input_calibration"] = tile_cal.to_dict()
-    after = ex.check_after_inference(maps, rec.card, checks)
+    after = fit.check_after_inference(maps, rec.card, checks)
     info.update(checks={"before": checks, "predict": rec.last_report, "after": after},
                 calibration_from_data=from_data.report())
     written = _write_and_swap(tmp, out, maps, pixel, info)
@@ -115,23 +114,23 @@ def _stream(scan: Any, plan: Any, grid: Any, rec: Any, budget: int, transform: A
     a model with physics inputs) and blended; the centre of mass of every fitted pattern gathered on
     the way. Returns (C, H, W) maps, the (Y, X, 2) CoM (1/Angstrom) over the covered scan and the
     intensity factor of each tile."""
+    from models import scan_fit as fit
     from namsa.icom import center_of_mass
-    from stage import microscope as ex
 
     ky, kx = scan.data.shape[2:]
     per_position = ky * kx * (scan.data.dtype.itemsize + 8) + 8 * plan.pattern_px ** 2
-    stitcher = ex.Stitcher(len(rec.targets), grid)
+    stitcher = fit.Stitcher(len(rec.targets), grid)
     com = np.zeros((*grid.covered, 2))
     scales: list[float] = []
     sy, sx = grid.scan_shape
-    for block in ex.blocks(grid, per_position, budget):
-        fitted = ex.read_fitted(scan.data, plan, (block.y0, block.y1), (block.x0, block.x1), transform)
+    for block in fit.blocks(grid, per_position, budget):
+        fitted = fit.read_fitted(scan.data, plan, (block.y0, block.y1), (block.x0, block.x1), transform)
         flat = fitted.reshape(-1, *fitted.shape[2:])
         com[block.y0:block.y1, block.x0:block.x1] = center_of_mass(flat, plan.dk_inv_A).reshape(*fitted.shape[:2], 2)
         tiles = []
         for oy, ox in block.origins:
             tile = fitted[:, ox - block.x0: ox - block.x0 + sx].reshape(sy * sx, *fitted.shape[2:])
-            tile, scale = ex.normalise_tile(tile, f"{scan.path}: the tile at scan position (y={oy}, x={ox})")
+            tile, scale = fit.normalise_tile(tile, f"{scan.path}: the tile at scan position (y={oy}, x={ox})")
             tiles.append(tile)
             scales.append(scale)
         for origin, maps in zip(block.origins, rec.predict(np.stack(tiles), calibration=tile_calibration)):
@@ -165,16 +164,16 @@ def _write_and_swap(tmp: Path, out: Path, maps: Mapping[str, Any], pixel: tuple[
                     info: Mapping[str, Any]) -> dict[str, str]:
     """Write the maps into ``tmp`` and swap it into the place of ``out``; a failed write (disk full,
     file too large, permission) is one line and leaves the earlier result in ``out`` as it was."""
-    from .oserrors import ADVICE, OTHER_ADVICE
+    from .oserrors import ADVICE, OTHER_ADVICE, os_error_kind
     from .reconstruct_maps import write_maps
     from .replace_out import finish_replacing
 
     try:
         files = write_maps(tmp, maps, pixel, info)
         finish_replacing(tmp, out, INFO_FILE)
-    except OSError as exc:   # the advice of the errno: a full disk is not the only cause
-        raise UserError(f"writing the maps into --out {out} failed ({exc.strerror or exc}); "
-                        f"{ADVICE.get(exc.errno or -1, OTHER_ADVICE)} (an earlier result there is unchanged)") from None
+    except OSError as exc:   # the kind and advice of the errno: a full disk is not the only cause
+        raise os_error_kind(exc)(f"writing the maps into --out {out} failed ({exc.strerror or exc}); "
+                                 f"{ADVICE.get(exc.errno or -1, OTHER_ADVICE)} (an earlier result there is unchanged)") from None
     return {name: str(out / Path(p).name) for name, p in files.items()}
 
 

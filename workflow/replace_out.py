@@ -5,11 +5,10 @@
                                                    # discarded on an error
 or the three steps by hand: start_replacing, finish_replacing, discard.
 
-The swap is one ``renameat2(RENAME_EXCHANGE)`` on Linux (atomic: ``out`` always names a complete
-result); elsewhere, or on a file system without it, the old result is renamed aside to
-``.<name>.old-<pid>`` first and the new one renamed in. Leftovers of a killed run (temporary and
-aside siblings whose process is gone) are cleaned up by the next `start_replacing`; an aside
-copy whose ``out`` is missing (a kill between the two renames) is put back first.
+The swap is `stage.dir_swap`'s (the one swap checkpoints and model exports use too): atomic on
+Linux, ``out`` always names a complete result. Leftovers of a killed run (temporary and aside
+siblings whose process is gone) are settled by the next `start_replacing` (`stage.dir_swap.recover`:
+an aside copy whose ``out`` is missing is put back first).
 
 Only a directory that is empty or holds what an earlier run wrote is replaced: ``owned`` names,
 and the command's ``marker`` file (its summary) among them, so that a user's own ``figures/`` or
@@ -23,22 +22,18 @@ fails all the same with EXDEV or EBUSY (a mount point not seen) falls back to th
 """
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import re
 import shutil
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
 from namsa.errors import UserError
+from stage.dir_swap import TMP_TAG, dead_writer, recover, remove, swap_into_place, temporary_sibling
 from stage.jsonfile import fsync_dir
-from stage.writerlock import pid_alive
 
-TMP_TAG = ".tmp-"
-OLD_TAG = ".old-"
 #: the lock file (workflow.outlock) of an ``out`` whose parent is read-only, and the prefix of an
 #: in-place temporary result: both live inside ``out`` and are never outputs
 INSIDE_LOCK = ".namsa-out.lock"
@@ -48,8 +43,6 @@ INSIDE_TMP = f".namsa{TMP_TAG}"
 MOVING = ".namsa-moving"
 #: what a swap across a mount boundary fails with
 _NOT_RENAMEABLE = (errno.EXDEV, errno.EBUSY)
-_AT_FDCWD = -100
-_RENAME_EXCHANGE = 2
 
 
 @contextmanager
@@ -80,8 +73,8 @@ def start_replacing(out: str | Path, owned: Callable[[str], bool], marker: str |
         out.parent.mkdir(parents=True, exist_ok=True)
         clean_leftovers(out)
         _refuse_foreign_files(out, owned, marker)
-        tmp = out / f"{INSIDE_TMP}{os.getpid()}" if in_place(out) else out.parent / f".{out.name}{TMP_TAG}{os.getpid()}"
-        _remove(tmp)
+        tmp = out / f"{INSIDE_TMP}{os.getpid()}" if in_place(out) else temporary_sibling(out)
+        remove(tmp)
         tmp.mkdir()
     except OSError as exc:
         raise UserError(f"--out {out} cannot be written ({exc.strerror or exc}); choose a directory you can "
@@ -115,28 +108,15 @@ def _unescape(field: str) -> str:
 def finish_replacing(tmp: Path, out: str | Path, marker: str | None = None) -> None:
     """Put the complete result ``tmp`` in the place of ``out`` and remove the old result."""
     out = Path(os.path.abspath(out))
-    if tmp.parent == out:
-        _move_in(tmp, out, marker)
-    elif not (out.exists() or out.is_symlink()):
-        os.rename(tmp, out)
-    else:
+    if tmp.parent != out:
         try:
-            _swap(tmp, out)
+            swap_into_place(tmp, out)
+            return
         except OSError as exc:
             if exc.errno not in _NOT_RENAMEABLE:
                 raise
-            _move_in(tmp, out, marker)
-    fsync_dir(out.parent)  # the swap survives a power cut, not only a kill
-
-
-def _swap(tmp: Path, out: Path) -> None:
-    if _exchange(tmp, out):
-        _remove(tmp)  # now the old result
-        return
-    aside = out.parent / f".{out.name}{OLD_TAG}{os.getpid()}"
-    os.rename(out, aside)
-    os.rename(tmp, out)
-    _remove(aside)
+    _move_in(tmp, out, marker)
+    fsync_dir(out.parent)  # the moves survive a power cut, not only a kill
 
 
 def _move_in(tmp: Path, out: Path, marker: str | None) -> None:
@@ -146,10 +126,10 @@ def _move_in(tmp: Path, out: Path, marker: str | None) -> None:
     (out / MOVING).touch()
     old = [p for p in out.iterdir() if not _never_output(p.name)]
     for path in sorted(old, key=lambda p: p.name != marker):
-        _remove(path)
+        remove(path)
     for path in sorted(tmp.iterdir(), key=lambda p: p.name == marker):
         shutil.move(str(path), str(out / path.name))   # a copy where a rename cannot cross a mount
-    _remove(tmp)
+    remove(tmp)
     (out / MOVING).unlink()
     fsync_dir(out)
 
@@ -161,7 +141,7 @@ def _never_output(name: str) -> bool:
 def discard(tmp: Path) -> None:
     """Remove an unfinished temporary result (after a failure); never raises."""
     try:
-        _remove(tmp)
+        remove(tmp)
     except OSError:
         pass
 
@@ -174,29 +154,9 @@ def clean_leftovers(out: Path) -> None:
     if out.is_dir():
         for inside in out.iterdir():
             prefix_pid = inside.name[len(INSIDE_TMP):]
-            if inside.name.startswith(INSIDE_TMP) and prefix_pid.isdigit() and not _alive(int(prefix_pid)):
-                _remove(inside)
-    for sibling in sorted(out.parent.iterdir()):
-        pid = _leftover_pid(sibling.name, out.name)
-        if pid is None or _alive(pid):
-            continue
-        if OLD_TAG in sibling.name[len(out.name) + 1:] and not (out.exists() or out.is_symlink()):
-            os.rename(sibling, out)
-        else:
-            _remove(sibling)
-
-
-def _leftover_pid(name: str, out_name: str) -> int | None:
-    for tag in (TMP_TAG, OLD_TAG):
-        prefix = f".{out_name}{tag}"
-        if name.startswith(prefix) and name[len(prefix):].isdigit():
-            return int(name[len(prefix):])
-    return None
-
-
-def _alive(pid: int) -> bool:
-    # our own leftovers are from an earlier process that had our pid
-    return pid != os.getpid() and pid_alive(pid)
+            if inside.name.startswith(INSIDE_TMP) and prefix_pid.isdigit() and dead_writer(int(prefix_pid)):
+                remove(inside)
+    recover(out)
 
 
 def refuse_file_above(out: Path, flag: str = "--out") -> None:
@@ -219,27 +179,3 @@ def _refuse_foreign_files(out: Path, owned: Callable[[str], bool], marker: str |
     if foreign:
         raise UserError(f"--out {out} holds files this command did not write (e.g. {foreign[0]!r}) and would be "
                         "replaced as a whole; choose a new or empty directory (or an earlier output of this command)")
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two paths atomically (Linux renameat2); False where the system or file system cannot."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
-        return False
-    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
-        return False
-    raise OSError(code, os.strerror(code), str(b))
-
-
-def _remove(path: Path) -> None:
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    elif path.exists():
-        shutil.rmtree(path)

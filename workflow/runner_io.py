@@ -6,14 +6,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from namsa.errors import UserError
+from namsa.errors import NamsaError, UserError
 from stage.jsonfile import write_json_atomic
 
 
 def one_line(exc: BaseException) -> str:
     """``Type: message`` on one line, for failure records."""
     text = " ".join(str(exc).split()) or "(no message)"
-    return text if isinstance(exc, UserError) else f"{type(exc).__name__}: {text}"
+    return text if isinstance(exc, NamsaError) else f"{type(exc).__name__}: {text}"
 
 
 def write_summary_json(path: str | Path, payload: Any) -> None:

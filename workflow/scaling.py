@@ -17,6 +17,7 @@ from namsa.errors import UserError
 
 from evaluation import EvaluationConfig, evaluate, figures
 from evaluation.aggregation import COLUMN_METRICS, IMAGE_METRICS
+from evaluation.methods import NETWORK, baselines, in_panel_order
 from evaluation.report import render_scaling, write_html
 
 #: metrics a scaling curve can plot: every physical-units aggregate of `evaluate`
@@ -85,8 +86,9 @@ def scaling_study(model_cfg: Any, train_cfg: Any, dist_cfg: Any, data_cfg: Any, 
             row[target] = {m: agg[m]["physical"][metric] for m in agg}
         rows.append(row)
     target = next(iter(doc["targets"]))
-    net = [r[target]["network"] for r in rows]
-    refs = {m: rows[-1][target][m]["value"] for m in ("icom", "ptycho", "mean") if m in rows[-1][target]}
+    net = [r[target][NETWORK] for r in rows]
+    # the baselines do not depend on the training-set size: the last size's values are drawn as lines
+    refs = {m.name: rows[-1][target][m.name]["value"] for m in in_panel_order(baselines()) if m.name in rows[-1][target]}
     fig = figures.scaling_curve(out / f"scaling_{metric}.png", [r["n_train"] for r in rows],
                                 [v["value"] for v in net], [v["low"] for v in net], [v["high"] for v in net],
                                 metric, target, refs)

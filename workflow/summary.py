@@ -46,6 +46,8 @@ class RunSummary:
     planned: int = 0
     available: int = 0
     written: int = 0
+    #: planned samples execution.simulate_deadline_s stopped before (a rerun simulates them)
+    not_reached: int = 0
     failures: list[tuple[str, str]] = field(default_factory=list)
     stages_run: list[str] = field(default_factory=list)
     model_dir: str | None = None
@@ -61,7 +63,9 @@ class RunSummary:
     def text(self) -> str:
         lines = [f"run directory: {self.run_dir}",
                  f"samples: {self.available} of {self.planned} planned in {self.data_dir}"
-                 f" ({self.written} simulated now, {len(self.failures)} failed)"]
+                 f" ({self.written} simulated now, {len(self.failures)} failed"
+                 + (f", {self.not_reached} not reached by the simulate deadline: rerun to continue)"
+                    if self.not_reached else ")")]
         lines += [f"  failed: {who}: {why}" for who, why in self.failures[:10]]
         if len(self.failures) > 10:
             lines.append(f"  ... {len(self.failures) - 10} more in logs/simulate-failures.json")

@@ -45,6 +45,26 @@ class MultisliceSettings(BaseModel):
         return float(meta.get("thickness_A", 0.0)) >= self.min_thickness_A
 
 
+class ThickSubset:
+    """Which samples get multislice ptychography: the first ``settings.max_samples`` eligible ones
+    (thick enough, `MultisliceSettings.eligible`) in the order they are scored."""
+
+    def __init__(self, settings: MultisliceSettings) -> None:
+        self.settings = settings
+        self.taken = 0
+
+    def take(self, meta: dict) -> bool:
+        """True (and counted) when the sample with this meta gets the multislice baseline."""
+        due = self.taken < self.settings.max_samples and self.settings.eligible(meta)
+        self.taken += due
+        return due
+
+    def note(self) -> str:
+        """What each of its fit records says: its aggregates cover only this subset."""
+        return (f"scored on a subset: the first {self.settings.max_samples} samples at least "
+                f"{self.settings.min_thickness_A:g} A thick")
+
+
 @dataclass
 class MultisliceResult(PtychoResult):
     """`PtychoResult` plus the slicing used: ``n_slices`` of ``slice_thickness_A`` (Angstrom) each."""
@@ -87,4 +107,4 @@ def multislice_from_sample(sample: Any, settings: MultisliceSettings | None = No
                             n_slices=n, slice_thickness_A=dz)
 
 
-__all__ = ["MultisliceSettings", "MultisliceResult", "multislice_from_sample", "slicing"]
+__all__ = ["MultisliceSettings", "ThickSubset", "MultisliceResult", "multislice_from_sample", "slicing"]

@@ -1,16 +1,17 @@
-"""Errors of the distributed layer: one line, naming the input and the fix."""
+"""Errors of the distributed layer, one line each: bad settings (`UserError`) or a peer lost at run
+time (`RunError`)."""
 from __future__ import annotations
 
-from namsa.errors import UserError
+from namsa.errors import RunError, UserError
 
 
 class DistributedConfigError(UserError):
     """Bad or inconsistent distributed settings (launcher env, config mismatch across ranks)."""
 
 
-class PeerFailureError(UserError):
-    """A collective failed or timed out: another rank died or hung."""
+class PeerFailureError(RunError):
+    """A collective failed or timed out: another rank died or hung (rerun with --resume)."""
 
 
 class HorovodMissingError(UserError):
-    """engine='horovod' but Horovod is not importable."""
+    """engine='horovod' but Horovod is not importable in this installation."""

@@ -1,4 +1,4 @@
-"""`models.train`: the training loop over stage's dataset, with exact resume (see rundir.py).
+"""`models.train`: the training loop over stage's dataset, with exact resume (see run_state.py).
 
 Output directory layout (``out_dir``, e.g. ``runs/<name>/``):
 
@@ -8,7 +8,7 @@ Output directory layout (``out_dir``, e.g. ``runs/<name>/``):
     logs/tensorboard/       the same scalars for TensorBoard
     model/                  the exported reconstructor: model.safetensors + model_card.json
 
-Files: loop.py (the Trainer, its step, `train`), data.py (stores, staging, loaders), rundir.py
+Files: loop.py (the Trainer, its step, `train`), data.py (stores, staging, loaders), run_state.py
 (claim, checkpoints, resume), logs.py (metrics CSV, TensorBoard, FLOP accounting), export.py
 (the exported model and its card), errors.py.
 """

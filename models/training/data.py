@@ -55,6 +55,7 @@ class TrainingData:
         self.store_paths = paths
         with stage.open_stores(paths) as stores:
             self.data_hash = manifest_hash(stores.manifests)
+            self.scan_shape = _scan_shape(stores)
         self.normalizer = stage.Normalizer.fit(paths, self.data_cfg.transform,
                                                physics_inputs=self.arch.physics_inputs)
         self.local_data = bool(self.data_cfg.node_local_dir)
@@ -121,7 +122,7 @@ class TrainingData:
     def _check_data_shapes(self) -> None:
         s, p, p2 = getattr(self.train_ds, "stack_shape", self.train_ds.cbed_shape)  # the patterns alone
         c, t, t2 = self.train_ds.target_shape
-        problem = (self.arch.data_mismatch(s, p, t) if p == p2 and t == t2
+        problem = (self.arch.data_mismatch(s, p, t, self.scan_shape) if p == p2 and t == t2
                    else f"patterns {p}x{p2} or targets {t}x{t2} are not square")
         if problem:
             raise DataShapeError(f"{problem} (model preset {self.model_cfg.preset})")
@@ -152,6 +153,16 @@ class TrainingData:
         if self.cfg.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         return x, batch["target"].float()
+
+
+def _scan_shape(stores: Any) -> tuple[int, int] | None:
+    """(scan_y, scan_x) of the data, from its first sample's meta (the stores read together hold
+    stacks of one shape, `stage.StoreSet` checks); None for stores without samples."""
+    if not len(stores):
+        return None
+    reader, index = stores.locate(0)
+    scan_y, scan_x = (int(v) for v in reader.meta(index)["scan_shape"])
+    return scan_y, scan_x
 
 
 def _dataset_class(arch: Architecture) -> Any:

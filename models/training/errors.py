@@ -1,19 +1,20 @@
-"""The training errors: one-line `UserError`s that say why a run cannot start or continue."""
+"""The training errors, one line each: why a run cannot start (`TrainingError`, a `UserError`: the
+data, config or output directory is wrong) or why it stopped (`NonFiniteLossError`, a `RunError`)."""
 from __future__ import annotations
 
-from namsa.errors import UserError
+from namsa.errors import RunError, UserError
 
 
 class TrainingError(UserError):
-    """Training cannot start or continue (bad data, config, output dir, or diverged loss)."""
+    """Training cannot start or continue because of its input (bad data, config or output dir)."""
 
 
 class DataShapeError(TrainingError):
     """The data's shapes do not fit the model."""
 
 
-class NonFiniteLossError(TrainingError):
-    """Too many Inf/NaN losses or gradients in a row."""
+class NonFiniteLossError(RunError):
+    """The run diverged: too many Inf/NaN losses or gradients in a row (checkpoints before it are kept)."""
 
 
 class OutputDirError(TrainingError):

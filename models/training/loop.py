@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import checkpoint as ckpt
 from ..amp import LossScaler, autocast, grads_finite
 from ..config import Architecture, ModelConfig, TrainConfig
 from ..fcdensenet import build_model
@@ -27,12 +26,11 @@ from ..flops import fcdensenet_conv_ops
 from ..losses import huber_loss, l2_penalty
 from ..optim import BlockOptimizer
 from ..schedules import LRSchedule, huber_delta
-from . import rundir
 from .data import TrainingData
 from .errors import NonFiniteLossError, TrainingError
 from .export import MODEL_DIR, card_extra, export_model
 from .logs import METRICS_FILE, MetricsLog, Timing
-from .rundir import Position
+from .run_state import Position, RunState
 
 
 @dataclass
@@ -80,8 +78,8 @@ def _check_precision_with_lag(cfg: TrainConfig, dist_cfg: Any) -> None:
 
 
 class Trainer:
-    """One training run; see the module docstring. Built by `train`. Its data, logs, run
-    directory and export live in the sibling modules (`TrainingData`, `MetricsLog`, `rundir`, `export`)."""
+    """One training run; see the module docstring. Built by `train`. Its data, logs, saved state
+    and export live in the sibling modules (`TrainingData`, `MetricsLog`, `RunState`, `export`)."""
 
     def __init__(self, model_cfg: ModelConfig, train_cfg: TrainConfig, dist_cfg: Any, data_cfg: Any,
                  data_dirs: Any, out: Path, resume: bool):
@@ -94,7 +92,6 @@ class Trainer:
         self.dist_cfg = dist_cfg if dist_cfg is not None else DistributedConfig()
         _check_precision_with_lag(train_cfg, self.dist_cfg)
         self.out = out.resolve()
-        self.ckpt_dir = self.out / "checkpoints"
         self.engine = None
         self.ctx = init_from_env(self.dist_cfg)
         self.logs = MetricsLog(self.out, self.ctx)
@@ -104,12 +101,14 @@ class Trainer:
                                      data_dirs)
             if self.data.dev_total == 0:  # said after the checks, so bad data gets one line only
                 self.ctx.notice("no dev samples: no dev-set evaluation; the final weights are exported")
-            self.identity = rundir.identity(self)
-            rundir.claim_out_dir(self, resume)
+            self.run_state = RunState(self.out, self.ctx, self.arch, model_cfg, train_cfg, self.data.normalizer,
+                                      self.data.data_hash)
+            self.run_state.claim(resume)
             self._build_model()
             self.train_loader, self.dev_loader = self.data.build_loaders()
             if resume:
-                rundir.restore(self)
+                self.pos = self.run_state.restore(self.model, self.optimizer, self.scaler, self.device)
+                self.logs.truncate(self.pos.step)
         except BaseException:
             self.close()
             raise
@@ -266,7 +265,11 @@ class Trainer:
             self.logs.log(row)
         new_best = evaluated and self._note_dev(row["dev_loss"])
         if step % cfg.checkpoint_every == 0 or is_last or new_best:
-            rundir.save_checkpoint(self)
+            self._save_checkpoint()
+
+    def _save_checkpoint(self) -> None:
+        self.run_state.save(self.pos, self.model, self.optimizer, self.scaler, self.device,
+                            self.lr_schedule(self.pos.step))
 
     # ------------------------------------------------------------------ evaluation
 
@@ -309,11 +312,15 @@ class Trainer:
     # ------------------------------------------------------------------ the end
 
     def _finish(self) -> TrainResult:
-        rundir.save_checkpoint(self)
-        best = self.ckpt_dir / ckpt.step_dir_name(self.pos.best_step if self.pos.best_step is not None
-                                                   else self.pos.step)
+        self._save_checkpoint()
+        pos = self.pos
+        best = self.run_state.checkpoint(pos.best_step if pos.best_step is not None else pos.step)
         if self.ctx.is_main:
-            export_model(best, self.out / MODEL_DIR, card_extra(self, best))
+            engine = self.engine.name if self.ctx.world_size > 1 else "none"
+            facts = card_extra(best, out=self.out, pos=pos, cfg=self.cfg, data=self.data, timing=self.timing,
+                               model=self.model, world_size=self.ctx.world_size, engine_name=engine,
+                               steps_per_epoch=len(self.train_loader), total_steps=self.total_steps)
+            export_model(best, self.out / MODEL_DIR, facts)
         self.ctx.barrier()
         return TrainResult(model_dir=self.out / MODEL_DIR, best_checkpoint=best, metrics_csv=self.out / METRICS_FILE,
                            steps=self.pos.step, final_dev_loss=self.pos.last_dev_loss)

@@ -1,16 +1,15 @@
-"""Checks of a scan before inference and of the maps after it (`namsa reconstruct`, `predict`).
+"""Checks of a scan before inference (`namsa reconstruct`): the file against itself and its calibrations.
 
-Before: the patterns must be convergent-beam (one round bright-field disc), the disc's radius
-must agree with the semi-angle and detector sampling, and the counts per pattern, the dose they
-imply and detector saturation are measured. What no model can read is refused in one line
-(`ExperimentalInputError`, exit 2); the rest are warnings with a code. After: the maps are
-compared with the statistics of the training targets (the card's normaliser). Both return a
-report {"warnings": [{"code", "message"}], "measured": {name: {"value", "unit", ...}}} that goes
-into reconstruction.json. Scans are read by slicing only (see autocal).
+The patterns must be convergent-beam (one round bright-field disc), the disc's radius must agree
+with the semi-angle and detector sampling, and the counts per pattern, the dose they imply and
+detector saturation are measured. What no model can read is refused in one line
+(`ExperimentalInputError`, exit 2); the rest are warnings with a code. The report
+{"warnings": [{"code", "message"}], "measured": {name: {"value", "unit", ...}}} goes into
+reconstruction.json; the checks against a model's card (after inference, and of `predict`'s input)
+are models.scan_fit.card_checks, which write the same report. Scans are read by slicing only (see autocal).
 """
 from __future__ import annotations
 
-import warnings
 from typing import Any, Mapping
 
 import numpy as np
@@ -32,27 +31,22 @@ SATURATION_FRACTION = 1e-3
 #: mean total intensity per pattern of normalised data (the model's convention: the incident
 #: probe carries 1, minus what leaves the detector)
 NORMALISED_TOTAL = (0.5, 1.05)
-#: a map above the training mean + this many training standard deviations is far outside
-MAP_SIGMAS = 6.0
-#: more than this fraction of negative pixels: a potential / density no specimen has
-NEGATIVE_FRACTION = 0.5
 #: where a fitted value comes from (Calibrations.sources)
 FIT_SOURCE = "from the data (fit)"
 
 
-class OutsideTrainingWarning(UserWarning):
-    """An input (or output) lies outside what the model learned; the result may not be trusted."""
-
-
-def _report() -> dict[str, Any]:
+def new_report() -> dict[str, Any]:
+    """An empty check report: {"warnings": [], "measured": {}}."""
     return {"warnings": [], "measured": {}}
 
 
-def _warn(report: dict[str, Any], code: str, message: str) -> None:
+def add_warning(report: dict[str, Any], code: str, message: str) -> None:
+    """A finding of ``report``: a short ``code`` and a one-line ``message``."""
     report["warnings"].append({"code": code, "message": message})
 
 
-def _measure(report: dict[str, Any], name: str, value: Any, unit: str, **extra: Any) -> None:
+def add_measurement(report: dict[str, Any], name: str, value: Any, unit: str, **extra: Any) -> None:
+    """A measured ``value`` (in ``unit``) of ``report``, with whatever else describes it."""
     report["measured"][name] = {"value": value, "unit": unit, **extra}
 
 
@@ -74,7 +68,7 @@ def check_before_inference(scan: Any, given: Mapping[str, Any],
     fitted = _fitted_semiangle(scan.found, given, disc)
     cal = resolve_calibrations(scan.found, given, fitted={"semiangle_mrad": fitted[0]} if fitted else None)
     calib.semiangle_mrad = fitted or autocal.semiangle_from_disc(disc, float(np.mean(cal.dk_inv_A)), cal.energy_kv)
-    report = _report()
+    report = new_report()
     _check_radius(report, disc, cal)
     _check_counts(report, scan.data, scalars, cal)
     _check_saturation(report, scan.data, scalars)
@@ -138,8 +132,8 @@ def _check_radius(report: dict[str, Any], disc: autocal.Disc, cal: Calibrations)
     """Refuse a disc whose radius disagrees with semi-angle / (detector pixel in mrad)."""
     dk_mrad = float(np.mean(cal.dk_inv_A)) * wavelength_A(cal.energy_kv) * 1e3
     expected = cal.semiangle_mrad / dk_mrad
-    _measure(report, "disc_radius_px", disc.radius_px, "px", uncertainty=disc.radius_err_px,
-             expected=expected, tolerance=RADIUS_RTOL * expected + RADIUS_ATOL_PX)
+    add_measurement(report, "disc_radius_px", disc.radius_px, "px", uncertainty=disc.radius_err_px,
+                    expected=expected, tolerance=RADIUS_RTOL * expected + RADIUS_ATOL_PX)
     if cal.sources.get("semiangle_mrad") == FIT_SOURCE:
         return
     if abs(disc.radius_px - expected) > RADIUS_RTOL * expected + RADIUS_ATOL_PX:
@@ -154,143 +148,27 @@ def _check_radius(report: dict[str, Any], disc: autocal.Disc, cal: Calibrations)
 def _check_counts(report: dict[str, Any], data: Any, scalars: autocal.ScanScalars, cal: Calibrations) -> None:
     """Counts per pattern and the dose they imply (e/Angstrom^2), or why there is none."""
     total = float(scalars.total.mean())
-    _measure(report, "total_per_pattern", total, "detector units", spread=float(scalars.total.std()))
+    add_measurement(report, "total_per_pattern", total, "detector units", spread=float(scalars.total.std()))
     sample = autocal.subsample(data, 16)
     counted = np.issubdtype(data.dtype, np.integer) or bool(np.all(sample == np.round(sample)))
     if counted and total > NORMALISED_TOTAL[1]:
         dose = total / (cal.step_A[0] * cal.step_A[1])
-        _measure(report, "dose_e_per_A2", dose, "electrons/Angstrom^2", counts_per_pattern=total,
-                 source="counts per pattern / (step_y * step_x)")
+        add_measurement(report, "dose_e_per_A2", dose, "electrons/Angstrom^2", counts_per_pattern=total,
+                        source="counts per pattern / (step_y * step_x)")
     elif NORMALISED_TOTAL[0] <= total <= NORMALISED_TOTAL[1]:
-        _warn(report, "normalised", f"the patterns carry {total:.3g} each: they look normalised, not counted, so no "
-                                    "dose can be estimated")
+        add_warning(report, "normalised", f"the patterns carry {total:.3g} each: they look normalised, not counted, "
+                                          "so no dose can be estimated")
     else:
-        _warn(report, "arbitrary-units", f"the patterns carry {total:.4g} each in non-integer units: neither counts "
-                                         "nor normalised, so no dose can be estimated")
+        add_warning(report, "arbitrary-units", f"the patterns carry {total:.4g} each in non-integer units: neither "
+                                               "counts nor normalised, so no dose can be estimated")
 
 
 def _check_saturation(report: dict[str, Any], data: Any, scalars: autocal.ScanScalars) -> None:
     """Warn when many pixels sit at the scan's largest value or the dtype's maximum."""
     fraction = scalars.n_at_max / scalars.n_pixels
-    _measure(report, "pixels_at_scan_max", fraction, "fraction of all pixels", max_value=scalars.max_value)
+    add_measurement(report, "pixels_at_scan_max", fraction, "fraction of all pixels", max_value=scalars.max_value)
     at_dtype_max = np.issubdtype(data.dtype, np.integer) and scalars.max_value == np.iinfo(data.dtype).max
     if fraction > SATURATION_FRACTION or (at_dtype_max and scalars.n_at_max > 1):
-        _warn(report, "saturation", f"{100 * fraction:.2g}% of the pixels hold the scan's largest value "
-                                    f"{scalars.max_value:g}: the detector looks saturated, so the bright-field "
-                                    "intensities are clipped; record with a shorter dwell or lower beam current")
-
-
-def check_after_inference(maps: Mapping[str, np.ndarray], card: Mapping[str, Any],
-                          before: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Plausibility of the output ``maps`` (name -> (T, T) array, physical units) against the
-    card's training targets (normaliser mean, std), and the measured dose against the card's."""
-    report = _report()
-    stats = (card.get("normalizer") or {}).get("targets") or {}
-    units = card.get("target_units") or {}
-    for name, (mean, std) in stats.items():
-        if name not in maps:
-            continue
-        m = np.asarray(maps[name], dtype=np.float64)
-        negative, top = float(np.mean(m < 0)), float(m.max())
-        limit = mean + MAP_SIGMAS * std
-        _measure(report, f"{name}_range", [float(m.min()), top], units.get(name, ""),
-                 negative_fraction=negative, training_mean=mean, training_std=std)
-        if negative > NEGATIVE_FRACTION:
-            _warn(report, f"{name}-negative", f"{100 * negative:.0f}% of the {name} map is negative, which no "
-                                              "specimen gives: the input is outside what the model learned")
-        if top > limit:
-            _warn(report, f"{name}-too-large", f"the {name} map reaches {top:.4g} {units.get(name, '')}, above the "
-                                               f"training mean + {MAP_SIGMAS:g} sd ({limit:.4g}): implausible")
-    dose = ((before or {}).get("measured") or {}).get("dose_e_per_A2")
-    if dose:
-        _check_dose(report, dose["value"], card)
-    return report
-
-
-#: above this dose (electrons/Angstrom^2; ~1e7 electrons per pattern at the study's 0.375 A step) shot
-#: noise is below a part in 3,000 of a pattern's total: the data count as noise-free and no dose
-#: warning is given (a quantum found in synthetic or rescaled float data implies absurd doses)
-NOISE_FREE_DOSE_E_PER_A2 = 1e8
-
-
-def trained_dose_range(card: Mapping[str, Any]) -> tuple[float, float] | None:
-    """(low, high) electrons/Angstrom^2 the model saw in training (the loader's dose augmentation, or
-    one fixed simulated dose), or None when it was trained noise-free only."""
-    augmentation = (card.get("trained_on") or {}).get("dose_augmentation") or {}
-    if augmentation.get("enabled"):
-        low, high = augmentation["dose_range_e_per_A2"]
-        return float(low), float(high)
-    fixed = ((card.get("expects_input") or {}).get("variations") or {}).get("dose_e_per_A2")
-    return None if fixed is None else (float(fixed), float(fixed))
-
-
-def _check_dose(report: dict[str, Any], dose: float, card: Mapping[str, Any]) -> None:
-    """Warn when a measured dose (e/Angstrom^2) lies below what the model was trained at; above the
-    noise-free threshold, or inside the trained range, there is nothing to say."""
-    trained = trained_dose_range(card)
-    if dose >= NOISE_FREE_DOSE_E_PER_A2 or (trained is not None and dose >= trained[0]):
-        return
-    if trained is None:
-        message = (f"the data carry about {dose:.3g} e/Angstrom^2 but the model was trained noise-free; expect "
-                   "more error at low dose")
-    else:
-        message = (f"the data carry about {dose:.3g} e/Angstrom^2, below the {trained[0]:g}-{trained[1]:g} "
-                   "e/Angstrom^2 the model was trained at; expect more error")
-    _warn(report, "dose", message)
-
-
-def input_report(cbed: np.ndarray, card: Mapping[str, Any]) -> dict[str, Any]:
-    """Cheap checks of a (S, P, P) stack given to `Reconstructor.predict` against the card: total
-    intensity per pattern, the dose its quantisation implies, the disc radius vs the card's
-    semi-angle and sampling. Uses at most 64 patterns."""
-    report = _report()
-    sample = np.asarray(cbed[:: max(1, len(cbed) // 64)], dtype=np.float64)
-    total = float(sample.sum(axis=(1, 2)).mean())
-    _measure(report, "total_per_pattern", total, "intensity (incident probe = 1)")
-    if not NORMALISED_TOTAL[0] <= total <= NORMALISED_TOTAL[1]:
-        _warn(report, "total", f"the patterns carry {total:.4g} each but the model learned patterns carrying about 1 "
-                               "(the incident probe): divide each pattern by the incident intensity")
-    _dose_from_quanta(report, sample, card)
-    _disc_against_card(report, sample.mean(axis=0), card)
-    return report
-
-
-def _dose_from_quanta(report: dict[str, Any], sample: np.ndarray, card: Mapping[str, Any]) -> None:
-    """Counted patterns divided by their count are multiples of one quantum (1 / electrons per pattern)."""
-    positive = sample[sample > 0]
-    if positive.size == 0:
-        return
-    quantum = float(positive.min())
-    steps = sample / quantum
-    if not np.allclose(steps, np.round(steps), rtol=0.0, atol=1e-2) or np.unique(np.round(steps)).size < 3:
-        return  # not quantised (noise-free, or not counted), or too few levels to tell (a flat pattern)
-    expects = card.get("expects_input") or {}
-    electrons = float(sample.sum(axis=(1, 2)).mean()) / quantum
-    scan = max(expects.get("scan_shape") or [1])
-    step = float(expects.get("cell_lateral_A", 0.0)) / scan
-    if step > 0:
-        dose = electrons / step ** 2
-        _measure(report, "dose_e_per_A2", dose, "electrons/Angstrom^2", electrons_per_pattern=electrons)
-        _check_dose(report, dose, card)
-
-
-def _disc_against_card(report: dict[str, Any], mean: np.ndarray, card: Mapping[str, Any]) -> None:
-    """The disc radius (px) against semi-angle / detector pixel of the card's expected input."""
-    e = card.get("expects_input")
-    disc = autocal.find_disc(mean)
-    if not e or disc is None:
-        return
-    dk = float(e["band_limit"]) / (float(e["sampling_A"]) * int(e["pattern_px"]))
-    expected = float(e["semiangle_mrad"]) / (dk * wavelength_A(float(e["energy_kv"])) * 1e3)
-    _measure(report, "disc_radius_px", disc.radius_px, "px", expected=expected)
-    if abs(disc.radius_px - expected) > RADIUS_RTOL * expected + RADIUS_ATOL_PX:
-        _warn(report, "disc-radius", f"the bright-field disc has a radius of {disc.radius_px:.2f} px but the model "
-                                     f"learned {expected:.2f} px ({e['semiangle_mrad']} mrad): another semi-angle or "
-                                     "detector sampling")
-
-
-def warn_report(report: Mapping[str, Any], stacklevel: int = 2) -> None:
-    """Issue each warning of ``report`` as an `OutsideTrainingWarning`, attributed ``stacklevel``
-    frames above this function's caller (its user's line, not ours)."""
-    for w in report.get("warnings", []):
-        warnings.warn(f"{w['code']}: {w['message']}", OutsideTrainingWarning, stacklevel=stacklevel + 1)
+        add_warning(report, "saturation", f"{100 * fraction:.2g}% of the pixels hold the scan's largest value "
+                                          f"{scalars.max_value:g}: the detector looks saturated, so the bright-field "
+                                          "intensities are clipped; record with a shorter dwell or lower beam current")

@@ -13,8 +13,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .calibration import Calibrations
-from .errors import ExperimentalInputError
+from stage.microscope.calibration import Calibrations
+from stage.microscope.errors import ExperimentalInputError
 from .expectation import ModelExpectation
 
 #: relative mismatch of beam energy / convergence angle the model still accepts
@@ -162,7 +162,7 @@ def _fit_scan_axis(n: int, axis: int, signed_step: float, expect: ModelExpectati
             positions, new_step = np.arange(0, n, stride, dtype=np.float64), stride * step
             notes.append(f"scan {name}: one position in {stride} (step {step:.4g} -> {new_step:.4g} Angstrom)")
         else:
-            new_step = lo / 0.98
+            new_step = expect.step_A[0]  # the finest step the model saw
             positions = np.arange(0.0, n - 1 + 1e-9, new_step / step)
             notes.append(f"scan {name}: interpolated from step {step:.4g} to {new_step:.4g} Angstrom")
     if len(positions) < need:
@@ -189,7 +189,7 @@ def _interpolate_axis(data: np.ndarray, axis: int, positions: np.ndarray) -> np.
 
 def _target_dk(dk_file: tuple[float, float], expect: ModelExpectation) -> float:
     """Detector pixel (1/Angstrom) the patterns are brought to: the file's own when it lies in the
-    model's range, else the smallest whole multiple of it that does, else the range's start."""
+    model's range, else the smallest whole multiple of it that does, else the finest the model saw."""
     lo, hi = expect.dk_range_inv_A
     coarse = max(dk_file)
     if coarse > hi:
@@ -199,7 +199,7 @@ def _target_dk(dk_file: tuple[float, float], expect: ModelExpectation) -> float:
     if lo <= dk_file[0] <= hi and lo <= dk_file[1] <= hi and math.isclose(dk_file[0], dk_file[1], rel_tol=1e-6):
         return dk_file[0]
     multiple = math.ceil(lo / coarse - 1e-9) * coarse
-    return multiple if multiple <= hi else lo / 0.98
+    return multiple if multiple <= hi else expect.dk_inv_A[0]
 
 
 def _fit_detector_axis(n: int, axis: int, dk: float, target_dk: float,

@@ -15,7 +15,7 @@ from typing import Iterator
 
 import numpy as np
 
-from .errors import ExperimentalInputError
+from stage.microscope.errors import ExperimentalInputError
 
 
 @dataclass(frozen=True)
