@@ -321,6 +321,10 @@ class TrainConfig(BaseModel):
                       ``loss_scale_growth_interval`` clean steps).
     batch_size:       samples per rank per step.
     max_steps, epochs: length of training; ``max_steps`` (if set) wins over ``epochs``.
+    max_wall_s:       stop earlier once this many seconds of wall-clock time have passed since this
+                      process's `fit` began (a resume counts only its own time); checked between
+                      steps, agreed by every rank; the run then ends as at ``max_steps`` (dev
+                      evaluation, best checkpoint exported). None = no limit.
     eval_every, checkpoint_every, log_every: cadence in steps; ``keep_last`` checkpoints are kept
                       besides the best; ``max_dev_batches`` caps a dev evaluation.
     seed:             data order, initial weights and dropout streams; 0 <= seed < 2**63 (numpy takes
@@ -354,6 +358,7 @@ class TrainConfig(BaseModel):
     batch_size: int = Field(2, ge=1)
     max_steps: int | None = Field(None, ge=1)
     epochs: int = Field(10, ge=1)
+    max_wall_s: float | None = Field(None, gt=0)
     eval_every: int = Field(50, ge=1)
     checkpoint_every: int = Field(100, ge=1)
     keep_last: int = Field(3, ge=1)

@@ -41,6 +41,11 @@ class DoseAugmentationConfig(BaseModel):
                          False draws it uniformly.
     clean_fraction:      probability that a sample is delivered noise-free (infinite dose) instead.
     seed:                with the epoch and the sample id, fixes every dose and every noise draw.
+    on_device:           draw the Poisson counts on the training device (torch) instead of in the
+                         loader (numpy): the loader delivers the clean stored patterns, the training
+                         step draws the noise on the batch's device before the input transform. The
+                         doses are the host path's; the counts follow the same law but are other
+                         draws (`stage.device_noise`). False (the default): the host path.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -50,6 +55,7 @@ class DoseAugmentationConfig(BaseModel):
     log_uniform: bool = True
     clean_fraction: float = 0.1
     seed: int = Field(0, ge=0, le=MAX_SEED)
+    on_device: bool = False
 
     @field_validator("dose_range_e_per_A2")
     @classmethod

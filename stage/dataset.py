@@ -1,8 +1,9 @@
 """The torch `SampleDataset`: samples of one split of one or many stores as normalised tensors.
 
-With stage.sampler, stage.loader and stage.threadloader, the only modules of `stage` that import
-torch. Stores are opened lazily, read-only and lock-free in each worker process (kernel readahead
-off for small records, on for large ones that are read whole: see `stage.reader.StoreReader`).
+With stage.sampler, stage.loader, stage.threadloader and stage.device_noise, the only modules of
+`stage` that import torch. Stores are opened lazily, read-only and lock-free in each worker
+process (kernel readahead off for small records, on for large ones that are read whole: see
+`stage.reader.StoreReader`).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from torch.utils.data import Dataset, default_collate, get_worker_info
 from namsa.errors import UserError
 
 from .config import DoseAugmentationConfig, SymmetryAugmentationConfig
-from .dose import DoseAugmentation
+from .dose import DoseAugmentation, scan_step_area_A2
 from .errors import CorruptRecordError, EmptyStoreError
 from .normalize import Normalizer
 from .splits import SPLITS
@@ -43,7 +44,10 @@ class SampleDataset(Dataset):
     persistent DataLoader workers and reader threads all see it. ``symmetry_augmentation`` (a
     `SymmetryAugmentationConfig`, enabled): training-split samples get one of the square group's
     rotations/mirrors, drawn the same way, applied to scan, patterns and targets together after
-    the noise (`stage.symmetry`); data whose grids do not allow it is refused here.
+    the noise (`stage.symmetry`); data whose grids do not allow it is refused here. With
+    ``dose_augmentation.on_device`` the items stay clean and `device_noise_draws` gives each
+    position's dose for the training step to draw the noise on its device (`stage.device_noise`);
+    the items must then be untransformed (``raw_cbed=True`` or ``normalizer=None``).
     ``light_oversample`` k > 1: every training-split sample of a light material
     (`namsa.kirkland.is_light`) appears k times; copy c > 0 draws its noise and symmetry as the
     sample id with ``#c`` appended, so the copies differ (and stay reproducible).
@@ -77,7 +81,14 @@ class SampleDataset(Dataset):
             self._oversample_light(int(light_oversample))
         self.storage_scale = self.stores.storage_scale
         augment = dose_augmentation is not None and dose_augmentation.enabled and split == "train"
-        self.dose = DoseAugmentation(dose_augmentation) if augment else None
+        on_device = augment and dose_augmentation.on_device
+        self.dose = DoseAugmentation(dose_augmentation) if augment and not on_device else None
+        #: on_device: the loader delivers clean patterns and the training step draws their noise
+        self.device_dose = DoseAugmentation(dose_augmentation) if on_device else None
+        if on_device and normalizer is not None and not raw_cbed:
+            raise UserError("dose_augmentation.on_device draws the noise before the input transform, so the "
+                            "loader must deliver untransformed patterns: use raw_cbed=True (or normalizer=None)")
+        self._noise_meta = self._noise_meta_per_position() if on_device else []
         turn = symmetry_augmentation is not None and symmetry_augmentation.enabled and split == "train"
         self.symmetry = SymmetryAugmentation(symmetry_augmentation) if turn else None
         if turn:  # refuse data whose grids rotations cannot map onto themselves before training starts
@@ -98,6 +109,30 @@ class SampleDataset(Dataset):
         light = [g for g in self.global_indices if is_light(self._meta(g).get("elements") or [])]
         self.global_indices = self.global_indices + light * (k - 1)
         self.copies = self.copies + [c for c in range(1, k) for _ in light]
+
+    def _noise_meta_per_position(self) -> list[dict[str, Any]]:
+        """What `device_noise_draws` needs of each position's meta (the id with its copy suffix,
+        the scan grid, a dose as simulated), read once here: the training process opens no store."""
+        keep = ("fov_A", "scan_shape", "dose_e_per_A2")
+        out = []
+        for g, copy in zip(self.global_indices, self.copies):
+            meta = self._meta(g)
+            sample_id = f"{meta['sample_id']}#{copy}" if copy else meta["sample_id"]
+            out.append({"sample_id": sample_id, **{k: meta.get(k) for k in keep}})
+        return out
+
+    def device_noise_draws(self, indices: Sequence[int]) -> list[tuple[float, int]]:
+        """``dose_augmentation.on_device``: per dataset position in ``indices``, the electrons per
+        probe position N = dose * dy * dx (0.0: delivered clean) and the seed of the torch.Generator
+        of its counts, at the epoch `set_epoch` set; the dose is the one the host path draws."""
+        if self.device_dose is None:
+            return [(0.0, 0)] * len(indices)
+        draws = []
+        for k in indices:
+            meta = self._noise_meta[k]
+            dose, seed = self.device_dose.device_draw(meta, self.epoch)
+            draws.append((0.0, 0) if dose is None else (dose * scan_step_area_A2(meta), seed))
+        return draws
 
     def _meta(self, global_index: int) -> dict[str, Any]:
         reader, j = self.stores.locate(global_index)

@@ -96,3 +96,13 @@ class DoseAugmentation:
         if dose is not None:
             add_shot_noise(cbed, dose * scan_step_area_A2(meta), rng, scale)
         return dose
+
+    def device_draw(self, meta: dict[str, Any], epoch: int) -> tuple[float | None, int]:
+        """For noise drawn on the training device (``on_device``): the dose `apply` would draw for
+        this (epoch, sample), or None (clean, or noisy as simulated), and a seed for the torch
+        generator of its counts, drawn next from the same (seed, epoch, sample id) stream."""
+        if meta.get("dose_e_per_A2") is not None:
+            return None, 0
+        rng = augmentation_rng(self.cfg.seed, epoch, str(meta["sample_id"]))
+        dose = draw_dose(self.cfg, rng)
+        return dose, int(rng.integers(0, 2 ** 63, dtype=np.int64))

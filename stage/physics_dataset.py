@@ -31,6 +31,9 @@ class PhysicsSampleDataset(SampleDataset):
         if not physics_inputs:
             raise UserError("PhysicsSampleDataset needs at least one physics input; use SampleDataset without them")
         super().__init__(paths, split, normalizer, targets, max_samples, **kwargs)
+        if self.device_dose is not None:  # the maps would come from the clean patterns, the input from noisy ones
+            raise UserError("data.dose_augmentation.on_device draws the noise after the loader computed the physics "
+                            "input maps from the clean patterns; set on_device: false with model.physics_inputs")
         self.physics_inputs = tuple(physics_inputs)
         self._calibrations: dict[int, ScanCalibration] = {}  # by store index: a meta read once per sample
 

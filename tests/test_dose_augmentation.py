@@ -11,14 +11,17 @@ from pydantic import ValidationError
 from scipy import stats
 
 import stage
+from namsa.errors import UserError
 from stage.config import DoseAugmentationConfig
-from stage.dataset import batch_to_device
+from stage.dataset import batch_to_device, collate_samples
+from stage.device_noise import noisy_batch_to_device
 from stage.dose import DoseAugmentation, add_shot_noise, augmentation_rng, draw_dose, scan_step_area_A2
 from stage_helpers import CONFIG_HASH, make_sample, make_samples
 
 FIXED_DOSE = 2500.0  # electrons/A^2; the helpers' 2 x 2 scan over 4 x 4 A puts 4 A^2 per position
 ELECTRONS = FIXED_DOSE * 4.0
 NOISY = DoseAugmentationConfig(enabled=True, dose_range_e_per_A2=(FIXED_DOSE, FIXED_DOSE), clean_fraction=0.0)
+ON_DEVICE = NOISY.model_copy(update={"on_device": True})
 
 
 @pytest.fixture(scope="module")
@@ -172,6 +175,7 @@ def test_only_the_training_split_is_augmented_and_default_is_off(store):
         torch.testing.assert_close(stage.SampleDataset(store, split, None, dose_augmentation=NOISY)[0]["cbed"], stored,
                                    rtol=0, atol=0)
     assert stage.DataConfig().dose_augmentation.enabled is False
+    assert stage.DataConfig().dose_augmentation.on_device is False
     default = stage.SampleDataset(store, "train", None, dose_augmentation=stage.DataConfig().dose_augmentation)
     torch.testing.assert_close(default[0]["cbed"], stage.SampleDataset(store, "train", None)[0]["cbed"], rtol=0, atol=0)
 
@@ -204,3 +208,81 @@ def test_training_enables_it_with_a_set_override():
                              "data.dose_augmentation.dose_range_e_per_A2=[1000,100000]"])
     assert cfg.data.dose_augmentation.enabled is True
     assert cfg.data.dose_augmentation.dose_range_e_per_A2 == (1e3, 1e5)
+
+
+# --------------------------------------------------------------- noise drawn on the device (on_device)
+
+def _device_items(ds: stage.SampleDataset, indices: list[int], normalizer: stage.Normalizer | None = None
+                  ) -> torch.Tensor:
+    """The training step's view of a batch of ``indices``: noise drawn by torch (here on the CPU)."""
+    return noisy_batch_to_device(collate_samples([ds[k] for k in indices]), "cpu", normalizer, ds)["cbed"]
+
+
+def test_device_noise_has_the_host_paths_poisson_statistics(store):
+    clean = stage.SampleDataset(store, "train", None)[0]["cbed"].numpy().astype(np.float64)
+    device_ds = stage.SampleDataset(store, "train", None, dose_augmentation=ON_DEVICE)
+    np.testing.assert_array_equal(device_ds[0]["cbed"].numpy(), clean)  # the loader delivers it clean
+    draws = []
+    for epoch in range(400):
+        device_ds.set_epoch(epoch)
+        draws.append(_device_items(device_ds, [0])[0].numpy().astype(np.float64))
+    device = np.stack(draws)
+    host = _draws(stage.SampleDataset(store, "train", None, dose_augmentation=NOISY), 0, range(400))
+    for noisy in (device, host):   # the same test of the law on both paths
+        _check_poisson(noisy, clean, ELECTRONS)
+    assert not np.array_equal(device[0], device[1]), "each epoch draws other counts"
+
+
+def test_device_path_draws_the_host_paths_doses_and_clean_fraction():
+    cfg = DoseAugmentationConfig(enabled=True, dose_range_e_per_A2=(1e2, 1e6), clean_fraction=0.3, seed=5)
+    device, host = DoseAugmentation(cfg.model_copy(update={"on_device": True})), DoseAugmentation(cfg)
+    samples = [make_sample(f"mp-{i}") for i in range(50)]
+    drawn = []
+    for epoch in range(20):
+        for sample in samples:
+            dose, seed = device.device_draw(sample.meta, epoch)
+            assert dose == host.apply(sample.cbed.copy(), sample.meta, epoch)   # None (clean) included
+            assert dose is None or 0 <= seed < 2 ** 63
+            drawn.append(dose)
+    clean = sum(d is None for d in drawn) / len(drawn)
+    assert clean == pytest.approx(0.3, abs=5 * np.sqrt(0.3 * 0.7 / len(drawn)))
+
+
+def test_device_noise_is_reproducible_and_clean_samples_stay_clean(store):
+    half = ON_DEVICE.model_copy(update={"clean_fraction": 0.5, "dose_range_e_per_A2": (1e2, 1e4)})
+    ds, clean_ds = (stage.SampleDataset(store, "train", None, dose_augmentation=half),
+                    stage.SampleDataset(store, "train", None))
+    indices = list(range(len(ds)))
+    for epoch in range(6):
+        ds.set_epoch(epoch)
+        draws = ds.device_noise_draws(indices)
+        got = _device_items(ds, indices)
+        torch.testing.assert_close(_device_items(ds, indices), got, rtol=0, atol=0)  # same (seed, epoch, id)
+        for k, (electrons, _) in enumerate(draws):
+            meta = stage.open_store(store).meta(ds.global_indices[k])
+            dose = DoseAugmentation(half).apply(clean_ds[k]["cbed"].numpy(), meta, epoch)
+            assert electrons == (0.0 if dose is None else dose * scan_step_area_A2(meta))
+            same = torch.equal(got[k], clean_ds[k]["cbed"])
+            assert same == (electrons == 0.0), "clean exactly when no dose was drawn"
+
+
+def test_device_noise_comes_before_the_transform_of_raw_fp16_batches(store):
+    """With nothing to draw, the raw fp16 batch transformed after the (skipped) noise is the host
+    path's normalised item; a normalised dataset is refused, it could not be noised any more."""
+    norm = stage.Normalizer.fit(store, "log1p")
+    never = ON_DEVICE.model_copy(update={"clean_fraction": 1.0})
+    raw = stage.SampleDataset(store, "train", norm, raw_cbed=True, dose_augmentation=never)
+    want = torch.stack([stage.SampleDataset(store, "train", norm)[k]["cbed"] for k in (0, 1)])
+    torch.testing.assert_close(_device_items(raw, [0, 1], norm), want, rtol=1e-5, atol=1e-5)
+    noisy_raw = stage.SampleDataset(store, "train", norm, raw_cbed=True, dose_augmentation=ON_DEVICE)
+    assert (_device_items(noisy_raw, [0, 1], norm) - want).abs().max() > 0.05
+    with pytest.raises(UserError, match="raw_cbed=True"):
+        stage.SampleDataset(store, "train", norm, dose_augmentation=ON_DEVICE)
+
+
+def test_device_noise_with_physics_inputs_is_refused(store):
+    """The physics maps are computed in the loader: from clean patterns they would not match the noisy input."""
+    from stage.physics_dataset import PhysicsSampleDataset
+
+    with pytest.raises(UserError, match="on_device: false with model.physics_inputs"):
+        PhysicsSampleDataset(store, "train", None, physics_inputs=("icom",), dose_augmentation=ON_DEVICE)

@@ -49,3 +49,19 @@ def test_run_trains_on_what_exists_when_the_deadline_stops_the_rest(tmp_path, ca
     assert f"{8 - have} not reached by the simulate deadline" in out
     assert json.loads((run / "summary.json").read_text())["not_reached"] == 8 - have
     assert (run / "model" / "model_card.json").exists()
+
+
+def test_keys_added_later_leave_a_finished_runs_stage_hashes_alone_at_their_defaults():
+    """training.max_wall_s and data.dose_augmentation.on_device (issue 28) came after runs were made: at
+    their defaults the quickstart's stage hashes are the ones of the commit before them (0958660), so a
+    finished run is not retrained; set, they count."""
+    from workflow import model_runners
+    from workflow.config import load_config
+
+    quickstart = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml")
+    cfg = load_config(quickstart, [])
+    assert model_runners.section_hash(cfg, *model_runners.TRAIN_SECTIONS) == \
+        "89e898999c788b6318f87accc19fb6a951d89e6adf62c0126565fee1d357cc0a"
+    walled = load_config(quickstart, ["training.max_wall_s=60"])
+    assert model_runners.section_hash(walled, *model_runners.TRAIN_SECTIONS) != \
+        model_runners.section_hash(cfg, *model_runners.TRAIN_SECTIONS)

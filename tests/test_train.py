@@ -4,6 +4,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -67,6 +68,13 @@ def test_dose_augmentation_reaches_the_training_batches(tiny_data_dir, tmp_path)
     noisy_loss = [float(r["train_loss"]) for r in read_metrics(noisy.metrics_csv)]
     assert len(clean_loss) == len(noisy_loss) == 2
     assert clean_loss[0] != noisy_loss[0]
+    on_device = noisy_data.model_copy(update={"dose_augmentation": noisy_data.dose_augmentation.model_copy(
+        update={"on_device": True})})
+    device = models.train(ModelConfig(preset="tiny"), tiny_train_cfg(**steps), None, on_device, [tiny_data_dir],
+                          tmp_path / "on_device")
+    device_loss = [float(r["train_loss"]) for r in read_metrics(device.metrics_csv)]
+    # the noise drawn in the training step: other counts than the loader's, still not the clean batch
+    assert len(device_loss) == 2 and all(np.isfinite(device_loss)) and device_loss[0] != clean_loss[0]
 
 
 def test_run_outputs(base_run):
@@ -106,6 +114,7 @@ def test_model_card_states_the_resolved_model_config_and_what_bounded_training(b
     assert config["preset"] == "tiny" and config["overrides"] == []
     training = card.training
     assert training["length_bound_by"] == "max_steps" and training["steps_planned"] == BASE_STEPS
+    assert training["stopped_by"] == "max_steps" and base_run.stopped_by == "length"
     assert training["length"].startswith(f"max_steps={BASE_STEPS} set the length (it wins over epochs=")
     assert card.train_config["epochs"] > training["epochs_completed"]   # why the card must say which bound
 
@@ -119,6 +128,23 @@ def test_model_card_says_when_epochs_bounded_training(tiny_data_dir, tmp_path):
     assert training["steps"] == training["steps_planned"] == training["steps_per_epoch"] == result.steps
     assert training["length"] == f"epochs=1 set the length (max_steps unset): 1 x {result.steps} steps"
     assert card.model_config_["overrides"] == ["growth_rate"] and card.model_config_["growth_rate"] == 3
+
+
+def test_wall_clock_limit_ends_the_run_as_max_steps_would(tiny_data_dir, tmp_path):
+    """training.max_wall_s far below what max_steps needs: the run stops early, evaluates dev at
+    its last step, exports the best checkpoint, and the card says why and where it stopped."""
+    max_steps = 5000
+    result = _train(tmp_path / "run", tiny_data_dir, max_steps=max_steps, max_wall_s=0.5, eval_every=1000,
+                    checkpoint_every=1000)
+    assert 0 < result.steps < max_steps and result.stopped_by == "max_wall_s"
+    rows = read_metrics(result.metrics_csv)
+    assert int(rows[-1]["step"]) == result.steps and rows[-1]["dev_loss"]  # the last step was evaluated
+    reconstructor = models.load_reconstructor(result.model_dir)
+    training = reconstructor.card.training
+    assert training["stopped_by"] == "max_wall_s" and training["steps"] == result.steps
+    assert f"wall-clock limit max_wall_s=0.5 s at step {result.steps} of {max_steps}" in training["length"]
+    assert training["checkpoint"] == result.best_checkpoint.name
+    assert reconstructor.card.metrics["final_dev_loss"] == pytest.approx(float(rows[-1]["dev_loss"]))
 
 
 def test_resume_extends_a_finished_run(base_run, tmp_path, tiny_data_dir, capsys):

@@ -35,9 +35,24 @@ def data_fingerprint(data_dirs: Iterable[str | Path]) -> str:
     return hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()
 
 
+#: keys added to a section after runs were made, left out of its hash while at their default, so a
+#: finished run is not taken for out of date (and retrained) by a namsa that merely knows more keys
+_LATER_KEYS: dict[str, dict[tuple[str, ...], Any]] = {
+    "training": {("max_wall_s",): None},
+    "data": {("dose_augmentation", "on_device"): False},
+}
+
+
 def section_hash(cfg: "PipelineConfig", *sections: str) -> str:
     """sha256 over the named config sections (what decides whether earlier results still hold)."""
     payload = {name: getattr(cfg, name).model_dump(mode="json") for name in sections}
+    for name, keys in _LATER_KEYS.items():
+        for path, default in keys.items():
+            parent = payload.get(name, {})
+            for part in path[:-1]:
+                parent = parent.get(part, {})
+            if parent.get(path[-1], object()) == default:
+                del parent[path[-1]]
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
@@ -63,7 +78,7 @@ def train(cfg: "PipelineConfig", data_dirs: Sequence[str | Path], out_dir: str |
     summary = {
         "model_dir": str(result.model_dir),
         "best_checkpoint": None if result.best_checkpoint is None else str(result.best_checkpoint),
-        "metrics_csv": str(result.metrics_csv), "steps": int(result.steps),
+        "metrics_csv": str(result.metrics_csv), "steps": int(result.steps), "stopped_by": result.stopped_by,
         "final_dev_loss": None if result.final_dev_loss is None else float(result.final_dev_loss),
         "data_fingerprint": data_fingerprint(data_dirs), "config_hash": section_hash(cfg, *TRAIN_SECTIONS),
         "started_at": started, "finished_at": time.time(),

@@ -64,7 +64,10 @@ class TrainingData:
         # input transform runs on the device; on the CPU it runs in the loader.
         raw = self.device.type == "cuda"
         targets = tuple(self.model_cfg.targets)
-        self.train_ds = self._dataset(read_paths, "train", targets, raw, allow_empty=self.local_data)
+        # noise drawn on the device (data.dose_augmentation.on_device) comes before the transform
+        dose = getattr(self.data_cfg, "dose_augmentation", None)
+        on_device = dose is not None and dose.enabled and dose.on_device
+        self.train_ds = self._dataset(read_paths, "train", targets, raw or on_device, allow_empty=self.local_data)
         self.dev_ds = self._dataset(read_paths, "dev", targets, raw, allow_empty=True)
         self._agree_sample_counts()
 
@@ -141,11 +144,15 @@ class TrainingData:
                                         shuffle=False, shard_mode=mode) if self.dev_ds is not None else None)
         return train_loader, dev_loader
 
-    def to_device(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(normalised cbed, standardised targets) on the training device."""
+    def to_device(self, batch: dict[str, Any], train: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """(normalised cbed, standardised targets) on the training device; ``train``: a batch of
+        the training split, whose shot noise is drawn here with data.dose_augmentation.on_device."""
         from stage.dataset import batch_to_device
+        from stage.device_noise import noisy_batch_to_device
 
-        if self.arch.physics_inputs:
+        if train and getattr(self.train_ds, "device_dose", None) is not None:
+            batch = noisy_batch_to_device(batch, self.device, self.normalizer, self.train_ds)
+        elif self.arch.physics_inputs:
             batch = _physics_batch_to_device(batch, self.device, self.normalizer, self.arch.in_channels)
         else:
             batch = batch_to_device(batch, self.device, self.normalizer)

@@ -24,16 +24,17 @@ TARGET_UNITS = {"potential": "V*Angstrom", "density": "electrons/Angstrom^2"}
 
 def card_extra(source: Path, *, out: Path, pos: Position, cfg: TrainConfig, data: TrainingData,
                timing: Timing, model: torch.nn.Module, world_size: int, engine_name: str, steps_per_epoch: int,
-               total_steps: int) -> dict[str, Any]:
+               total_steps: int, stopped_by_wall: bool = False) -> dict[str, Any]:
     """The card's facts about the run that exported checkpoint ``source`` into ``out``: metrics,
     training length (`_length_facts`), data and parameters; ``engine_name``: the gradient engine
-    (``"none"`` with one rank); times in seconds, rates in TFLOP/s."""
+    (``"none"`` with one rank); ``stopped_by_wall``: training.max_wall_s ended the run; times in
+    seconds, rates in TFLOP/s."""
     return {"metrics": {"best_dev_loss": pos.best_dev_loss, "best_step": pos.best_step,
                         "final_dev_loss": pos.last_dev_loss, "final_train_loss": pos.last_train_loss,
                         "dev_loss_definition": "mean squared error on standardised targets"},
             "metrics_csv": str(out / METRICS_FILE),
             "training": {"steps": pos.step, "epochs_completed": pos.epoch,
-                         **_length_facts(cfg, pos.step, steps_per_epoch, total_steps),
+                         **_length_facts(cfg, pos.step, steps_per_epoch, total_steps, stopped_by_wall),
                          "samples_seen": pos.samples_seen,
                          "skipped_steps": pos.skipped_steps, "wall_s": pos.wall_s,
                          "world_size": world_size, "optimizer": cfg.optimizer, "gradient_engine": engine_name,
@@ -49,19 +50,23 @@ def card_extra(source: Path, *, out: Path, pos: Position, cfg: TrainConfig, data
             "forward_conv_ops_per_sample": timing.ops_forward_per_sample}
 
 
-def _length_facts(cfg: TrainConfig, steps: int, per_epoch: int, total_steps: int) -> dict[str, Any]:
+def _length_facts(cfg: TrainConfig, steps: int, per_epoch: int, total_steps: int,
+                  stopped_by_wall: bool = False) -> dict[str, Any]:
     """What bounded training: ``max_steps`` (wins when set) or ``epochs``, in words and numbers,
-    so a card's ``train_config.epochs`` is not read as the epochs actually run."""
+    so a card's ``train_config.epochs`` is not read as the epochs actually run; ``stopped_by``
+    is ``max_wall_s`` when the wall-clock limit ended the run first (at step ``steps``)."""
     bound = "max_steps" if cfg.max_steps else "epochs"
     if cfg.max_steps:
         text = (f"max_steps={cfg.max_steps} set the length (it wins over epochs={cfg.epochs}, which was not used): "
                 f"{steps} steps of {per_epoch} per epoch = {steps / per_epoch:.1f} epochs")
     else:
         text = f"epochs={cfg.epochs} set the length (max_steps unset): {cfg.epochs} x {per_epoch} steps"
-    if steps < total_steps:
+    if stopped_by_wall:
+        text += f"; stopped at the wall-clock limit max_wall_s={cfg.max_wall_s:g} s at step {steps} of {total_steps}"
+    elif steps < total_steps:
         text += f"; stopped at step {steps} of {total_steps}"
     return {"length_bound_by": bound, "steps_planned": total_steps, "steps_per_epoch": per_epoch,
-            "length": text}
+            "stopped_by": "max_wall_s" if stopped_by_wall else bound, "length": text}
 
 
 def resolved_model_config(model_config: dict[str, Any], architecture: dict[str, Any]) -> dict[str, Any]:

@@ -42,6 +42,8 @@ class TrainResult:
     metrics_csv: Path
     steps: int
     final_dev_loss: float | None
+    #: what ended training: ``length`` (max_steps or epochs) or ``max_wall_s`` (the wall-clock limit)
+    stopped_by: str = "length"
 
 
 def train(model_cfg: ModelConfig | None, train_cfg: TrainConfig | None, dist_cfg: Any, data_cfg: Any,
@@ -113,6 +115,8 @@ class Trainer:
             self.close()
             raise
         self.total_steps = train_cfg.max_steps or train_cfg.epochs * len(self.train_loader)
+        #: training.max_wall_s ended the run (agreed by every rank), not max_steps / epochs
+        self.stopped_by_wall = False
 
     # ------------------------------------------------------------------ setup
 
@@ -158,8 +162,9 @@ class Trainer:
     def fit(self) -> TrainResult:
         self.logs.open(self.cfg, self.total_steps, self.pos.step)
         start = time.perf_counter() - self.pos.wall_s
+        self.fit_started = time.perf_counter()  # training.max_wall_s counts this process's time only
         loader = self.train_loader
-        while self.pos.step < self.total_steps:
+        while self.pos.step < self.total_steps and not self.stopped_by_wall:
             loader.set_epoch(self.pos.epoch)
             loader.skip_batches(self.pos.batch_in_epoch)
             # worker seeds come from this generator, not from the global RNG that dropout uses
@@ -176,15 +181,29 @@ class Trainer:
                     self.pos.epoch, self.pos.batch_in_epoch = self.pos.epoch + 1, 0
                 self.pos.wall_s = time.perf_counter() - start
                 self.timing.account(row, t_prev, self.cfg.batch_size, self.ctx.world_size)
+                # the last planned step ends the run anyway (every rank holds the same step count)
+                self.stopped_by_wall = self.pos.step < self.total_steps and self._wall_limit_reached()
                 self._after_step(row)
                 t_prev = time.perf_counter()
-                if self.pos.step >= self.total_steps:
+                if self.pos.step >= self.total_steps or self.stopped_by_wall:
                     break
+        if self.stopped_by_wall:
+            self.ctx.notice(f"training.max_wall_s={self.cfg.max_wall_s:g} s reached: stopped at step {self.pos.step} "
+                            f"of {self.total_steps}")
         return self._finish()
+
+    def _wall_limit_reached(self) -> bool:
+        """Whether training.max_wall_s has passed since `fit` began, agreed by every rank: each
+        rank's clock differs, so one rank past the limit stops all of them at this step (the mean
+        of the 0/1 flags is > 0 when any is 1: an all-reduce MAX); no collective without a limit."""
+        if self.cfg.max_wall_s is None:
+            return False
+        late = float(time.perf_counter() - self.fit_started >= self.cfg.max_wall_s)
+        return bool(self._reduce_mean(torch.tensor([late]))[0] > 0)
 
     def _train_step(self, batch: dict[str, Any]) -> dict[str, Any]:
         cfg, pos = self.cfg, self.pos
-        x, y = self.data.to_device(batch)
+        x, y = self.data.to_device(batch, train=True)
         delta = huber_delta(pos.epoch, cfg.huber_delta0, cfg.huber_decay)
         lr = self.lr_schedule(pos.step)
         t0 = self._now()
@@ -254,7 +273,7 @@ class Trainer:
 
     def _after_step(self, row: dict[str, Any]) -> None:
         cfg, step = self.cfg, self.pos.step
-        is_last = step >= self.total_steps
+        is_last = step >= self.total_steps or self.stopped_by_wall
         row.update(step=step, skipped_steps=self.pos.skipped_steps, wall_s=self.pos.wall_s)
         evaluated = False
         if self.data.dev_total and (step % cfg.eval_every == 0 or is_last):
@@ -319,11 +338,13 @@ class Trainer:
             engine = self.engine.name if self.ctx.world_size > 1 else "none"
             facts = card_extra(best, out=self.out, pos=pos, cfg=self.cfg, data=self.data, timing=self.timing,
                                model=self.model, world_size=self.ctx.world_size, engine_name=engine,
-                               steps_per_epoch=len(self.train_loader), total_steps=self.total_steps)
+                               steps_per_epoch=len(self.train_loader), total_steps=self.total_steps,
+                               stopped_by_wall=self.stopped_by_wall)
             export_model(best, self.out / MODEL_DIR, facts)
         self.ctx.barrier()
         return TrainResult(model_dir=self.out / MODEL_DIR, best_checkpoint=best, metrics_csv=self.out / METRICS_FILE,
-                           steps=self.pos.step, final_dev_loss=self.pos.last_dev_loss)
+                           steps=self.pos.step, final_dev_loss=self.pos.last_dev_loss,
+                           stopped_by="max_wall_s" if self.stopped_by_wall else "length")
 
     def close(self) -> None:
         self.logs.close()

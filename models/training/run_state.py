@@ -33,8 +33,8 @@ from .errors import CheckpointMismatchError, OutputDirError
 RUN_FILE = "train_run.json"
 CHECKPOINTS_DIR = "checkpoints"
 #: training fields that may change between a run and its resume (they do not change the result).
-RESUMABLE_CHANGES = {"max_steps", "epochs", "eval_every", "checkpoint_every", "keep_last", "log_every",
-                     "progress", "tensorboard", "max_dev_batches", "activation_checkpointing"}
+RESUMABLE_CHANGES = {"max_steps", "max_wall_s", "epochs", "eval_every", "checkpoint_every", "keep_last",
+                     "log_every", "progress", "tensorboard", "max_dev_batches", "activation_checkpointing"}
 
 
 @dataclass
