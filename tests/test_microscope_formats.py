@@ -56,7 +56,7 @@ def test_hspy_is_read_lazily_with_signed_scales(data, tmp_path):
 def test_zspy_folder_is_read_and_a_link_inside_is_refused(tmp_path):
     """A .zspy folder rosettasciio's writer made (tests/data/make_zspy_fixture.py, in a zarr-2
     environment: rsciio's zspy needs zarr < 3, abTEM here needs zarr >= 3.1), read with zarr 3 by
-    stage.microscope.zspy: lazily, with its metadata and its flipped (negative) y scale."""
+    stage.microscope.formats.zspy: lazily, with its metadata and its flipped (negative) y scale."""
     fixture = Path(__file__).resolve().parent / "data"
     folder = tmp_path / "scan.zspy"
     shutil.copytree(fixture / "hyperspy-written.zspy", folder)

@@ -1,9 +1,10 @@
 """Microscope 4D-STEM files: reading them and calibrating them (the data room's part of `namsa reconstruct`).
 
-1. `read_scan(path)` (files.py): a 4-D dataset (scan_y, scan_x, ky, kx), left in the file (`LazyScan`:
-   slices are read on demand), and the calibrations its metadata holds, through the reader its
-   extension names in `READERS` (rosettasciio, ``rsciio``, GPL-3.0, imported lazily: ``pip install -e
-   '.[io]'``; or namsa's own lazy readers, arina.py and zspy.py), after the checks of safety.py (the
+1. `read_scan(path)` (files.py): a 4-D dataset (scan_y, scan_x, ky, kx), left in the file (`LazyScan`,
+   scan.py: slices are read on demand), and the calibrations its metadata holds, through the format
+   that claims it in the registry `FORMATS` (formats/, one module per format: rosettasciio,
+   ``rsciio``, GPL-3.0, imported lazily: ``pip install -e '.[io]'``; or namsa's own lazy readers,
+   formats/arina.py and formats/zspy.py), after the format's checks (safety.py and its module: the
    file is read from itself only and is complete). `from_datacube` (datacube.py) does the same for a
    py4DSTEM DataCube in memory.
 2. `resolve_calibrations(found, given)` (calibration.py): beam energy (kV), convergence semi-angle
@@ -23,9 +24,11 @@ from .calibration import FLAGS, Calibrations, resolve_calibrations
 from .checks import check_before_inference
 from .datacube import as_raw_scan, from_datacube
 from .errors import ExperimentalInputError, MicroscopeFileError
-from .files import READERS, LazyScan, RawScan, read_scan
-from .safety import check_file, check_values
+from .files import read_scan
+from .formats import FORMATS
+from .safety import check_values
+from .scan import LazyScan, RawScan
 
-__all__ = ["read_scan", "RawScan", "LazyScan", "READERS", "from_datacube", "as_raw_scan", "resolve_calibrations",
-           "Calibrations", "FLAGS", "check_file", "check_values", "ExperimentalInputError", "MicroscopeFileError",
+__all__ = ["read_scan", "RawScan", "LazyScan", "FORMATS", "from_datacube", "as_raw_scan", "resolve_calibrations",
+           "Calibrations", "FLAGS", "check_values", "ExperimentalInputError", "MicroscopeFileError",
            "check_before_inference", "DataCalibration"]

@@ -5,7 +5,8 @@ from typing import Any
 
 from .calibration import calibrations_in
 from .errors import ExperimentalInputError
-from .files import LazyScan, RawScan, read_scan
+from .files import read_scan
+from .scan import LazyScan, RawScan
 
 #: py4DSTEM unit names -> the names stage.microscope.calibration reads
 _UNITS = {"A": "A", "nm": "nm", "A^-1": "1/A", "nm^-1": "1/nm", "mrad": "mrad"}

@@ -7,16 +7,18 @@ link among them (to /etc/passwd, to another user's scan) would be read as data o
 - the input itself may be a link only to a file in its own folder (a link leaving it is refused);
 - a companion file may not be a link at all, and must lie in the input's folder.
 
-EMPAD raw files and Arina data files are named inside the file, so their readers call
-`refuse_companion_link` once they know the name (stage.microscope.safety, stage.microscope.arina).
+Each format names its companion files (``companions`` in stage.microscope.formats). EMPAD raw
+files and Arina data files are named inside the file, so their formats' checks call
+`refuse_companion_link` (stage.microscope.safety) once they know the name.
 """
 from __future__ import annotations
 
-import glob
 import os
 from pathlib import Path
 
 from .errors import MicroscopeFileError
+from .formats import format_of
+from .safety import refuse_companion_link
 
 
 def check_links(path: Path) -> None:
@@ -29,21 +31,7 @@ def check_links(path: Path) -> None:
 
 
 def companions(path: Path) -> list[Path]:
-    """The other files rosettasciio opens when it reads ``path``, by its own naming rules."""
-    suffix = path.suffix.lower()
-    if suffix == ".mib":
-        return [Path(str(path).replace(".mib", ".hdr"))]  # rsciio.quantumdetector's rule, verbatim
-    if suffix == ".emi":
-        return [Path(p) for p in glob.glob(os.path.splitext(str(path))[0] + "_[0-9].ser")]  # rsciio.tia's rule
-    return []
-
-
-def refuse_companion_link(companion: Path, owner: Path) -> None:
-    """A companion file of ``owner`` that is a symbolic link, or lies in another folder, is refused."""
-    if companion.is_symlink():
-        raise MicroscopeFileError(f"{owner}: its companion file {companion} is a symbolic link (to "
-                                  f"{os.path.realpath(companion)}); namsa reads only files in the input's folder: "
-                                  "copy the file itself there")
-    if os.path.lexists(companion) and companion.parent.resolve() != owner.parent.resolve():
-        raise MicroscopeFileError(f"{owner}: its reader would open {companion}, outside the file's folder; rename "
-                                  "the folder or the file so that its companion files lie beside it")
+    """The other files the reader of ``path``'s format opens, by its own naming rules (none for a
+    file no format claims: it is refused unread)."""
+    fmt = format_of(path)
+    return fmt.companions(path) if fmt is not None else []

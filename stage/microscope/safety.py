@@ -1,17 +1,16 @@
-"""Checks on a microscope file a user received, made before rosettasciio reads it (`namsa reconstruct`).
+"""Checks on a microscope file a user received that more than one format makes (`namsa reconstruct`).
 
 A file must be read from itself only and be complete:
 
-- HDF5 (.hspy, .hdf5, .h5, .emd): no external links, virtual datasets or external raw storage
-  anywhere in the file (each would make the reader open another file, e.g. /etc/passwd, and
-  use it as data). Soft links inside the file are fine.
-- EMPAD (.xml + .raw): the header's raw file lies in the header's own folder (no ``../``, no
-  absolute path, no symbolic link) and holds every frame the header announces.
-- Merlin (.mib): whole frames only, and as many as its .hdr announces.
+- HDF5 (.hspy, .hdf5, .h5, .emd, Arina): no external links, virtual datasets or external raw
+  storage anywhere in the file (each would make the reader open another file, e.g. /etc/passwd,
+  and use it as data). Soft links inside the file are fine.
+- A file beside the input that its reader opens (a companion): no symbolic link, in the input's
+  own folder (`refuse_companion_link`); a data file holds the bytes its header announces (`check_size`).
 - Any format: real-valued data without NaN or +-inf (`check_values`, after reading).
 
-- zarr (.zspy, a folder of chunk files): no symbolic link anywhere inside the folder.
-
+The checks of one format alone are in its module (stage.microscope.formats: EMPAD's raw file,
+a Merlin .mib's frames, a .zspy folder's links); each runs as its format's ``check``.
 Every refusal is a `MicroscopeFileError` of one line naming the object and why.
 """
 from __future__ import annotations
@@ -22,35 +21,6 @@ from pathlib import Path
 import numpy as np
 
 from .errors import MicroscopeFileError, parser_message
-from .links import companions, refuse_companion_link
-
-HDF5_SUFFIXES = frozenset({".hspy", ".hdf5", ".h5", ".emd"})
-#: EMPAD frames: 128 x 128 float32 pattern rows plus 2 footer rows (rsciio.empad)
-EMPAD_FRAME_BYTES = 130 * 128 * 4
-
-
-def check_file(path: Path) -> None:
-    """The checks that apply to ``path``'s format (see the module docstring); silent when it passes."""
-    suffix = path.suffix.lower()
-    if suffix in HDF5_SUFFIXES:
-        check_hdf5_self_contained(path)
-    elif suffix == ".xml":
-        check_empad(path)
-    elif suffix == ".mib":
-        check_mib_size(path)
-    elif suffix == ".zspy":
-        check_zspy_folder(path)
-
-
-def check_zspy_folder(path: Path) -> None:
-    """A .zspy folder (zarr) holds its chunks itself: a symbolic link inside it (to /etc/passwd, or
-    to another scan) would be read as data, so any link is refused."""
-    for root, dirs, files in os.walk(path):
-        for name in dirs + files:
-            if os.path.islink(os.path.join(root, name)):
-                raise MicroscopeFileError(f"{path}: {os.path.join(root, name)} is a symbolic link; namsa reads only "
-                                          "the chunks inside the .zspy folder: copy the data into it")
-
 
 # --------------------------------------------------------------------------------------------
 # HDF5
@@ -77,6 +47,11 @@ def check_hdf5_self_contained(path: Path, links_in: str | None = None) -> list["
         text = parser_message(exc)
         raise MicroscopeFileError(f"{path}: its HDF5 structure could not be read ({text}); check the file is "
                                   "complete (copy it again)") from None
+
+
+def check_hdf5_file(path: Path) -> None:
+    """An HDF5 input (.hspy, .emd) is self-contained: no external link anywhere (see above)."""
+    check_hdf5_self_contained(path)
 
 
 def _walk(root: "h5py.File", path: Path, links_in: str | None) -> list["h5py.ExternalLink"]:
@@ -119,75 +94,22 @@ def _check_dataset(dataset: "h5py.Dataset", where: str, path: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# EMPAD
+# files beside the input
 
 
-def check_empad(header: Path) -> None:
-    """The raw file an EMPAD header names lies in the header's folder and holds every frame."""
-    try:
-        from rsciio.empad._api import _parse_xml  # rsciio's own reading of the header
-    except ImportError:
-        return  # stage.microscope.read_scan says how to install rosettasciio
-    try:
-        _, info = _parse_xml(str(header))
-    except Exception as exc:  # a foreign header fails in many ways: all are bad input
-        text = parser_message(exc)
-        raise MicroscopeFileError(f"{header} could not be read as an EMPAD header ({text}); check the file") from None
-    raw = empad_raw_file(header, str(info["raw_filename"]))
-    frames = int(info["series_count"]) if "series_count" in info else int(info["scan_y"]) * int(info["scan_x"])
-    _check_size(raw, frames * EMPAD_FRAME_BYTES, f"{frames} frames of {EMPAD_FRAME_BYTES} bytes as {header.name} says")
+def refuse_companion_link(companion: Path, owner: Path) -> None:
+    """A companion file of ``owner`` that is a symbolic link, or lies in another folder, is refused."""
+    if companion.is_symlink():
+        raise MicroscopeFileError(f"{owner}: its companion file {companion} is a symbolic link (to "
+                                  f"{os.path.realpath(companion)}); namsa reads only files in the input's folder: "
+                                  "copy the file itself there")
+    if os.path.lexists(companion) and companion.parent.resolve() != owner.parent.resolve():
+        raise MicroscopeFileError(f"{owner}: its reader would open {companion}, outside the file's folder; rename "
+                                  "the folder or the file so that its companion files lie beside it")
 
 
-def empad_raw_file(header: Path, name: str) -> Path:
-    """The raw file ``name`` beside ``header``: a plain file name of a file (not a symbolic link) in
-    the header's folder; anything else (``../``, an absolute path, a symlink) is refused."""
-    folder = header.parent  # where rsciio looks for it
-    if not name or Path(name).name != name or name in (".", ".."):
-        raise MicroscopeFileError(f"{header}: its raw file {name!r} is not a plain file name beside the header; "
-                                  "namsa reads only the raw file in the header's folder: put it there and name it "
-                                  "in the header")
-    raw = folder / name
-    refuse_companion_link(raw, header)
-    if not raw.is_file():
-        raise MicroscopeFileError(f"{header}: its raw file {raw} does not exist; copy it beside the header")
-    return raw
-
-
-# --------------------------------------------------------------------------------------------
-# Merlin .mib
-
-
-def check_mib_size(path: Path) -> None:
-    """A .mib holds whole frames (header + pixels), as many as its .hdr announces (when there is one)."""
-    try:
-        from rsciio.quantumdetector._api import MIBProperties, parse_hdr_file
-    except ImportError:
-        return
-    props = MIBProperties()
-    try:
-        props.parse_file(str(path))
-        frame = int(props.head_size) + int(np.prod(props.merlin_size)) * np.dtype(props.dtype).itemsize
-    except Exception:  # not a .mib at all: the reader refuses it in one line
-        return
-    hdr = companions(path)[0]  # the .hdr rsciio reads (stage.microscope.links has checked it is no link)
-    frames = _hdr_frames(hdr, parse_hdr_file) if hdr.is_file() else None
-    if frames:
-        _check_size(path, frames * frame, f"{frames} frames of {frame} bytes as {hdr.name} says")
-    elif props.file_size % frame:
-        whole = props.file_size // frame
-        raise MicroscopeFileError(f"{path} is truncated: {props.file_size} bytes are {whole} whole frames of {frame} "
-                                  f"bytes and {props.file_size - whole * frame} bytes of a cut frame; copy the "
-                                  "file again (or re-export it from the acquisition)")
-
-
-def _hdr_frames(hdr: Path, parse) -> int | None:
-    try:
-        return int(parse(str(hdr))["Frames in Acquisition (Number)"])
-    except Exception:  # no usable count: the frames in the file decide
-        return None
-
-
-def _check_size(path: Path, expected: int, why: str) -> None:
+def check_size(path: Path, expected: int, why: str) -> None:
+    """``path`` holds exactly ``expected`` bytes (``why``: where that number comes from)."""
     actual = os.path.getsize(path)
     if actual != expected:
         state = "truncated" if actual < expected else "longer than announced"

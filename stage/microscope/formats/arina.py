@@ -6,7 +6,8 @@ beside it, each an (n, ky, kx) stack of frames in scan order; the scan is square
 and ``/STEM Metadata`` gives the scan pixel size in nm. Only links to plain file names in the
 master's own folder are followed (by namsa, not by HDF5's search path), they must be regular files,
 not symbolic links, and the master and the data files must otherwise be self-contained (no
-virtual datasets, external raw storage or other external links: stage.microscope.safety).
+virtual datasets, external raw storage or other external links: stage.microscope.safety). The
+data files are the only files it opens beyond the master, and they count in its stored size.
 """
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from .errors import MicroscopeFileError
-from .links import refuse_companion_link
-from .safety import check_hdf5_self_contained
+from ..errors import ExperimentalInputError, MicroscopeFileError, parser_message
+from ..safety import check_hdf5_self_contained, refuse_companion_link
+from ..scan import LazyScan, RawScan, check_declared_size
+from .base import FileFormat
 
 
 def check_arina(master: Path) -> None:
@@ -118,3 +120,22 @@ def arina_calibrations(master: Path) -> dict[str, Any]:
     if not math.isfinite(nm) or nm <= 0:
         return {}
     return {"step_A": (nm * 10.0, nm * 10.0)}
+
+
+def read_arina(path: Path) -> RawScan:
+    """The frames of an Arina master file, left in its data files, and the scan step it records
+    (after `check_arina`)."""
+    try:
+        frames = ArinaFrames(path)
+    except MicroscopeFileError:
+        raise
+    except Exception as exc:  # a damaged or foreign file fails inside h5py in many ways
+        text = parser_message(exc)
+        raise ExperimentalInputError(f"{path} could not be read as an Arina master file ({text}); check the file "
+                                     "and its data files are complete") from None
+    data = LazyScan(frames, str(path))
+    check_declared_size(path, data, [path, *frames.files])
+    return RawScan(data=data, found=arina_calibrations(path), path=str(path))
+
+
+FORMAT = FileFormat(name="Arina", module=__name__, name_ends="_master.h5", read=read_arina, check=check_arina)
