@@ -135,8 +135,8 @@ class ExecutionConfig(_Section):
                               laptop uses `torchrun --standalone` with gloo).
     data_dir:                 where simulation tasks write their stores (default <run>/data); set
                               it to node-local or scratch storage on a cluster.
-    simulate_deadline_s:      seconds after the simulate stage starts (`namsa simulate`, `namsa run`)
-                              when no new sample is started: the samples not reached are stopped,
+    simulate_deadline_s:      seconds after the simulate stage starts (`namsa simulate`, `namsa run`;
+                              planning included) when no new sample is started: the samples not reached are stopped,
                               not failed (a rerun simulates them), and training starts on what exists;
                               each worker takes its samples in an interleaved order, so a cut set still
                               spans the materials. None: no deadline.

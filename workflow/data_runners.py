@@ -282,6 +282,7 @@ def simulate(cfg: "PipelineConfig", out_dir: str | Path, *, worker: int = 0, num
     """
     if not 0 <= worker < num_workers:
         raise UserError(f"--worker {worker} must be in [0, --of {num_workers}); number workers from 0")
+    started = time.time()   # the deadline counts from here: planning a big plan takes its share
     out_dir = Path(out_dir)
     planned = plan(cfg)
     done = stored_ids(out_dir)
@@ -293,7 +294,7 @@ def simulate(cfg: "PipelineConfig", out_dir: str | Path, *, worker: int = 0, num
         check_fits(cfg.simulation)
     deadline_s = cfg.execution.simulate_deadline_s
     summary = simulate_specs(cfg.simulation, cfg.data, out_dir / f"store-{worker:03d}", todo, planned.sources,
-                             progress=progress, deadline_at=None if deadline_s is None else time.time() + deadline_s)
+                             progress=progress, deadline_at=None if deadline_s is None else started + deadline_s)
     summary.skipped += len(mine) - len(todo)
     summary.planned = len(mine)
     if worker == 0:

@@ -1,0 +1,90 @@
+"""Before the GPU study run (scripts/gpu_study.sh): does namsa's CUDA path simulate a study sample as
+the CPU does, and what bf16 matmul rate does this GPU reach (the reference that training's TFLOP/s is
+read against, measured in the same run)? Writes JSON to --json and prints it; exits 0 either way: the
+JSON's ``cuda_ok`` tells the script whether to fall back to simulating on the CPU.
+
+    python scripts/gpu_study_check.py CONFIG --json OUT.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: how close the CUDA sample must be to the CPU one (float32 round-off is ~1e-6; tests use 1e-5)
+MAX_REL_L2 = 1e-4
+
+
+def _first_sample(config: str) -> tuple[Any, Any]:
+    """The config's simulation physics on one thin library specimen, and its first spec."""
+    from namsa.plan import plan_samples
+    from workflow.config import load_config
+
+    # one thin specimen of the study's physics: a quick check, not a sample of the plan
+    sim = load_config(config, ["simulation.generator.count=0", "simulation.materials=[Si-diamond]",
+                               "simulation.variations.thickness_range_A=[20,20]"]).simulation
+    plan = plan_samples(sim)
+    return sim, plan.specs[0], plan.sources
+
+
+def cuda_against_cpu(config: str) -> dict[str, Any]:
+    """One sample on cuda and on the CPU: their relative L2 and times, or why cuda failed."""
+    from namsa.simulate import simulate_sample
+
+    sim, spec, sources = _first_sample(config)
+    source = sources.get(spec.material_id, spec.material_id)
+    start = time.perf_counter()
+    cpu = simulate_sample(source, spec.zone_axis, sim.model_copy(update={"device": "cpu"}), spec.variant)
+    cpu_s = time.perf_counter() - start
+    try:
+        start = time.perf_counter()
+        gpu = simulate_sample(source, spec.zone_axis, sim.model_copy(update={"device": "cuda"}), spec.variant)
+        cuda_s = time.perf_counter() - start
+    except Exception as exc:  # any cupy / driver failure means: simulate on the CPU instead
+        return {"cuda_ok": False, "reason": f"{type(exc).__name__}: {exc}"[:300], "cpu_s": cpu_s}
+    rel = float(np.linalg.norm(gpu.cbed - cpu.cbed) / np.linalg.norm(cpu.cbed))
+    return {"cuda_ok": bool(rel < MAX_REL_L2 and gpu.id == cpu.id), "sample_id": cpu.id, "rel_l2": rel,
+            "reason": "" if rel < MAX_REL_L2 else f"cuda differs from the CPU by {rel:.2e}",
+            "cpu_s": cpu_s, "cuda_s_cold": cuda_s}
+
+
+def bf16_matmul_tflops(n: int = 8192, repeats: int = 20) -> float | None:
+    """Warm bf16 GEMM rate of this GPU (TFLOP/s), None without one."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    a @ b
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    torch.cuda.synchronize()
+    return 2 * n ** 3 * repeats / (time.perf_counter() - start) / 1e12
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("config")
+    parser.add_argument("--json", required=True)
+    parser.add_argument("--stand-in", action="store_true", help="rehearsal: the strict cupy stand-in, no GPU")
+    args = parser.parse_args()
+    if args.stand_in:
+        import sys
+
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        import strict_cupy
+
+        sys.modules.update(strict_cupy.modules())
+    result = {**cuda_against_cpu(args.config), "bf16_matmul_tflops": bf16_matmul_tflops()}
+    Path(args.json).write_text(json.dumps(result, indent=1))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

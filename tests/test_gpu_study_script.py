@@ -1,0 +1,57 @@
+"""scripts/gpu_study.sh: the study at GPU scale in one device call. Its step limits fit the call, its
+config is the study's physics and splits with a larger model, and its CPU rehearsal (the simulator's
+CUDA path on the strict cupy stand-in, 20 s of training) runs every step and leaves what a device call
+can bring back (at most 8 files of at most 16 MiB)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "gpu_study.sh"
+#: a time-limited line: `step LOG NAME SECONDS ...` (indented inside an if block too)
+LIMITED = re.compile(r"^\s*step\s+\S+\s+\S+\s+(\d+)\s", re.M)
+
+
+def test_the_step_limits_fit_one_device_call_under_nine_minutes():
+    limits = [int(m.group(1)) for m in LIMITED.finditer(SCRIPT.read_text())]
+    assert len(limits) == 8   # env, install, check, simulate, train, two evaluations, collect
+    assert sum(limits) < 540, f"step limits sum to {sum(limits)} s"
+
+
+def test_the_config_is_the_studys_physics_and_splits_with_a_larger_model_trained_for_the_gpu():
+    from models.weights_check import estimate_parameters
+    from workflow.config import load_config
+
+    gpu, study = load_config(str(REPO / "configs" / "gpu-study.yaml"), []), load_config(str(REPO / "configs" / "study.yaml"), [])
+    assert gpu.simulation.physics_hash() == study.simulation.physics_hash()   # the same sample ids
+    assert gpu.simulation.generator == study.simulation.generator and gpu.simulation.zone_axes == study.simulation.zone_axes
+    for key in ("split_by", "split_fractions", "split_seed"):
+        assert getattr(gpu.data, key) == getattr(study.data, key), key
+    parameters = estimate_parameters(gpu.model.architecture())
+    assert 2_500_000 < parameters and parameters * 4 <= 16 << 20   # ~3 M, fp32 weights come back whole
+    assert gpu.model.architecture().input_layout == "scan"
+    assert (gpu.training.precision, gpu.training.batch_size, gpu.training.device) == ("bf16", 64, "cuda")
+    assert gpu.training.max_wall_s and gpu.execution.simulate_deadline_s and gpu.data.dose_augmentation.on_device
+
+
+def test_the_rehearsal_runs_every_step_and_its_outputs_come_back(tmp_path):
+    out, run = tmp_path / "out", tmp_path / "run"
+    env = {**os.environ, "OUT": str(out), "NAMSA_STUDY_RUN": str(run), "PY": sys.executable,
+           "NAMSA_GPU_REHEARSAL": "1", "NAMSA_REHEARSAL_SIM_S": "100"}
+    done = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=900)
+    summary = (out / "summary.txt").read_text()
+    log = (out / "study-log.txt").read_text() if (out / "study-log.txt").exists() else ""
+    assert done.returncode == 0, summary + log[-4000:]
+    assert summary.count("rc=0") == 6   # the rehearsal skips env and install
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert len(files) <= 8 and all(p.stat().st_size <= 16 << 20 for p in files), files
+    study = json.loads((out / "study.json").read_text())
+    assert study["check"]["cuda_ok"] is True   # the stand-in's CUDA path equals the CPU's
+    assert study["simulate"] and study["train"]
+    assert study["compare"]["samples"] >= 1 and "potential" in study["compare"]
+    assert (out / "model.safetensors").is_file() and (out / "model_card.json").is_file()
