@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 import stage
-from workflow.cli import EXIT_BAD_INPUT, build_parser, main
+from workflow.cli import build_parser, main
+from workflow.errors import EXIT_BAD_INPUT
 
 SUBCOMMANDS = ("simulate", "stage", "inspect", "train", "evaluate", "run", "scaling", "reconstruct", "precompute",
                "publish")

@@ -26,7 +26,8 @@ from typing import Callable, Sequence
 
 from namsa.errors import NamsaError, RunError
 
-from .errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, NothingSimulated, StageFailed, exit_status
+from .cli_args import NoOverrides, Parser, ShippedModelsHelp, fractions, positive_float, step_pair
+from .errors import EXIT_FAILED, EXIT_INTERRUPTED, NothingSimulated, StageFailed, exit_status
 from .oserrors import os_error
 
 
@@ -216,77 +217,17 @@ def cmd_publish(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
-    return value
-
-
-def _step_pair(text: str) -> tuple[float, ...]:
-    """One positive number, or ``Y,X`` for different steps along the scan's rows and columns."""
-    parts = text.split(",")
-    if len(parts) > 2:
-        raise argparse.ArgumentTypeError(f"{text!r}: give one step or Y,X")
-    return tuple(_positive_float(part) for part in parts)
-
-
-def _fractions(text: str) -> list[float]:
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers, e.g. 0.25,0.5,1") from None
-    if not values or any(not 0 < v <= 1 for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: every fraction must be in (0, 1]")
-    return values
-
-
 # --------------------------------------------------------------------------------------------
 # the parser
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with the house error format: one line on stderr, exit status 2 (no usage block)."""
-
-    def error(self, message: str):  # type: ignore[override]
-        command = self.prog.removeprefix("namsa").strip()
-        self.exit(EXIT_BAD_INPUT, f"namsa: error: {command + ': ' if command else ''}{message}; "
-                                  f"see {self.prog} --help\n")
-
-
-class _ShippedModelsHelp(argparse.HelpFormatter):
-    """Fills ``{shipped}`` in a help text with the names of the reconstructors shipped with namsa, only
-    when the help is printed: listing them imports models (and torch), which no other use should pay."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = super()._get_help_string(action)
-        if text and "{shipped}" in text:
-            from models import pretrained_names
-
-            text = text.replace("{shipped}", ", ".join(pretrained_names()) or "none")
-        return text
-
-
-class _NoOverrides(argparse.Action):
-    """reconstruct's ``--set``: refused with the reason (it reads no config) rather than argparse's bare
-    "unrecognized arguments", since the other model commands take it."""
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
-        parser.error("--set: reconstruct reads no pipeline config, so there is nothing to override; give the "
-                     "calibrations with its flags (--energy-kv, --semiangle-mrad, --dk-inv-a or --dk-mrad, "
-                     "--scan-step-a)")
-
-
-#: the --model help of evaluate and reconstruct (``{shipped}``: see _ShippedModelsHelp)
+#: the --model help of evaluate and reconstruct (``{shipped}``: see ShippedModelsHelp)
 _MODEL_HELP = ("a trained model directory (the --out of `namsa train`, or its model/), or pretrained:<name> for "
                "a reconstructor shipped with namsa; shipped: {shipped} (models.pretrained_names())")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = Parser(
         prog="namsa", description="Multislice 4D-STEM simulation -> LMDB stores -> FC-DenseNet "
         "reconstructor -> evaluation, as single stages or as one Parsl workflow.",
         epilog="Start with: namsa run configs/quickstart.yaml --out runs/quickstart")
@@ -322,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
 
     p = add("evaluate", cmd_evaluate, "evaluate a trained model against the baselines; writes metrics and a report",
-            _ShippedModelsHelp)
+            ShippedModelsHelp)
     _add_data_and_out(p, "output directory (metrics.json, figures, report.html)")
     p.add_argument("--model", required=True, type=Path, metavar="DIR|pretrained:<name>", help=_MODEL_HELP)
 
@@ -334,14 +275,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("scaling", cmd_scaling, "train on growing subsets of the data and plot error vs training-set size")
     _add_data_and_out(p, "output directory of the study")
-    p.add_argument("--fractions", type=_fractions, default=[0.125, 0.25, 0.5, 1.0],
+    p.add_argument("--fractions", type=fractions, default=[0.125, 0.25, 0.5, 1.0],
                    help="comma-separated training-set fractions (default 0.125,0.25,0.5,1)")
     p.add_argument("--metric", default="rel_l2", help="metric plotted against the training-set size")
 
     p = add("reconstruct", cmd_reconstruct, "reconstruct the potential and density maps of an experimental 4D-STEM "
             "file (EMD/HDF5, .hspy, MIB, EMPAD, ... through rosettasciio) with a trained model, plus iCoM. It reads "
             "no pipeline config, so it takes no --set: its flags and the model's card are its settings",
-            _ShippedModelsHelp)
+            ShippedModelsHelp)
     p.add_argument("file", type=Path, metavar="FILE", help="4D-STEM file: (scan_y, scan_x, ky, kx) data")
     p.add_argument("--model", required=True, metavar="DIR|pretrained:<name>", help=_MODEL_HELP)
     p.add_argument("--out", required=True, type=Path, help="output directory (maps as NPY/TIFF, PNG, JSON)")
@@ -351,13 +292,13 @@ def build_parser() -> argparse.ArgumentParser:
                              ("--dk-inv-a", "INV_A", "detector pixel size (1/Angstrom)"),
                              ("--dk-mrad", "MRAD", "detector pixel size (mrad; converted with the beam energy)"),
                              ("--scan-step-a", "A", "scan step (Angstrom; Y,X when they differ)")):
-        p.add_argument(flag, type=_step_pair if flag == "--scan-step-a" else _positive_float, default=None, metavar=meta,
+        p.add_argument(flag, type=step_pair if flag == "--scan-step-a" else positive_float, default=None, metavar=meta,
                        help=f"{what}; overrides the file's metadata")
-    p.add_argument("--memory-gb", type=_positive_float, default=2.0, metavar="GB",
+    p.add_argument("--memory-gb", type=positive_float, default=2.0, metavar="GB",
                    help="RAM to aim at (default 2): the scan is read in blocks of overlapping tiles of at most half "
                         "of it (at least one tile), so a scan of any size fits")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="accepted for symmetry; no bar here")
-    p.add_argument("--set", action=_NoOverrides, help=argparse.SUPPRESS)
+    p.add_argument("--set", action=NoOverrides, help=argparse.SUPPRESS)
 
     p = add("precompute", cmd_precompute, "compute the ptychography baselines of the config's evaluation split into "
             "evaluation.baseline_cache before any model exists; `namsa evaluate` then reads them back")
