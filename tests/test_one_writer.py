@@ -311,6 +311,21 @@ def test_a_full_disk_at_store_creation_is_one_line(tmp_path, limit):
     assert "raise the file size limit" in line
 
 
+def test_a_run_whose_disk_filled_leaves_its_samples_for_the_rerun(tmp_path):
+    """`namsa run` whose stores hit a full disk (RLIMIT_FSIZE in the child) fails with exit 1, but its
+    samples are not recorded as failed for good: the rerun with room simulates every one of them."""
+    run = tmp_path / "run"
+    full = subprocess.run([NAMSA, "run", MICRO, "--out", str(run), "--no-progress"], capture_output=True, text=True,
+                          env=_env(), preexec_fn=_fsize_limit(20000), timeout=600)
+    assert full.returncode == 1, full.stderr[-2000:]
+    failures = run / "logs" / "simulate-failures.json"
+    assert not failures.exists() or json.loads(failures.read_text())["failures"] == {}
+    again = subprocess.run([NAMSA, "run", MICRO, "--out", str(run), "--no-progress"], capture_output=True, text=True,
+                           env=_env(), timeout=900)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads((run / "summary.json").read_text())["available"] == 8
+
+
 def test_a_data_directory_of_other_physics_is_refused_before_simulating(tiny_data_dir, tiny_sim_config):
     """A run whose stores hold samples of other physics (here: another hash, as after namsa's
     Gaussian targets) is told so up front in one line, instead of failing every sample."""

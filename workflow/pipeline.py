@@ -20,7 +20,7 @@ from typing import Any
 import parsl
 from parsl.executors.high_throughput.errors import ManagerLost, WorkerLost
 
-from namsa.errors import NamsaError
+from namsa.errors import NamsaError, RunError
 from stage.errors import StoreLockedError
 from stage.nofollow import open_no_follow
 
@@ -156,6 +156,9 @@ class Pipeline:
         self.view.close()
         self._collect_simulation(tasks, failures)
         self._add_time("simulate", time.time() - started)
+        environment = next((t[0].exception() for t in tasks if isinstance(t[0].exception(), RunError)), None)
+        if environment is not None:   # a full disk, say: its own reason and exit 1, not "fix the structures"
+            raise environment
 
     def _free_store_names(self, n: int) -> list[Path]:
         """Store directories for ``n`` writers: store-000, store-001, ... (existing ones are resumed)."""
@@ -201,10 +204,10 @@ class Pipeline:
                 present = data_runners.stored_ids(self.paths.data)
                 unwritten = [(s.sample_id(self.cfg.simulation), reason) for s in chunk
                              if s.sample_id(self.cfg.simulation) not in present]
-                if _node_lost(exc) or isinstance(exc, StoreLockedError):
-                    # Its job was killed (scancel, walltime, preemption, a dead node), or other live
-                    # writers held its store: the samples are fine, so they count as failed in this
-                    # run only and the rerun makes them.
+                if _node_lost(exc) or isinstance(exc, (StoreLockedError, RunError)):
+                    # Its job was killed (scancel, walltime, preemption, a dead node), other live
+                    # writers held its store, or the run's environment failed (a full disk): the
+                    # samples are fine, so they count as failed in this run only and the rerun makes them.
                     self.summary.failures += unwritten
                 else:  # the task itself failed: record what it left unwritten, later runs skip it
                     new_failures += unwritten
