@@ -68,16 +68,6 @@ class ScanSampling:
         mrad = wavelength_A(self.energy_kv) * 1e3
         return self.dk_inv_A[0] * mrad, self.dk_inv_A[1] * mrad
 
-    @property
-    def accepted_dk_inv_A(self) -> tuple[float, float]:
-        """Detector pixels (1/Angstrom) an input may have and be used as is (`accepted`)."""
-        return accepted(self.dk_inv_A)
-
-    @property
-    def accepted_step_A(self) -> tuple[float, float]:
-        """Scan steps (Angstrom) an input may have and be used as is (`accepted`)."""
-        return accepted(self.step_A)
-
 
 def config_sampling(cfg: SimulationConfig) -> ScanSampling:
     """The `ScanSampling` of ``cfg``: the supercell spans [cell_lateral_A, SUPERCELL_MAX_FACTOR x

@@ -19,8 +19,8 @@ import numpy as np
 MAX_REL_L2 = 1e-4
 
 
-def _first_sample(config: str) -> tuple[Any, Any]:
-    """The config's simulation physics on one thin library specimen, and its first spec."""
+def _first_sample(config: str) -> tuple[Any, Any, dict[str, str]]:
+    """The config's simulation physics on one thin library specimen, its first spec and the plan's sources."""
     from namsa.plan import plan_samples
     from workflow.config import load_config
 

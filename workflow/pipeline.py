@@ -156,9 +156,9 @@ class Pipeline:
         self.view.close()
         self._collect_simulation(tasks, failures)
         self._add_time("simulate", time.time() - started)
-        environment = next((t[0].exception() for t in tasks if isinstance(t[0].exception(), RunError)), None)
-        if environment is not None:   # a full disk, say: its own reason and exit 1, not "fix the structures"
-            raise environment
+        for future, *_ in tasks:   # a full disk, say: its own reason and exit 1, not "fix the structures"
+            if isinstance(future.exception(), RunError):
+                raise future.exception()
 
     def _free_store_names(self, n: int) -> list[Path]:
         """Store directories for ``n`` writers: store-000, store-001, ... (existing ones are resumed)."""
