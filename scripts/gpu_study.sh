@@ -7,7 +7,7 @@
 #       splits) simulated until execution.simulate_deadline_s;
 #   (c) a 3.4 M-parameter scan-space model trained in bf16, batch 64, until training.max_wall_s, the
 #       dose augmentation's shot noise drawn on the GPU; the best checkpoint by dev loss exported;
-#   (d) it and the shipped pretrained:study-scan scored on the same first test samples;
+#   (d) it and the shipped pretrained:study-scan scored on the same first dev samples (the publish decision);
 #   (e) at most 8 files of at most 16 MiB in $OUT (summary, log, study.json, the model and its card).
 #
 #   here:   bash scripts/gpu_wheels.sh

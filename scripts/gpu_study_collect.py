@@ -1,5 +1,5 @@
 """After the GPU study run (scripts/gpu_study.sh): the figures a session records, in at most 8 files of
-at most 16 MiB under $OUT: the new model and the shipped flagship scored on the same test samples,
+at most 16 MiB under $OUT: the new model and the shipped flagship scored on the same dev samples,
 the simulation and training figures, and the model itself when its weights fit.
 
     python scripts/gpu_study_collect.py RUN OUT
@@ -41,7 +41,7 @@ def _network_scores(metrics: dict[str, Any]) -> dict[str, dict[str, dict[str, fl
 
 
 def compare(run: Path) -> dict[str, Any]:
-    """Mean scores of the new model and the flagship over the test samples both were scored on."""
+    """Mean scores of the new model and the flagship over the samples both were scored on."""
     new, old = (_network_scores(_json(run / name / "metrics.json")) for name in ("eval-new", "eval-flagship"))
     shared = sorted(set(new) & set(old))
     table: dict[str, Any] = {"samples": len(shared)}
