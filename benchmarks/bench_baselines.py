@@ -10,7 +10,7 @@ as each costs seconds to minutes); the reference is the network's inference (the
 ``tiny`` FC-DenseNet with 1024 input channels, one sample per forward, untrained weights: the cost
 does not depend on them), so times are also given as ratios to it. Accuracy: Pearson r and relative
 L2 of each baseline after the least-squares fit the evaluation applies (scale >= 0, with the signed
-scale). Converged runs stop on py4DSTEM's data error (`evaluation.baselines.convergence`), never on
+scale). Converged runs stop on py4DSTEM's data error (`namsa.ptychography.convergence`), never on
 the truth; the table gives the iterations used and the final data error.
 
     .venv/bin/python benchmarks/bench_baselines.py                                   # 3 materials, 80 A
@@ -77,8 +77,8 @@ def _method(method: str, sample):
 
         return lambda: icom_from_sample(sample)
     if method in ITERATIVE:
-        from evaluation.baselines.multislice_ptycho import multislice_from_sample
-        from evaluation.baselines.ptycho import ptycho_from_sample, require_py4dstem
+        from namsa.ptychography.multislice import multislice_from_sample
+        from namsa.ptychography.single_slice import ptycho_from_sample, require_py4dstem
 
         require_py4dstem()                    # the one-off import stays out of the timing
         if method == "multislice":

@@ -7,8 +7,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from namsa.random_streams import MAX_SEED
 
-from .baselines.convergence import ConvergenceRule
-from .baselines.multislice_ptycho import MultisliceSettings
+from namsa.ptychography.convergence import ConvergenceRule
+from namsa.ptychography.multislice import MultisliceSettings
 
 TargetName = Literal["potential", "density"]
 

@@ -78,7 +78,7 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
     fig_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
     if eval_cfg.ptycho or eval_cfg.multislice_ptycho is not None:
-        from .baselines.ptycho import require_py4dstem
+        from namsa.ptychography.single_slice import require_py4dstem
 
         require_py4dstem()   # fail before any work, and keep the one-off import out of the timings
     rec = load_reconstructor(model_dir)

@@ -16,7 +16,7 @@ import numpy as np
 
 from .baselines import icom_baseline, multislice_baseline, ptycho_baseline
 from .baselines.cache import Baseline, cached
-from .baselines.multislice_ptycho import ThickSubset
+from .baselines.thick_subset import ThickSubset
 from .config import EvaluationConfig
 
 #: the names other modules refer to a method by (a method's name is also its metrics.json key).

@@ -1,4 +1,4 @@
-"""evaluation.baselines.ptycho / multislice_ptycho / convergence: single-slice and multislice
+"""namsa.ptychography (single_slice / multislice / convergence): single-slice and multislice
 ptychography (py4DSTEM) of real namsa simulations, the data-error stop rule and the evaluation's
 multislice subset."""
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 
 from _models_fixture import tiny_trained_model  # noqa: F401  (session fixture)
 from evaluation.baselines import fit_to_truth, ptycho_baseline
-from evaluation.baselines.convergence import ConvergenceRule, iterate
-from evaluation.baselines.multislice_ptycho import MultisliceSettings, multislice_from_sample, slicing
-from evaluation.baselines.ptycho import PtychoError, ptycho_from_sample, require_py4dstem
+from namsa.ptychography.convergence import ConvergenceRule, iterate
+from namsa.ptychography.multislice import MultisliceSettings, multislice_from_sample, slicing
+from namsa.ptychography.single_slice import PtychoError, ptycho_from_sample, require_py4dstem
 from evaluation.config import EvaluationConfig
 from evaluation.methods import MULTISLICE_PTYCHO
 from evaluation.scoring import _method_maps, subset_rules

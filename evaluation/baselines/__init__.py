@@ -11,14 +11,14 @@
   conservative for the network.
   iCoM estimates the potential, so it is a baseline for ``potential`` only.
 * **ptycho**: single-slice ptychography of the same stack through py4DSTEM
-  (`evaluation.baselines.ptycho`): the iterative phase retrieval microscopists use. Its phase over
+  (`namsa.ptychography.single_slice`): the iterative phase retrieval microscopists use. Its phase over
   the interaction constant is a projected potential; it is put into the truth's units by the same
   per-sample least-squares fit as iCoM (**uses the truth for two scalars**), for the same reason:
   the reconstruction's scale drifts with the iteration count and its mean is undetermined.
-  It iterates until py4DSTEM's own data error stops falling (`evaluation.baselines.convergence`),
+  It iterates until py4DSTEM's own data error stops falling (`namsa.ptychography.convergence`),
   never judged on the truth. Potential only; optional (``evaluation.ptycho``).
 * **multislice_ptycho**: multislice ptychography through py4DSTEM
-  (`evaluation.baselines.multislice_ptycho`), slices from the sample's thickness, the slices' phases
+  (`namsa.ptychography.multislice`), slices from the sample's thickness, the slices' phases
   summed and over sigma; fitted the same way. Expensive, so run on a subset of thick samples
   (``evaluation.multislice_ptycho``) and scored only on those.
 """

@@ -11,9 +11,9 @@ import numpy as np
 from namsa.targets import to_target_resolution
 
 from ..metrics import fit_affine_nonnegative
-from .convergence import ConvergenceRule
+from namsa.ptychography.convergence import ConvergenceRule
 from .icom import icom_from_sample
-from .multislice_ptycho import MultisliceSettings
+from namsa.ptychography.multislice import MultisliceSettings
 
 
 def fit_to_truth(raw: np.ndarray, truth: np.ndarray, meta: dict[str, Any] | None = None
@@ -50,7 +50,7 @@ def ptycho_baseline(sample: Any, truth: np.ndarray, iterations: int | None, batc
     "error", "iterations", "converged"}``: the fit, py4DSTEM's compute time for this sample (s), its
     final data error, the iterations run and whether the stop rule (not the cap) ended them.
     """
-    from .ptycho import ptycho_from_sample
+    from namsa.ptychography.single_slice import ptycho_from_sample
 
     result = ptycho_from_sample(sample, output_shape=truth.shape, iterations=iterations, batch_size=batch_size,
                                 convergence=convergence)
@@ -64,7 +64,7 @@ def multislice_baseline(sample: Any, truth: np.ndarray,
 
     Returns the fitted map and the `ptycho_baseline` facts plus ``n_slices`` and ``slice_thickness_A``.
     """
-    from .multislice_ptycho import multislice_from_sample
+    from namsa.ptychography.multislice import multislice_from_sample
 
     result = multislice_from_sample(sample, settings, output_shape=truth.shape)
     fitted, fit = fit_to_truth(result.potential, truth, sample.meta)

@@ -6,10 +6,10 @@ the specimen's phase and the probe from the same CBED stack the network sees; we
 sample's calibrations and read back the phase. For a thin specimen with transmission
 ``exp(i sigma V_p)`` the phase is ``sigma * V_p`` (sigma: `namsa.constants.interaction_constant`),
 so dividing by sigma gives the projected potential in V * Angstrom. By default the solver iterates
-until its own data error stops falling (`evaluation.baselines.convergence`); a fixed iteration
+until its own data error stops falling (`namsa.ptychography.convergence`); a fixed iteration
 count (the old 4-iteration baseline) is still available for comparison. The helpers below
 (stack check, calibrations, phase -> potential on the target grid) are shared with
-`evaluation.baselines.multislice_ptycho`.
+`namsa.ptychography.multislice`.
 
 py4DSTEM is an optional dependency (``pip install 'namsa[baselines]'``, included in ``[dev]``)
 imported only when a reconstruction is asked for. We install the ``py4dstem-lite`` distribution

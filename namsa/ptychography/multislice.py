@@ -1,10 +1,10 @@
 """Multislice ptychography of a sample's 4D-STEM stack through py4DSTEM's `MultislicePtychography`:
 the reconstruction microscopists use on specimens too thick for one phase grating.
 
-A separate file from `ptycho.py` (single slice) because the concern differs: how the specimen is
+A separate file from `single_slice.py` (single slice) because the concern differs: how the specimen is
 cut into slices from its recorded thickness, and how the slices' phases add up to one projected
 potential. The calibrations, the stack check and the phase -> V * Angstrom conversion on the
-target grid are `ptycho.py`'s, shared so both baselines use exactly the same geometry.
+target grid are `single_slice.py`'s, shared so both baselines use exactly the same geometry.
 
 Slices: ``n = ceil(thickness_A / max_slice_A)`` slices of equal thickness ``thickness_A / n``
 (``meta["thickness_A"]``, the simulated specimen's thickness). Output: the sum over slices of the
@@ -24,7 +24,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from .convergence import ConvergenceRule, iterate
-from .ptycho import (PtychoError, PtychoResult, checked_stack, phase_to_potential, preprocess_arguments,
+from .single_slice import (PtychoError, PtychoResult, checked_stack, phase_to_potential, preprocess_arguments,
                      require_py4dstem, solver_arguments)
 
 
@@ -43,26 +43,6 @@ class MultisliceSettings(BaseModel):
     def eligible(self, meta: dict) -> bool:
         """True when the sample is thick enough for this baseline (thickness from its meta)."""
         return float(meta.get("thickness_A", 0.0)) >= self.min_thickness_A
-
-
-class ThickSubset:
-    """Which samples get multislice ptychography: the first ``settings.max_samples`` eligible ones
-    (thick enough, `MultisliceSettings.eligible`) in the order they are scored."""
-
-    def __init__(self, settings: MultisliceSettings) -> None:
-        self.settings = settings
-        self.taken = 0
-
-    def take(self, meta: dict) -> bool:
-        """True (and counted) when the sample with this meta gets the multislice baseline."""
-        due = self.taken < self.settings.max_samples and self.settings.eligible(meta)
-        self.taken += due
-        return due
-
-    def note(self) -> str:
-        """What each of its fit records says: its aggregates cover only this subset."""
-        return (f"scored on a subset: the first {self.settings.max_samples} samples at least "
-                f"{self.settings.min_thickness_A:g} A thick")
 
 
 @dataclass
@@ -107,4 +87,4 @@ def multislice_from_sample(sample: Any, settings: MultisliceSettings | None = No
                             n_slices=n, slice_thickness_A=dz)
 
 
-__all__ = ["MultisliceSettings", "ThickSubset", "MultisliceResult", "multislice_from_sample", "slicing"]
+__all__ = ["MultisliceSettings", "MultisliceResult", "multislice_from_sample", "slicing"]
