@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from physics_inputs_table import LIGHT, row
+from physics_inputs_table import LIGHT, legacy, row
 
 
 def dose_cells(metrics: dict) -> list[str]:
@@ -18,13 +18,13 @@ def dose_cells(metrics: dict) -> list[str]:
     cells = []
     for entry in metrics.get("dose_sweep") or []:
         head = entry["headline"]["potential"]
-        cells.append(f"{head['network']['rel_l2']:.3f} / {head['icom']['rel_l2']:.3f}")
+        cells.append(f"{legacy(head['network'])['rel_l2']:.3f} / {legacy(head['icom'])['rel_l2']:.3f}")
     return cells
 
 
 def density_cells(metrics: dict) -> list[str]:
     head = metrics["headline"].get("density")
-    return [f"{head[m]['rel_l2']:.3f}" for m in ("network", "mean")] if head else ["-", "-"]
+    return [f"{legacy(head[m])['rel_l2']:.3f}" for m in ("network", "mean")] if head else ["-", "-"]
 
 
 def level_contrast_cells(metrics: dict) -> list[str]:
@@ -32,7 +32,7 @@ def level_contrast_cells(metrics: dict) -> list[str]:
     cells = []
     for agg in (metrics["aggregates"]["potential"],
                 metrics.get("class_aggregates", {}).get("potential", {}).get(LIGHT)):
-        phys = (agg or {}).get("network", {}).get("physical", {})
+        phys = legacy((agg or {}).get("network", {}))
         level, contrast = phys.get("rel_l2_level"), phys.get("rel_l2_contrast")
         cells.append(f"{level['value']:.3f} / {contrast['value']:.3f}" if level and contrast else "-")
     return cells

@@ -1,5 +1,6 @@
-"""Aggregation over the per-sample records: means with bootstrap intervals over materials,
-breakdowns by element and thickness class, network against iCoM, compute times and the worst cases."""
+"""Aggregation over the per-sample records: means with bootstrap intervals over materials in every
+view (`evaluation.views`), breakdowns by element and thickness class, network against iCoM, compute
+times and the worst cases; everything that ranks or breaks down reads the headline (field) view."""
 from __future__ import annotations
 
 import math
@@ -12,21 +13,30 @@ from .config import EvaluationConfig
 from .methods import ICOM, NETWORK, REGISTRY
 from .scoring import ELEMENT_CLASSES
 from .verdict import HEADLINE_METRICS
+from .views import FIELD, HEADLINE, LEGACY, LEVEL, STRUCTURE
 
 #: whole-map metrics, in the order the report shows them; True = higher is better.
 IMAGE_METRICS: dict[str, bool] = HEADLINE_METRICS
-#: column-position metrics (physical units only: positions do not depend on normalisation).
+#: column-position metrics (field view: an offset moves no maximum, so they are the same in every view).
 COLUMN_METRICS: dict[str, bool] = {"mean_error_A": False, "recall": True}
-#: the relative L2 split into the error of the map's mean and of its contrast (`metrics.level_and_contrast`;
-#: physical units only: the standardised map's mean is shifted by the standardisation).
+#: the legacy view's relative L2 split into the error of the map's mean and of its contrast
+#: (`metrics.level_and_contrast`): the field and structure views' level part is 0 by construction.
 ERROR_PARTS: dict[str, bool] = {"rel_l2_level": False, "rel_l2_contrast": False}
-#: what physical units add to `IMAGE_METRICS`
-PHYSICAL_ONLY: dict[str, bool] = {**ERROR_PARTS, **COLUMN_METRICS}
-UNITS: tuple[str, ...] = ("physical", "normalized")
+#: the structure view's fitted scale (1: the map was in the truth's units already); no better or worse.
+FIT_FACTS: dict[str, bool | None] = {"scale": None}
+#: the network's level error |mean(pred) - mean(truth)| / |mean(truth)| (`views.level_error`): reported, never judged.
+LEVEL_METRICS: dict[str, bool] = {"level_error": False}
+#: the metrics aggregated in each view (and the network's level entry); True = higher is better, None = neither.
+VIEW_METRICS: dict[str, dict[str, bool | None]] = {
+    FIELD: {**IMAGE_METRICS, **COLUMN_METRICS},
+    STRUCTURE: {**IMAGE_METRICS, **FIT_FACTS},
+    LEGACY: {**IMAGE_METRICS, **ERROR_PARTS},
+    LEVEL: LEVEL_METRICS,
+}
 
 
-def _values(records: list[dict], target: str, method: str, units: str, metric: str) -> list[float | None]:
-    return [r["metrics"][target][method][units].get(metric) for r in records if method in r["metrics"][target]]
+def _values(records: list[dict], target: str, method: str, view: str, metric: str) -> list[float | None]:
+    return [r["metrics"][target][method][view].get(metric) for r in records if method in r["metrics"][target]]
 
 
 def _materials(records: list[dict], target: str, method: str) -> list[str]:
@@ -35,7 +45,8 @@ def _materials(records: list[dict], target: str, method: str) -> list[str]:
 
 
 def aggregate(records: list[dict], target: str, cfg: EvaluationConfig) -> dict[str, Any]:
-    """aggregates[method][units][metric] = {value (mean), low, high, n, n_nonfinite, n_groups, median}.
+    """aggregates[method][view][metric] = {value (mean), low, high, n, n_nonfinite, n_groups, median}
+    for every view of `VIEW_METRICS` the method's records hold (``level``: the network's only).
 
     The interval resamples materials, not samples (`metrics.bootstrap_ci` with groups): the
     samples of one material (its zone axes and thicknesses) are not independent draws.
@@ -44,18 +55,24 @@ def aggregate(records: list[dict], target: str, cfg: EvaluationConfig) -> dict[s
     for method in methods_present(records, [target])[target]:
         out[method] = {}
         materials = _materials(records, target, method)
-        for units in UNITS:
-            names = list(IMAGE_METRICS) + (list(PHYSICAL_ONLY) if units == "physical" else [])
-            out[method][units] = {name: _interval(_values(records, target, method, units, name), materials, cfg)
-                                  for name in names}
+        held = next(r["metrics"][target][method] for r in records if method in r["metrics"][target])
+        for view in (v for v in VIEW_METRICS if v in held):
+            out[method][view] = {name: _interval(_values(records, target, method, view, name), materials, cfg)
+                                 for name in VIEW_METRICS[view]}
     return out
 
 
-def headline_of(aggregates: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, float | None]]]:
-    """headline[target][method][metric]: the mean over samples in physical units of every image
-    metric, from `aggregate`'s entries per target (what the closing lines and the card print)."""
-    return {t: {m: {k: v["physical"][k]["value"] for k in IMAGE_METRICS} for m, v in per_target.items()}
-            for t, per_target in aggregates.items()}
+def headline_of(aggregates: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, dict[str, float | None]]]]:
+    """headline[target][method][view] = {metric: mean over samples} of every image metric in every
+    view, and the network's ``level`` = {"level_error": mean, "level_error_median": median}: what the
+    closing lines and a published card print (`views.headline_scores` reads it)."""
+    def views(entry: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+        out = {v: {k: entry[v][k]["value"] for k in IMAGE_METRICS} for v in VIEW_METRICS if v in entry and v != LEVEL}
+        if LEVEL in entry:
+            level = entry[LEVEL]["level_error"]
+            out[LEVEL] = {"level_error": level["value"], "level_error_median": level["median"]}
+        return out
+    return {t: {m: views(v) for m, v in per_target.items()} for t, per_target in aggregates.items()}
 
 
 def class_aggregates(records: list[dict], target: str, cfg: EvaluationConfig) -> dict[str, Any]:
@@ -86,7 +103,7 @@ def _interval(values: list[float | None], materials: list[str], cfg: EvaluationC
 
 
 def breakdown(records: list[dict], target: str, key: str, cfg: EvaluationConfig) -> dict[str, Any]:
-    """groups[value][method] = {metric: mean over the group's samples, "n": count}."""
+    """groups[value][method] = {metric: mean over the group's samples (headline view), "n": count}."""
     groups: dict[str, list[dict]] = {}
     for r in records:
         groups.setdefault(str(r[key]), []).append(r)
@@ -95,16 +112,16 @@ def breakdown(records: list[dict], target: str, key: str, cfg: EvaluationConfig)
         rows = groups[name]
         table[name] = {"n": len(rows)}
         for method in methods_present(rows, [target])[target]:
-            table[name][method] = {m: _mean_finite(_values(rows, target, method, "physical", m))
-                                   for m in list(IMAGE_METRICS) + list(PHYSICAL_ONLY)}
+            table[name][method] = {m: _mean_finite(_values(rows, target, method, HEADLINE, m))
+                                   for m in VIEW_METRICS[HEADLINE]}
     return table
 
 
 def network_vs_icom(records: list[dict], target: str, cfg: EvaluationConfig) -> dict[str, Any]:
-    """Where the network beats iCoM (lower relative L2), overall and per element and thickness class."""
+    """Where the network beats iCoM (lower relative L2, headline view), overall and per element and thickness class."""
     def summary(rows: list[dict]) -> dict[str, Any]:
-        both = [(r["metrics"][target][NETWORK]["physical"]["rel_l2"],
-                 r["metrics"][target][ICOM]["physical"]["rel_l2"]) for r in rows if ICOM in r["metrics"][target]]
+        both = [(r["metrics"][target][NETWORK][HEADLINE]["rel_l2"],
+                 r["metrics"][target][ICOM][HEADLINE]["rel_l2"]) for r in rows if ICOM in r["metrics"][target]]
         pairs = [(n, i) for n, i in both if _finite(n) and _finite(i)]  # a missing value is no win and no loss
         if not pairs:
             return {"n": 0, "network_wins": 0, "win_rate": None, "mean_rel_l2_gap": None, "n_missing": len(both)}
@@ -133,9 +150,9 @@ def compute_seconds(records: list[dict]) -> dict[str, dict[str, float]]:
 
 
 def worst_records(records: list[dict], target: str, k: int) -> list[dict]:
-    """The ``k`` records with the largest network relative L2 on ``target`` (missing values last)."""
+    """The ``k`` records with the largest network relative L2 (headline view) on ``target`` (missing values last)."""
     def err(r: dict) -> float:
-        v = r["metrics"][target][NETWORK]["physical"]["rel_l2"]
+        v = r["metrics"][target][NETWORK][HEADLINE]["rel_l2"]
         return v if _finite(v) else -math.inf
     return sorted(records, key=err, reverse=True)[:k]
 
@@ -162,7 +179,7 @@ def missing_metrics(records: list[dict], targets: list[str]) -> list[str]:
     notes = []
     for target in targets:
         for method in methods_present(records, [target])[target]:
-            rows = [r["metrics"][target][method]["physical"] for r in records if method in r["metrics"][target]]
+            rows = [r["metrics"][target][method][HEADLINE] for r in records if method in r["metrics"][target]]
             gaps = {m: sum(1 for row in rows if row.get(m) is None or math.isnan(row[m])) for m in IMAGE_METRICS}
             named = [f"{m} for {n}" for m, n in gaps.items() if n]
             if named:

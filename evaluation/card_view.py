@@ -1,8 +1,12 @@
 """The model card (`models.card`) as rows a reader can scan: architecture, training data, optimiser
-and schedule, training result, files; every value written as text, never as a JSON blob."""
+and schedule, training result, files, and a published card's held-out scores under the rule they were
+scored by; every value written as text, never as a JSON blob."""
 from __future__ import annotations
 
 from typing import Any
+
+from .methods import method, names
+from .views import VIEW_TITLES, headline_scores
 
 #: (section, label, path into the card); rows whose path is absent are left out.
 CARD_ROWS: tuple[tuple[str, str, str], ...] = (
@@ -50,7 +54,7 @@ CARD_ROWS: tuple[tuple[str, str, str], ...] = (
 
 
 def card_rows(card: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """(section, label, text) for every `CARD_ROWS` entry the card holds."""
+    """(section, label, text) for every `CARD_ROWS` entry the card holds, then `held_out_rows`."""
     rows = []
     for section, label, path in CARD_ROWS:
         value = lookup(card, path)
@@ -62,6 +66,21 @@ def card_rows(card: dict[str, Any]) -> list[tuple[str, str, str]]:
             rows.append((section, label, f"{text(value)}, × {text(lookup(card, 'train_config.huber_decay'))}"))
         else:
             rows.append((section, label, text(value)))
+    return rows + held_out_rows(card)
+
+
+def held_out_rows(card: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """One row per target of a published card's held-out relative L2 per method, labelled with its rule:
+    a card written before issue 30 holds the legacy rule's (network as predicted, baselines fitted)."""
+    held = card.get("held_out_evaluation") or {}
+    rows = []
+    for target, per_method in (held.get("aggregates") or {}).items():
+        view, scores = headline_scores(per_method or {})
+        values = "; ".join(f"{method(m).short_label} {text(scores[m]['rel_l2'].get('value'))}" for m in names()
+                           if isinstance(scores.get(m, {}).get("rel_l2"), dict))
+        if values:
+            rows.append(("held-out evaluation", f"{target} relative L2 ({held.get('split', '?')} split), "
+                         f"{VIEW_TITLES[view]}", values))
     return rows
 
 

@@ -9,6 +9,7 @@ from namsa.random_streams import MAX_SEED
 
 from namsa.ptychography.convergence import ConvergenceRule
 from namsa.ptychography.multislice import MultisliceSettings
+from namsa.ptychography.refine import RefineSettings
 
 TargetName = Literal["potential", "density"]
 
@@ -38,6 +39,11 @@ class EvaluationConfig(BaseModel):
                        batch_size, kz_regularization_gamma, convergence}``: multislice
                        ptychography (py4DSTEM) on at most ``max_samples`` samples at least
                        ``min_thickness_A`` thick (the first ones in store order), scored only on those.
+    network_ptycho:    None (default: off) or ``{convergence, batch_size, multislice_from_A, max_slice_A,
+                       kz_regularization_gamma, outside, seed}``: the ``network+ptycho`` method, the
+                       network's potential refined by ptychography started from it
+                       (`namsa.ptychography.refine`; multislice at least ``multislice_from_A`` thick),
+                       kept where refining raises the solver's data error (never decided on the truth).
     baseline_cache:    None (default) or a directory where the model-independent ptychography and
                        multislice-ptychography maps are kept per sample and settings
                        (`evaluation.baselines.cache`): a second evaluation of the same data, e.g. of
@@ -73,6 +79,7 @@ class EvaluationConfig(BaseModel):
     ptycho_convergence: ConvergenceRule = Field(default_factory=ConvergenceRule)
     ptycho_batch_size: int = Field(64, ge=1)
     multislice_ptycho: MultisliceSettings | None = None
+    network_ptycho: RefineSettings | None = None
     baseline_cache: str | None = None
     mean_baseline: bool = True
     n_panels: int = Field(3, ge=0)

@@ -23,6 +23,7 @@ from .config import EvaluationConfig
 from .methods import ICOM, REGISTRY
 from .scoring import score_all
 from .verdict import all_verdicts
+from .views import HEADLINE, headline_scores
 
 
 class NoisyStores:
@@ -43,8 +44,8 @@ class NoisyStores:
 
 def dose_sweep(cfg: EvaluationConfig, stores: Any, indices: list[int], rec: Any, targets: list[str],
                mean_maps: dict[str, np.ndarray] | None, absent: dict[str, str]) -> list[dict[str, Any]]:
-    """One entry per dose of ``cfg.doses``: {dose_e_per_A2, n_samples, headline[target][method][metric]
-    (physical units, mean over samples), aggregates, verdicts (as the headline's)}."""
+    """One entry per dose of ``cfg.doses``: {dose_e_per_A2, n_samples, headline[target][method][view][metric]
+    (`aggregation.headline_of`: mean over samples in every view), aggregates, verdicts (as the headline's)}."""
     quiet = cfg.model_copy(update={"n_panels": 0})
     swept = tuple(m for m in REGISTRY if m.dose_sweep)   # costly reconstructions are left out
     sweep = []
@@ -61,12 +62,15 @@ def dose_sweep(cfg: EvaluationConfig, stores: Any, indices: list[int], rec: Any,
 
 
 def dose_lines(sweep: list[dict[str, Any]], target: str = "potential") -> list[str]:
-    """One printed line per dose: each method's relative L2 and the verdict against iCoM."""
+    """One printed line per dose: each method's relative L2 under the field's rule (an old summary's:
+    the legacy rule, said so) and the verdict against iCoM."""
     lines = []
     for entry in sweep:
-        errors = {m: v.get("rel_l2") for m, v in entry["headline"].get(target, {}).items()}
+        view, scores = headline_scores(entry["headline"].get(target, {}))
+        errors = {m: v.get("rel_l2") for m, v in scores.items()}
         text = ", ".join(f"{m} {e:.3f}" for m, e in errors.items() if e is not None)
+        rule = "field's rule" if view == HEADLINE else "legacy rule"
         verdict = entry["verdicts"].get(target, {}).get(ICOM, {}).get("overall_sentence", "")
-        lines.append(f"  at {entry['dose_e_per_A2']:g} e/A^2 ({target} rel. L2): {text}"
+        lines.append(f"  at {entry['dose_e_per_A2']:g} e/A^2 ({target} rel. L2, {rule}): {text}"
                      + (f"; {verdict}" if verdict else ""))
     return lines

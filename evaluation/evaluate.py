@@ -1,12 +1,14 @@
 """`evaluate`: score a trained reconstructor and its baselines on held-out samples.
 
 For each sample of the chosen split: the network's prediction (`models.load_reconstructor`), the
-mean-training-target baseline and the least-squares-scaled iCoM and (optional) ptychography
-baselines are compared with the true projected potential / density, in physical units and after
-the training normalisation, and each method's compute time per sample is recorded. Everything
-lands in ``out_dir``: ``metrics.json`` (per-sample records, aggregates with bootstrap confidence
-intervals over materials, breakdowns, the verdict of the network against each baseline overall and
-per element class, compute times), PNG figures and ``report.html``.
+mean-training-target baseline and the iCoM and (optional) ptychography baselines, each a map in its
+own physical units, are compared with the true projected potential / density in every view
+(`evaluation.views`): the field's rule (the headline: only each map's mean set to the truth's),
+structure only (one least-squares scale and offset for every method) and the legacy rule (the network
+as predicted, the baselines least-squares fitted); with the network's level error and each method's
+compute time per sample. Everything lands in ``out_dir``: ``metrics.json`` (per-sample records,
+aggregates with bootstrap confidence intervals over materials, breakdowns, the verdict of the network
+against each baseline overall and per element class, compute times), PNG figures and ``report.html``.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from .dose_sweep import dose_sweep
 from .methods import ICOM, MEAN, REGISTRY, method
 from .scoring import jsonable, recompute, score_all
 from .verdict import all_verdicts
+from .views import FIELD, LEGACY, LEVEL, STRUCTURE
 
 #: what models.train writes beside the model directory it makes (marks a training run directory)
 TRAIN_RUN_FILE = "train_run.json"
@@ -40,8 +43,9 @@ class EvaluationInputError(UserError):
 class EvalResult:
     """What `evaluate` wrote and its headline numbers.
 
-    headline[target][method] = {metric: mean over samples} (physical units) of every method of
-    `methods.REGISTRY` computed.
+    headline[target][method][view] = {metric: mean over samples} in every view (`views.VIEWS`; the
+    field's rule is the headline) of every method of `methods.REGISTRY` computed, and the network's
+    ``level`` = {"level_error", "level_error_median"} (`aggregation.headline_of`).
     verdicts[target][baseline] = `verdict.all_verdicts`' entry: `verdict.Verdict.as_dict()` of the
     overall verdict (``beats``, ``status``, ...) with ``by_class`` (per element class),
     ``overall_sentence`` and ``sentence`` (overall then per class: what is printed).
@@ -150,18 +154,27 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
 _GENERAL_CONVENTIONS = {
     "physical_units": {"potential": "V*Angstrom (projected potential)",
                        "density": "electrons/Angstrom^2 (projected electron density)"},
-    "normalized_units": "(y - mean) / std with the target statistics of the training split (the model's Normalizer)",
+    FIELD: ("the headline and the verdict's view (the field's rule): every method's map, the network's "
+            "included, in its own physical units with only its mean replaced by the truth's, est - mean(est) + "
+            "mean(true). A uniform phase changes no diffraction intensity, so no method can read a map's mean "
+            "from the data; nothing else is taken from the truth"),
+    STRUCTURE: ("structure only: for every method, the network included, one least-squares scale (>= 0) and "
+                "offset fitted to the truth per sample (two numbers from the truth); scale is that fit's scale "
+                "(1: the map was in the truth's units already)"),
+    LEGACY: ("the rule before issue 30, kept for comparison: the network and the mean image as they are, "
+             "iCoM and the ptychographies least-squares scaled and offset to the truth per sample (<method>_fit)"),
+    LEVEL: ("the network's level error |mean(pred) - mean(true)| / |mean(true)| (median and mean over samples): "
+            "what the field view hands every method; no baseline estimates it, so it has no verdict"),
     "rel_l2": "||pred - true||_2 / ||true||_2",
-    "rel_l2_level": ("the part of rel_l2 from the map's mean, |mean(pred) - mean(true)| sqrt(N) / ||true||; "
-                     "rel_l2^2 = level^2 + contrast^2. Intensities barely fix a map's mean (a uniform phase "
-                     "changes no pattern): the fitted baselines take it from the truth, the network infers it"),
-    "rel_l2_contrast": "the rest of rel_l2: ||(pred - mean(pred)) - (true - mean(true))|| / ||true||",
+    "rel_l2_level": ("legacy view only: the part of rel_l2 from the map's mean, |mean(pred) - mean(true)| sqrt(N) / "
+                     "||true||; rel_l2^2 = level^2 + contrast^2 (0 by construction in the field and structure views)"),
+    "rel_l2_contrast": "legacy view only: the rest of rel_l2, ||(pred - mean(pred)) - (true - mean(true))|| / ||true||",
     "psnr_db": "10 log10(R^2 / MSE), R = max(true) - min(true) of each sample's truth",
     "ssim": "Wang et al. 2004, Gaussian window sigma 1.5 px (11 taps), K1 0.01, K2 0.03, periodic borders, "
             "R as for PSNR",
     "pearson_r": "Pearson correlation of the pixels; 0 for a constant map",
-    "columns": "local maxima of the truth (atomic columns) matched to maxima of the estimate (Hungarian, "
-               "periodic); mean distance in Angstrom, recall = matched / true columns",
+    "columns": "field view: local maxima of the truth (atomic columns) matched to maxima of the estimate "
+               "(Hungarian, periodic); mean distance in Angstrom, recall = matched / true columns",
     "ci": "percentile bootstrap of the mean over materials: materials resampled with replacement, each "
           "bringing all of its samples (a material's samples are not independent); fewer than 2 materials "
           "give no interval",
@@ -169,9 +182,9 @@ _GENERAL_CONVENTIONS = {
 #: what metrics.json's names mean: the general ones, each fitted method's ``<name>_fit``, then the rest
 CONVENTIONS = {
     **_GENERAL_CONVENTIONS,
-    **{f"{m.name}_fit": m.fit_convention for m in REGISTRY if m.fitted},
+    **{f"{m.name}_fit": m.fit_convention for m in REGISTRY if m.legacy_fitted},
     "verdict": "the network 'beats' a baseline only when it is better on every headline metric (rel_l2, "
-               "psnr_db, ssim, pearson_r; physical units) with non-overlapping material-level bootstrap "
+               "psnr_db, ssim, pearson_r; field view) with non-overlapping material-level bootstrap "
                "intervals; decided overall and per element class (light: every element Z <= 14; heavy: the "
                "rest), and a class where it is not met says 'loses to', 'ties with' or 'does NOT beat'",
     "compute_seconds": "wall seconds per sample in this process: network = Reconstructor.predict of a batch "

@@ -23,6 +23,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from .methods import NETWORK, REGISTRY, in_panel_order, method, names
+from .views import HEADLINE
 
 #: legend text of the training metrics CSV's loss columns (models.training.logs.METRIC_COLUMNS): what each is.
 LOSS_LABELS = {
@@ -124,7 +125,8 @@ def sample_panel(path: Path, kept: dict[str, Any], target: str, record: dict[str
 
 def sample_panel_figure(kept: dict[str, Any], target: str, record: dict[str, Any] | None = None) -> Figure:
     """Two rows: a few CBED patterns (log scale, one colour scale, mrad), then truth, network and
-    baselines (one colour scale, the truth's range) and network - truth (Angstrom scale bars)."""
+    baselines as ``kept`` holds them (`scoring`: the field view, each map's mean set to the truth's; one
+    colour scale, the truth's range) and network - truth (Angstrom scale bars)."""
     maps, meta = kept["maps"][target], kept["meta"]
     methods = [m.name for m in in_panel_order() if m.name in maps]
     cbeds = list(kept["cbed"].items())
@@ -155,7 +157,8 @@ def _cbed_row(fig: Any, cbeds: list[tuple[int, np.ndarray]], meta: dict[str, Any
 
 def _map_row(fig: Any, maps: dict[str, np.ndarray], methods: list[str], target: str,
              extent: tuple[float, float, float, float] | None, record: dict[str, Any] | None) -> None:
-    """Truth, each method on the truth's colour scale, and network - truth, in Angstrom."""
+    """Truth, each method on the truth's colour scale with its headline-view relative L2, and network -
+    truth, in Angstrom."""
     axes = fig.subplots(1, len(methods) + 2, squeeze=False)[0]
     truth = maps["truth"]
     lo, hi = float(truth.min()), float(truth.max())
@@ -164,7 +167,7 @@ def _map_row(fig: Any, maps: dict[str, np.ndarray], methods: list[str], target: 
     for ax, m in zip(axes[1:], methods):
         score = ""
         if record is not None and m in record["metrics"][target]:
-            r = record["metrics"][target][m]["physical"]["rel_l2"]
+            r = record["metrics"][target][m][HEADLINE]["rel_l2"]
             score = f"\nrel L2 {r:.3f}" if r is not None else ""
         _show_map(ax, maps[m], method(m).figure_label + score, extent, "Å", vmin=lo, vmax=hi)
     _colorbar(fig, im, list(axes[:-1]), f"{QUANTITY_LABELS.get(target, target)} ({unit})")
@@ -175,8 +178,8 @@ def _map_row(fig: Any, maps: dict[str, np.ndarray], methods: list[str], target: 
 
 
 def metric_values(records: list[dict], target: str, metric: str) -> dict[str, list[float]]:
-    """{method: finite per-sample values of ``metric``} (physical units) for every method present."""
-    series = {m: [r["metrics"][target][m]["physical"][metric] for r in records if m in r["metrics"][target]]
+    """{method: finite per-sample values of ``metric``} (headline view) for every method present."""
+    series = {m: [r["metrics"][target][m][HEADLINE][metric] for r in records if m in r["metrics"][target]]
               for m in names()}
     return {m: finite for m, vals in series.items() if (finite := [v for v in vals if v is not None and math.isfinite(v)])}
 
@@ -200,7 +203,7 @@ def error_histograms(path: Path, records: list[dict], target: str, metric: str =
     for m, vals in finite.items():
         ax.hist(vals, bins=bins, alpha=0.55, label=f"{method(m).figure_label} (n={len(vals)})",
                 color=method(m).colour)
-    ax.set_xlabel(f"{metric} ({target}, physical units)")
+    ax.set_xlabel(f"{metric} ({target}, field's rule)")
     ax.set_ylabel("samples")
     ax.legend(fontsize=MIN_FONT_PT)
     return _save(fig, path)
@@ -220,7 +223,7 @@ def error_vs_thickness(path: Path, records: list[dict], target: str) -> Path | N
     methods = [m for m in REGISTRY if any(m.name in r["metrics"][target] for r in records)]
     for m in methods:
         for zc in classes:
-            xy = [(r["thickness_A"], r["metrics"][target][m.name]["physical"]["rel_l2"]) for r in records
+            xy = [(r["thickness_A"], r["metrics"][target][m.name][HEADLINE]["rel_l2"]) for r in records
                   if r["z_class"] == zc and m.name in r["metrics"][target]]
             xy = [(t, e) for t, e in xy if t is not None and e is not None]
             if xy:
@@ -229,7 +232,7 @@ def error_vs_thickness(path: Path, records: list[dict], target: str) -> Path | N
     handles += [Line2D([], [], color="k", marker=markers[zc], ls="", label=zc) for zc in classes]
     ax.legend(handles=handles, fontsize=MIN_FONT_PT, loc="center left", bbox_to_anchor=(1.02, 0.5))
     ax.set_xlabel("thickness (Å)")
-    ax.set_ylabel(f"relative L2 ({target})")
+    ax.set_ylabel(f"relative L2 ({target}, field's rule)")
     return _save(fig, path)
 
 

@@ -77,9 +77,9 @@ def level_and_contrast(pred: np.ndarray, true: np.ndarray) -> dict[str, float]:
     ``rel_l2_level``: the error of the map's mean, ``|mean(pred) - mean(true)| sqrt(N) / ||true||``;
     ``rel_l2_contrast``: the error of what is left, ``||(pred - mean) - (true - mean)|| / ||true||``.
     A uniform phase leaves every diffraction intensity unchanged, so a map's mean (thickness times
-    the mean inner potential) is what intensities determine least: the fitted baselines take it from
-    the truth (their level part is ~0 by construction), the network must infer it. Both parts are
-    dimensionless fractions of the truth's norm.
+    the mean inner potential) is what intensities determine least: the legacy rule's fitted baselines
+    took it from the truth (their level part is ~0 by construction), the network must infer it
+    (`evaluation.views`). Both parts are dimensionless fractions of the truth's norm.
     """
     pred, true = _pair(pred, true)
     ref = float(np.linalg.norm(true))
@@ -152,8 +152,7 @@ def pearson_r(pred: np.ndarray, true: np.ndarray) -> float:
 def fit_affine(estimate: np.ndarray, true: np.ndarray) -> tuple[float, float]:
     """Least-squares ``(scale, offset)`` minimising ``||scale * estimate + offset - true||_2``.
 
-    Used to put a baseline that is only known up to scale and offset (iCoM) into the truth's
-    units. It uses the truth, but only for these two scalars.
+    The structure view's fit (`evaluation.views`): it uses the truth, for these two scalars.
     """
     est, true = _pair(estimate, true)
     design = np.stack([est.ravel(), np.ones(est.size)], axis=1)
@@ -164,8 +163,8 @@ def fit_affine(estimate: np.ndarray, true: np.ndarray) -> tuple[float, float]:
 def fit_affine_nonnegative(estimate: np.ndarray, true: np.ndarray) -> tuple[float, float, float]:
     """Least-squares ``(scale, offset)`` with ``scale >= 0``, and the unconstrained (signed) scale.
 
-    A negative scale would turn a baseline's map upside down to match the truth: more than the
-    "two scalars that favour the baseline" the fit is meant to be. With one scalar constrained the
+    A negative scale would turn a map upside down to match the truth: more than the two scalars the
+    fit is meant to be. With one scalar constrained the
     optimum is either the unconstrained fit (its scale is already >= 0) or the boundary scale = 0,
     where the best offset is the truth's mean (the best constant map). Returns
     ``(scale, offset, signed_scale)``; ``signed_scale`` is what `fit_affine` would have used.

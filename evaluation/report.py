@@ -1,8 +1,10 @@
 """``report.html``: the evaluation written for a person (plain HTML, images referenced relatively).
 
-Sections: the headline table (network, mean-target, iCoM and ptychography baselines side by side
-on the held-out split), the verdict against each baseline overall and per element class
-(`verdict.all_verdicts`: the one rule for "beats") and each method's compute time per sample, where the network beats iCoM and where it
+Sections: the headline table under the field's rule (network, mean-target, iCoM and ptychography
+baselines side by side on the held-out split, each in its own physical units with only its mean set to
+the truth's), the network's level error, the verdict against each baseline overall and per element
+class (`verdict.all_verdicts`: the one rule for "beats"), the structure-only and legacy-rule tables
+(`report_views`), each method's compute time per sample, where the network beats iCoM and where it
 does not, what was trained on what (data manifest, model card), breakdowns by material / zone
 axis / element content / thickness, figures, the worst cases, and every sample.
 """
@@ -15,10 +17,12 @@ from . import figures
 from .card_view import card_rows, text
 from .html_parts import ci as _ci, esc as _e, figure as _figure, num as _num, table as _table
 from .material_ids import describe_material
-from .methods import NETWORK, baselines, method, names
+from .methods import NETWORK, method, names
 from .report_doses import dose_section
 from .report_samples import materials_section, samples_section, worst_section
-from .verdict import HEADLINE_METRICS, study_reference
+from .report_views import METRIC_NAMES, views_section
+from .verdict import study_reference
+from .views import HEADLINE
 
 #: record fields the breakdown tables group by, with their headings.
 BREAKDOWN_KEYS: dict[str, str] = {
@@ -28,15 +32,11 @@ BREAKDOWN_KEYS: dict[str, str] = {
     "heaviest_element": "heaviest element",
     "thickness_class": "thickness",
 }
-METRIC_NAMES = {"rel_l2": "relative L2 ↓",
-                "rel_l2_level": "… from the map's mean ↓ (fitted baselines: taken from the truth)",
-                "rel_l2_contrast": "… from its contrast ↓", "psnr_db": "PSNR (dB) ↑", "ssim": "SSIM ↑", "pearson_r": "Pearson r ↑",
-                "mean_error_A": "column position error (Å) ↓", "recall": "columns found ↑"}
-
 PANEL_CAPTION = (
     "One held-out sample. Top: three CBED patterns of its scan (log10 of the intensity, the incident probe "
-    "carrying 1; scale bar in mrad). Bottom: the true map, the network's and each baseline's on the truth's "
-    "colour scale, and the network's error; scale bars in Å over the scanned field of view.")
+    "carrying 1; scale bar in mrad). Bottom: the true map, the network's and each baseline's in its own units "
+    "with only its mean set to the truth's (the field's rule; its relative L2 in the title) on the truth's colour "
+    "scale, and the network's error in that view; scale bars in Å over the scanned field of view.")
 LEARNING_CURVES_CAPTION = (
     "Training metrics CSV: losses and learning rate. train_loss is the Huber data loss on standardised targets, "
     "dev_loss the MSE on the dev split's standardised targets (it picks the exported checkpoint), and l2_loss the "
@@ -52,64 +52,8 @@ th { background: #f0f0f0; } td.l, th.l { text-align: left; } th.s { background: 
 code { overflow-wrap: anywhere; font-family: ui-monospace, monospace; font-size: 0.95em; } p, li, td { overflow-wrap: break-word; }
 img { max-width: 100%; height: auto; margin: 0.3em 0; } .note { color: #555; font-size: 0.9em; }
 figure { margin: 0.6em 0; max-width: 100%; } .figs { display: flex; flex-wrap: wrap; gap: 0 1.5em; }
-td.best { font-weight: bold; background: #eef6ee; } .flag { color: #a40; font-weight: bold; }
+td.best { font-weight: bold; background: #eef6ee; }
 """
-
-
-def _best(agg: dict[str, Any], methods: list[str], units: str, metric: str) -> str | None:
-    """The method with the best mean on ``metric`` in ``units`` (None when no method has a value)."""
-    known = {m: v for m in methods if (v := agg[m][units].get(metric, {}).get("value")) is not None}
-    if not known:
-        return None
-    return (max if "↑" in METRIC_NAMES[metric] else min)(known, key=known.get)
-
-
-def _headline(doc: dict[str, Any], target: str, units: str) -> str:
-    """The headline table in ``units``; best method per metric in bold. In normalised units a metric
-    whose best method differs from the physical table's (which the verdict is decided on) is
-    marked, so the two tables never read as contradicting the verdict."""
-    agg = doc["aggregates"][target]
-    methods = [m for m in names() if m in agg]
-    metrics = [k for k in METRIC_NAMES if k in agg[methods[0]][units]]
-    rows, flagged = [], []
-    for k in metrics:
-        best = _best(agg, methods, units, k)
-        differs = units == "normalized" and best != _best(agg, methods, "physical", k)
-        flagged += [k] if differs else []
-        label = METRIC_NAMES[k] + (" <span class='flag'>†</span>" if differs else "")
-        rows.append([label] + [f"<b>{_ci(agg[m][units][k])}</b>" if m == best else _ci(agg[m][units][k])
-                               for m in methods])
-    n = agg[methods[0]][units]["rel_l2"]["n"]
-    level = int(doc["config"]["ci_level"] * 100)
-    note = (f"<p class='note'>{n} samples; mean over samples with a {level}% bootstrap interval over materials in "
-            f"brackets; best method in bold. {_e('; '.join(_missing_methods(doc, agg)))}</p>")
-    return _table(["metric"] + [method(m).label for m in methods], rows) + note + _units_note(units, flagged)
-
-
-def _units_note(units: str, flagged: list[str]) -> str:
-    """What the verdict is decided on, under the table it is (physical) or is not (normalised) read from."""
-    used = ", ".join(METRIC_NAMES[k] for k in HEADLINE_METRICS)
-    if units == "physical":
-        return (f"<p class='note'>The verdicts below are decided on this table: {_e(used)} in physical units. "
-                "Column position error and columns found are shown, not used.</p>")
-    text = ("<p class='note'>The same maps after the model's normalisation ((y − mean) / std of the training "
-            "targets), the units its training loss is computed in. <b>The verdict is not decided on this table</b> "
-            "but on the physical one above.")
-    if flagged:
-        names = ", ".join(METRIC_NAMES[k] for k in flagged)
-        text += (f" <span class='flag'>†</span> marks where the best method here differs from the physical table "
-                 f"({_e(names)}): SSIM's luminance term depends on the maps' mean, which the normalisation shifts "
-                 "(relative L2 likewise divides by the norm of the shifted truth), so the ranking on such a "
-                 "metric can change between the units; it does not change the verdict.")
-    return text + "</p>"
-
-
-def _missing_methods(doc: dict[str, Any], agg: dict[str, Any]) -> list[str]:
-    """Why each baseline missing from the table is missing (its record's `missing_note`, with the
-    reason metrics.json's ``absent_baselines`` gives for it)."""
-    absent = doc.get("absent_baselines") or {}
-    return [m.missing_note.format(why=absent.get(m.name, "not computed")) for m in baselines()
-            if m.name not in agg and m.missing_note]
 
 
 def _verdicts(doc: dict[str, Any], target: str) -> str:
@@ -121,7 +65,7 @@ def _verdicts(doc: dict[str, Any], target: str) -> str:
     items = "".join(f"<li>{_mark(v)} {_e(v.get('overall_sentence', v['sentence']))}{_class_items(v)}</li>"
                     for v in verdicts.values())
     study = study_reference(target)
-    return (f"<p><b>Verdict</b> (claimed only when better on every headline metric with non-overlapping "
+    return (f"<p><b>Verdict</b> (field's rule; claimed only when better on every headline metric with non-overlapping "
             f"{int(round(doc['config']['ci_level'] * 100))}% intervals over materials; overall and per "
             f"element class):</p><ul>{items}</ul>" + _class_table(doc, target)
             + (f"<p class='note'>{_e(study)}</p>" if study else ""))
@@ -140,14 +84,14 @@ def _class_items(v: dict[str, Any]) -> str:
 
 
 def _class_table(doc: dict[str, Any], target: str) -> str:
-    """Relative L2 [interval over materials] of every method in each element class."""
+    """Relative L2 [interval over materials] of every method in each element class (headline view)."""
     classes = (doc.get("class_aggregates") or {}).get(target) or {}
     if not classes:
         return ""
     methods = [m for m in names() if any(m in agg for agg in classes.values())]
-    rows = [[_e(name), _num(agg[NETWORK]["physical"]["rel_l2"]["n"]),
-             _num(agg[NETWORK]["physical"]["rel_l2"].get("n_groups"))]
-            + [_ci(agg[m]["physical"]["rel_l2"]) if m in agg else "–" for m in methods]
+    rows = [[_e(name), _num(agg[NETWORK][HEADLINE]["rel_l2"]["n"]),
+             _num(agg[NETWORK][HEADLINE]["rel_l2"].get("n_groups"))]
+            + [_ci(agg[m][HEADLINE]["rel_l2"]) if m in agg else "–" for m in methods]
             for name, agg in classes.items()]
     return _table(["element class", "samples", "materials"] + [f"{method(m).label}<br>rel L2" for m in methods], rows)
 
@@ -252,7 +196,7 @@ def _majority_sentence(who: str, classes: list[str]) -> str:
 def _breakdown_section(doc: dict[str, Any], target: str) -> str:
     """One table per grouping; a grouping with a single group is one sentence (a one-row table, or a
     one-bin breakdown, says nothing the headline does not)."""
-    parts = [f"<h2>Breakdowns ({_e(target)}, physical units)</h2>"]
+    parts = [f"<h2>Breakdowns ({_e(target)}, field's rule)</h2>"]
     for key, title in BREAKDOWN_KEYS.items():
         table = doc["breakdowns"][target].get(key, {})
         if len(table) == 1:
@@ -291,7 +235,7 @@ def _absent_figure(doc: dict[str, Any], name: str, metric: str, target: str) -> 
     if metric == "thickness_A":
         values = {_num(r["thickness_A"]) for r in doc["samples"]}
         return f"<p class='note'>No thickness plot: every sample has thickness {_e(', '.join(values))} Å.</p>"
-    values = {m: {_num(r["metrics"][target][m]["physical"].get(metric)) for r in doc["samples"]
+    values = {m: {_num(r["metrics"][target][m][HEADLINE].get(metric)) for r in doc["samples"]
                   if m in r["metrics"][target]} for m in names()}
     said = "; ".join(f"{method(m).label} {', '.join(sorted(v))}" for m, v in values.items() if v)
     return f"<p class='note'>No {_e(metric)} histogram: one value per method ({_e(said)}).</p>"
@@ -299,11 +243,12 @@ def _absent_figure(doc: dict[str, Any], name: str, metric: str, target: str) -> 
 
 def _figures_section(doc: dict[str, Any], target: str) -> str:
     parts = [f"<h2>Figures ({_e(target)})</h2><div class='figs'>",
-             _figure(doc, f"hist_rel_l2_{target}", "Relative L2 error per sample, per method."),
-             _figure(doc, f"hist_ssim_{target}", "SSIM per sample, per method."), "</div>",
+             _figure(doc, f"hist_rel_l2_{target}", "Relative L2 error per sample, per method (field's rule)."),
+             _figure(doc, f"hist_ssim_{target}", "SSIM per sample, per method (field's rule)."), "</div>",
              _absent_figure(doc, f"hist_rel_l2_{target}", "rel_l2", target),
              _absent_figure(doc, f"hist_ssim_{target}", "ssim", target),
-             _figure(doc, f"thickness_{target}", "Relative L2 against specimen thickness (marker: element class)."),
+             _figure(doc, f"thickness_{target}", "Relative L2 (field's rule) against specimen thickness "
+                                                 "(marker: element class)."),
              _absent_figure(doc, f"thickness_{target}", "thickness_A", target)]
     for name in sorted(n for n in doc["figures"] if n.startswith("sample_") and n.endswith(f"_{target}")):
         parts.append(_figure(doc, name, PANEL_CAPTION))
@@ -314,10 +259,12 @@ def _conventions(doc: dict[str, Any]) -> str:
     items = "".join(f"<li><b>{_e(k)}</b>: {_e(text(v))}</li>"
                     for k, v in doc["conventions"].items())
     return ("<h2>How the numbers are computed</h2><p>Baselines: the <b>mean training target</b> (pixel-wise mean of "
-            "the training targets), <b>iCoM</b> (integrated centre of mass of the same 4D stack) and, when "
-            "evaluation.ptycho is on, <b>ptychography</b> (single-slice, py4DSTEM, same stack, phase over the "
-            "interaction constant); iCoM and ptychography are scaled and offset to the truth by least squares per "
-            "sample: they use the truth for those two scalars only, which favours the baselines.</p>"
+            "the training targets), <b>iCoM</b> (integrated centre of mass of the same 4D stack, calibrated by the "
+            "detector sampling) and, when evaluation.ptycho is on, <b>ptychography</b> (single-slice, py4DSTEM, same "
+            "stack, phase over the interaction constant); each is a map in physical units, as the network's is. "
+            "Under the field's rule (the headline and the verdicts) every map keeps its units and only its mean is "
+            "set to the truth's; the structure view fits one least-squares scale and offset to the truth for every "
+            "method; the legacy rule fitted them to iCoM and ptychography only.</p>"
             f"<ul>{items}</ul>")
 
 
@@ -337,10 +284,7 @@ def render(doc: dict[str, Any]) -> str:
              f"<p class='note'>written {_e(doc['created'])}; {len(doc['samples'])} samples of the "
              f"'{_e(doc['data']['evaluated_split'])}' split; targets {_e(', '.join(doc['targets']))}.</p>"]
     for t in doc["targets"]:
-        parts.append(f"<h2>Headline: {_e(t)} (physical units)</h2>" + _headline(doc, t, "physical")
-                     + _verdicts(doc, t))
-        parts.append(f"<h3>{_e(t)} after the training normalisation (not used by the verdict)</h3>"
-                     + _headline(doc, t, "normalized"))
+        parts.append(views_section(doc, t, _verdicts(doc, t)))
     parts.append(dose_section(doc))
     parts.append(_compute_times(doc))
     parts.append(_versus_section(doc))

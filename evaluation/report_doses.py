@@ -6,6 +6,7 @@ from typing import Any
 
 from .html_parts import ci, esc, table
 from .methods import ICOM, REGISTRY
+from .views import HEADLINE
 
 
 def dose_section(doc: dict[str, Any]) -> str:
@@ -15,7 +16,7 @@ def dose_section(doc: dict[str, Any]) -> str:
         return ""
     parts = ["<h2>On shot-noised patterns</h2><p class='note'>Every evaluated sample again, its patterns replaced "
              "by Poisson counts at each dose (electrons/Å²; the same noise for every method, fixed by the seed). "
-             "Relative L2 in physical units, mean over samples with its material-level interval; the verdict is "
+             "Relative L2 under the field's rule, mean over samples with its material-level interval; the verdict is "
              "the headline's rule, decided on this noisy data. Ptychography is not run here.</p>"]
     for target in doc["targets"]:
         # the methods the sweep scored (`methods.Method.dose_sweep`), in the tables' order
@@ -26,7 +27,7 @@ def dose_section(doc: dict[str, Any]) -> str:
             agg = entry["aggregates"].get(target, {})
             verdict = entry["verdicts"].get(target, {}).get(ICOM, {}).get("overall_sentence", "–")
             rows.append([f"{entry['dose_e_per_A2']:g}"]
-                        + [ci(agg.get(m.name, {}).get("physical", {}).get("rel_l2")) for m in methods] + [esc(verdict)])
+                        + [ci(agg.get(m.name, {}).get(HEADLINE, {}).get("rel_l2")) for m in methods] + [esc(verdict)])
         parts.append(f"<h3>{esc(target)}</h3>" + table(["dose (e/Å²)"] + [m.label for m in methods]
                                                        + ["against iCoM"], rows, left=1))
     return "\n".join(parts)

@@ -7,6 +7,7 @@ from typing import Any
 from .html_parts import esc, figure, num, table
 from .material_ids import ID_FORMS, describe_material
 from .methods import NETWORK, Method, baselines, in_panel_order
+from .views import HEADLINE, LEVEL
 
 #: the columns that say what a sample is, beside its id in every per-sample table.
 SAMPLE_COLUMNS = ["sample", "formula", "prototype", "zone axis", "thickness (Å)"]
@@ -20,7 +21,7 @@ def _baselines(doc: dict[str, Any], target: str) -> list[Method]:
 
 
 def _column(m: Method) -> str:
-    """A method's per-sample column heading."""
+    """A method's per-sample column heading (field's rule)."""
     return f"{m.short_label} rel L2"
 
 
@@ -52,26 +53,28 @@ def worst_section(doc: dict[str, Any], target: str) -> str:
     for rank, index in enumerate(doc["worst"].get(target, [])):
         r = by_id[index]
         m = r["metrics"][target]
-        rows.append(_sample_cells(r) + [num(m[NETWORK]["physical"]["rel_l2"])]
-                    + [num(m.get(k.name, {}).get("physical", {}).get("rel_l2")) for k in baselines])
+        rows.append(_sample_cells(r) + [num(m[NETWORK][HEADLINE]["rel_l2"])]
+                    + [num(m.get(k.name, {}).get(HEADLINE, {}).get("rel_l2")) for k in baselines])
         if index in first and f"sample_{first.index(index)}_{target}" in doc["figures"]:
             figs.append(f"<p class='note'>Worst case {rank + 1} ({esc(r['sample_id'])}) is drawn above as "
                         f"per-sample panel {first.index(index) + 1}.</p>")
         else:
             figs.append(figure(doc, f"worst_{rank}_{target}", f"Worst case {rank + 1}: {r['sample_id']}"))
-    return (f"<h2>Worst cases ({esc(target)})</h2>" +
+    return (f"<h2>Worst cases ({esc(target)}, field's rule)</h2>" +
             table(SAMPLE_COLUMNS + ["network rel L2"] + [_column(m) for m in baselines], rows, left=4)
             + "\n".join(figs))
 
 
 def samples_section(doc: dict[str, Any], target: str) -> str:
-    """Every evaluated sample with its errors."""
+    """Every evaluated sample with its errors under the field's rule and the network's level error."""
     rows, baselines = [], _baselines(doc, target)
     for r in doc["samples"]:
         m = r["metrics"][target]
+        net = m[NETWORK]
         rows.append(_sample_cells(r)
-                    + [num(m.get(k, {}).get("physical", {}).get("rel_l2")) for k in [NETWORK, *(b.name for b in baselines)]]
-                    + [num(m[NETWORK]["physical"]["ssim"]), num(m[NETWORK]["physical"]["mean_error_A"])])
-    return (f"<h2>Every sample ({esc(target)})</h2>" +
+                    + [num(m.get(k, {}).get(HEADLINE, {}).get("rel_l2")) for k in [NETWORK, *(b.name for b in baselines)]]
+                    + [num(net[HEADLINE]["ssim"]), num(net[HEADLINE]["mean_error_A"]),
+                       num(net.get(LEVEL, {}).get("level_error"))])
+    return (f"<h2>Every sample ({esc(target)}, field's rule)</h2>" +
             table(SAMPLE_COLUMNS + ["network rel L2"] + [_column(m) for m in baselines]
-                  + ["network SSIM", "network column error (Å)"], rows, left=4))
+                  + ["network SSIM", "network column error (Å)", "network level error"], rows, left=4))

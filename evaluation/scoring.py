@@ -1,5 +1,6 @@
 """Per-sample scoring: the network's prediction and every baseline's map for each sample of the
-split, scored against the truth in physical and normalised units, with compute times."""
+split, each in its own physical units, scored against the truth in every view (`evaluation.views`:
+the field's rule, structure only, the legacy rule) with the network's level error and compute times."""
 from __future__ import annotations
 
 import math
@@ -16,6 +17,7 @@ from namsa.targets import TARGETS_VERSION, to_target_resolution
 from . import metrics as M
 from .config import EvaluationConfig
 from .methods import MEAN, NETWORK, REGISTRY, Method, Subset, per_sample
+from .views import FIELD, LEGACY, LEVEL, STRUCTURE, field_map, level_error, view_maps
 
 #: element classes of the breakdown by atomic number (heaviest element of the sample).
 Z_CLASSES: tuple[tuple[str, int], ...] = (("light (Z<=14)", 14), ("medium (15<=Z<=36)", 36), ("heavy (Z>=37)", 999))
@@ -38,7 +40,7 @@ def score_all(cfg: EvaluationConfig, stores: Any, indices: list[int], rec: Any, 
         for index, sample, preds, net_s in _predict(stores, batch, rec, targets):
             due = {name: rule for name, rule in subsets.items() if rule.take(sample.meta)}
             maps, seconds = _method_maps(cfg, sample, preds, targets, mean_maps, due, methods)
-            records.append(_score_sample(cfg, index, sample, maps, rec.normalizer, {NETWORK: net_s, **seconds}))
+            records.append(_score_sample(cfg, index, sample, maps, {NETWORK: net_s, **seconds}))
             if len(kept) < cfg.n_panels:
                 kept[index] = _keep(sample, maps, cfg.n_cbed_panels)
     return records, kept
@@ -92,10 +94,10 @@ def _as_trained(rec: Any, meta: dict, prediction: np.ndarray) -> np.ndarray:
 def _method_maps(cfg: EvaluationConfig, sample: Any, preds: dict[str, np.ndarray], targets: list[str],
                  mean_maps: dict[str, np.ndarray] | None, due: dict[str, Subset] | None = None,
                  methods: tuple[Method, ...] = REGISTRY) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
-    """(maps, seconds): maps[target] = {"truth", <method>: map, "<method>_fit": fit record} in
-    physical units for the network, the mean image (with ``mean_maps``) and every per-sample method
-    of ``methods`` that ``cfg`` enables for the target (a subset method only when ``due`` holds it);
-    seconds[method] = compute time of the per-sample methods for this sample."""
+    """(maps, seconds): maps[target] = {"truth", <method>: map, "<method>_fit": facts of its computation},
+    each map in its own physical units (none fitted to the truth), for the network, the mean image (with
+    ``mean_maps``) and every per-sample method of ``methods`` that ``cfg`` enables for the target (a
+    subset method only when ``due`` holds it); seconds[method] = compute time of the per-sample methods."""
     due = due or {}
     maps: dict[str, dict[str, Any]] = {}
     seconds: dict[str, float] = {}
@@ -106,47 +108,64 @@ def _method_maps(cfg: EvaluationConfig, sample: Any, preds: dict[str, np.ndarray
             entry[MEAN] = mean_maps[t]
         for m in per_sample(cfg, t):
             if m in methods and (m.subset is None or m.name in due):
-                entry[m.name], entry[f"{m.name}_fit"], seconds[m.name] = m.compute(cfg, sample, truth,
+                entry[m.name], entry[f"{m.name}_fit"], seconds[m.name] = m.compute(cfg, sample, truth.shape, preds,
                                                                                     due.get(m.name))
         maps[t] = entry
     return maps, seconds
 
 
 def _score_sample(cfg: EvaluationConfig, index: int, sample: Any, maps: dict[str, dict[str, Any]],
-                  normalizer: Any, seconds: dict[str, float]) -> dict[str, Any]:
+                  seconds: dict[str, float]) -> dict[str, Any]:
+    """One sample's record: metrics[target][method][view][metric] for every view, the network's
+    ``level`` entry, ``<method>_fit`` (facts and legacy fit) of each legacy-fitted method and
+    ``<method>_facts`` of any other method with a runner (what its computation reports)."""
     meta = sample.meta
     record = {"index": int(index), **_sample_facts(meta, cfg.thickness_bins_A), "metrics": {},
-              **{f"{m.name}_fit": None for m in REGISTRY if m.fitted}, "seconds": seconds}
+              **{f"{m.name}_fit": None for m in REGISTRY if m.legacy_fitted}, "seconds": seconds}
     pixel = _pixel_size_A(meta, next(iter(maps.values()))["truth"].shape)
     for t, entry in maps.items():
         truth = entry["truth"]
-        truth_n = np.asarray(normalizer.target(truth, t))
-        per_method = {}
-        for method in (m.name for m in REGISTRY):
-            if method not in entry:
-                continue
-            est = entry[method]
-            cols = M.column_position_error(est, truth, pixel, min_distance_px=cfg.column_min_distance_px,
-                                           threshold_rel=cfg.column_threshold_rel)
-            per_method[method] = {
-                "physical": {**M.image_metrics(est, truth), **M.level_and_contrast(est, truth),
-                             "mean_error_A": cols.mean_error_A,
-                             "recall": cols.recall, "n_columns": cols.n_true},
-                "normalized": M.image_metrics(np.asarray(normalizer.target(est, t)), truth_n),
-            }
-        record["metrics"][t] = per_method
+        record["metrics"][t] = {}
         for m in REGISTRY:
-            if f"{m.name}_fit" in entry:
-                record[f"{m.name}_fit"] = entry[f"{m.name}_fit"]
+            if m.name not in entry:
+                continue
+            record["metrics"][t][m.name], fit = _score_method(cfg, m, entry[m.name], truth, pixel)
+            if m.legacy_fitted:
+                record[f"{m.name}_fit"] = {**entry.get(f"{m.name}_fit", {}), **fit}
+            elif f"{m.name}_fit" in entry:  # a runner's facts, no fit (network+ptycho: errors, kept_network)
+                record[f"{m.name}_facts"] = entry[f"{m.name}_fit"]
     return jsonable(record)
 
 
+def _score_method(cfg: EvaluationConfig, m: Method, est: np.ndarray, truth: np.ndarray,
+                  pixel: tuple[float, float]) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """({view: metrics} of one method's map, the structure view's fit). Column positions are the
+    field view's: an offset moves no maximum, so they are the same in every view but a constant one."""
+    views, fit = view_maps(est, truth, m.legacy_fitted)
+    field, structure, legacy = views[FIELD], views[STRUCTURE], views[LEGACY]
+    cols = M.column_position_error(field, truth, pixel, min_distance_px=cfg.column_min_distance_px,
+                                   threshold_rel=cfg.column_threshold_rel)
+    structure_scores = M.image_metrics(structure, truth)
+    # a legacy-fitted method's legacy map is its structure map: scored once
+    legacy_scores = structure_scores if legacy is structure else M.image_metrics(legacy, truth)
+    scores = {FIELD: {**M.image_metrics(field, truth), "mean_error_A": cols.mean_error_A, "recall": cols.recall,
+                      "n_columns": cols.n_true},
+              STRUCTURE: {**structure_scores, "scale": fit["scale"]},
+              LEGACY: {**legacy_scores, **M.level_and_contrast(legacy, truth)}}
+    if m.name == NETWORK:
+        scores[LEVEL] = {"level_error": level_error(est, truth)}
+    return scores, fit
+
+
 def _keep(sample: Any, maps: dict[str, dict[str, Any]], n_cbed: int) -> dict[str, Any]:
-    """What the figures need of one sample: a few CBED patterns and the maps."""
+    """What the figures need of one sample: a few CBED patterns, the truth and each method's map in
+    the headline (field) view: its own units, its mean set to the truth's."""
     s = sample.cbed.shape[0]
     picks = sorted({int(round(v)) for v in np.linspace(0, s - 1, n_cbed)}) if n_cbed else []
     return {"sample_id": sample.id, "cbed": {i: np.asarray(sample.cbed[i], dtype=np.float32) for i in picks},
-            "maps": {t: {k: v for k, v in e.items() if not k.endswith("_fit")} for t, e in maps.items()},
+            "maps": {t: {"truth": e["truth"], **{k: field_map(v, e["truth"]).astype(np.float32) for k, v in e.items()
+                                                  if k != "truth" and not k.endswith("_fit")}}
+                     for t, e in maps.items()},
             "meta": sample.meta}
 
 

@@ -1,8 +1,10 @@
 """The one rule for saying whether the network beats a baseline, used by the report and the CLI.
 
 "Beats" is claimed only when the network is better on **every** headline metric (relative L2,
-PSNR, SSIM, Pearson r) **and** on each of them the network's bootstrap interval of the mean lies
-entirely on the better side of the baseline's (the intervals do not overlap). Anything less gets a
+PSNR, SSIM, Pearson r) in the headline view (`views.HEADLINE`: the field's rule, every map in its own
+physical units with only its mean set to the truth's; never the structure or the legacy view) **and**
+on each of them the network's bootstrap interval of the mean lies entirely on the better side of the
+baseline's (the intervals do not overlap). Anything less gets a
 sentence that says where the network is better, where the intervals overlap and where it is worse,
 e.g. "the network does NOT beat the mean training target: better on rel. L2 and PSNR but
 intervals overlap; worse on SSIM and Pearson r".
@@ -23,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .methods import NETWORK, REGISTRY, in_panel_order, method
+from .views import HEADLINE, LEGACY, headline_scores
 
 #: the headline metrics, in the order sentences name them; True = higher is better.
 HEADLINE_METRICS: dict[str, bool] = {"rel_l2": False, "psnr_db": True, "ssim": True, "pearson_r": True}
@@ -60,8 +63,8 @@ class Verdict:
 
 
 def verdict(aggregate: dict[str, Any], baseline: str, *, intervals: bool = True, ci_level: float = 0.95,
-            units: str = "physical", label: str | None = None) -> Verdict:
-    """Decide network vs ``baseline`` from ``aggregate[method][units][metric]`` = {value, low, high, n}.
+            view: str = HEADLINE, label: str | None = None) -> Verdict:
+    """Decide network vs ``baseline`` from ``aggregate[method][view][metric]`` = {value, low, high, n}.
 
     intervals: False when the aggregates carry no real intervals (``n_bootstrap = 0``); then no
     claim of "beats" is made. Fewer than 2 samples, or fewer than 2 materials (``n_groups``),
@@ -69,7 +72,7 @@ def verdict(aggregate: dict[str, Any], baseline: str, *, intervals: bool = True,
     label: a class's name (e.g. "light (every element Z <= 14)"): the sentence opens with it and
     says "loses to" / "ties with" plainly where the overall sentence says "does NOT beat".
     """
-    groups = _groups(aggregate[NETWORK][units], aggregate[baseline][units], intervals)
+    groups = _groups(aggregate[NETWORK][view], aggregate[baseline][view], intervals)
     status = _status(groups)
     name = method(baseline).verdict_label
     level = f"{round(100 * ci_level)}%"
@@ -190,7 +193,7 @@ def _with_classes(overall: Verdict, classes: dict[str, dict[str, Any]], interval
 
 def _class_label(name: str, agg: dict[str, Any]) -> str:
     """"light (every element Z <= 14; 12 samples of 3 materials)"."""
-    entry = agg[NETWORK]["physical"].get("rel_l2") or {}
+    entry = agg[NETWORK][HEADLINE].get("rel_l2") or {}
     count = f"{entry.get('n', 0)} samples" + (f" of {entry['n_groups']} materials"
                                               if entry.get("n_groups") is not None else "")
     return name[:-1] + f"; {count})" if name.endswith(")") else f"{name} ({count})"
@@ -209,22 +212,25 @@ STUDY_PRETRAINED = "study-scan"
 
 def study_reference(target: str = "potential") -> str | None:
     """One sentence with the full study's held-out result, read from the shipped model card, so that a
-    small run (the demo) says where its own numbers stand; None if the package ships no study model."""
+    small run (the demo) says where its own numbers stand; None if the package ships no study model.
+    A card written before issue 30 holds the legacy rule's scores: the sentence says so."""
     from models import pretrained_card, pretrained_names
 
     if STUDY_PRETRAINED not in pretrained_names():
         return None
     card = pretrained_card(STUDY_PRETRAINED)
-    scores = (card.held_out_evaluation.aggregates or {}).get(target) if card.held_out_evaluation else None
-    if not scores:
+    per_method = (card.held_out_evaluation.aggregates or {}).get(target) if card.held_out_evaluation else None
+    view, scores = headline_scores(per_method or {})
+    if NETWORK not in scores:
         return None
     # methods scored on every sample only: the sentence states one sample count for all of them
-    rel_l2 = {m.name: scores[m.name]["physical"]["rel_l2"] for m in in_panel_order()
-              if m.name in scores and m.subset is None}
+    rel_l2 = {m.name: scores[m.name]["rel_l2"] for m in in_panel_order() if m.name in scores and m.subset is None}
     listed = ", ".join(f"{method(m).verdict_label.removesuffix(' baseline')} {v['value']:.3f}"
                        for m, v in rel_l2.items())
+    rule = ("under the legacy rule (network as predicted, baselines least-squares scaled and offset to the truth; "
+            "not the field's rule of the headline above)" if view == LEGACY else "under the field's rule")
     materials = len(card.trained_on.data["materials"]["test"])
     return (f"For scale, the full study (configs/study.yaml, `make study`; docs/evaluation.md, 'The study') "
-            f"scores {target} relative L2 {listed} on {rel_l2[NETWORK]['n']} noise-free held-out samples of "
-            f"{materials} materials of structure types it never saw; its reconstructor ships as "
+            f"scores {target} relative L2 {listed} {rule} on {rel_l2[NETWORK]['n']} noise-free held-out samples "
+            f"of {materials} materials of structure types it never saw; its reconstructor ships as "
             f"pretrained:{STUDY_PRETRAINED}.")

@@ -44,6 +44,7 @@ def test_evaluate_scores_every_dose_on_the_same_noisy_data(tiny_trained_model, t
     low, high = (e["headline"]["potential"] for e in sweep)
     clean = result.headline["potential"]
     assert set(low) == set(clean) == {"network", "mean", "icom"}
+    low, high, clean = ({m: v["field"] for m, v in scores.items()} for scores in (low, high, clean))
     # at 1e7 e/A^2 the noise is negligible; at 30 e/A^2 it spoils the centre of mass
     assert high["network"]["rel_l2"] == pytest.approx(clean["network"]["rel_l2"], rel=0.05)
     assert low["icom"]["rel_l2"] > high["icom"]["rel_l2"]
@@ -51,7 +52,7 @@ def test_evaluate_scores_every_dose_on_the_same_noisy_data(tiny_trained_model, t
     assert all("icom" in e["verdicts"]["potential"] for e in sweep)
     assert "On shot-noised patterns" in result.report_html.read_text()
     lines = headline_lines(result.headline, result.verdicts, result.dose_sweep)
-    assert any(line.startswith("  at 30 e/A^2 (potential rel. L2): network ") for line in lines)
+    assert any(line.startswith("  at 30 e/A^2 (potential rel. L2, field's rule): network ") for line in lines)
 
 
 def test_doses_must_be_positive_and_finite():

@@ -12,6 +12,7 @@ from matplotlib.image import imread
 from _models_fixture import tiny_train_configs, tiny_trained_model  # noqa: F401  (session fixture)
 from evaluation import EvaluationConfig, EvaluationInputError, evaluate
 from evaluation import metrics as M
+from evaluation.views import FIELD, LEGACY, LEVEL, STRUCTURE, field_map
 from workflow.scaling import ScalingInputError, scaling_study, training_sizes
 from namsa.errors import UserError
 
@@ -35,10 +36,12 @@ def test_evaluate_writes_metrics_figures_and_report(evaluated, tiny_data_dir):
     assert result.n_samples == n_test == len(doc["samples"]) > 0
     assert result.report_html.is_file() and result.metrics_json.is_file()
     for method in ("network", "mean", "icom"):
-        assert set(result.headline["potential"][method]) == {"rel_l2", "psnr_db", "ssim", "pearson_r"}
+        own = {LEVEL} if method == "network" else set()
+        assert set(result.headline["potential"][method]) == {FIELD, STRUCTURE, LEGACY} | own
+        assert set(result.headline["potential"][method][FIELD]) == {"rel_l2", "psnr_db", "ssim", "pearson_r"}
         agg = doc["aggregates"]["potential"][method]
-        assert set(agg) == {"physical", "normalized"}
-        ci = agg["physical"]["rel_l2"]
+        assert set(agg) == {FIELD, STRUCTURE, LEGACY} | own
+        ci = agg[FIELD]["rel_l2"]
         assert ci["low"] <= ci["value"] <= ci["high"]
     names = {Path(p).name for p in result.figures}
     assert {"hist_rel_l2_potential.png", "rel_l2_vs_thickness_potential.png", "learning_curves.png",
@@ -55,7 +58,7 @@ def test_report_names_baselines_and_links_figures(evaluated):
     result, doc = evaluated
     html = result.report_html.read_text()
     assert "no class" not in html
-    for text in ("mean training target", "iCoM", "least squares", "network", "Worst cases", "is better on most",
+    for text in ("mean training target", "iCoM", "least-squares", "network", "Worst cases", "is better on most",
                  "By material", "By zone axis", "element content", "Model card", "Data manifest"):
         assert text in html, text
     for rel in doc["figures"].values():
@@ -79,27 +82,34 @@ def test_per_sample_metrics_match_an_independent_recomputation(evaluated, tiny_t
     rec = models.load_reconstructor(tiny_trained_model.model_dir)
     pred = np.asarray(rec.predict(sample.cbed.astype(np.float32))).reshape(sample.potential.shape)
     net = record["metrics"]["potential"]["network"]
-    assert net["physical"]["rel_l2"] == pytest.approx(M.relative_l2(pred, sample.potential), rel=1e-4)
-    assert net["physical"]["ssim"] == pytest.approx(M.ssim(pred, sample.potential), rel=1e-4, abs=1e-6)
-    # the error split into the map's mean and its contrast adds up; a fitted baseline's level is ~0
+    field = field_map(pred, sample.potential)
+    assert net[FIELD]["rel_l2"] == pytest.approx(M.relative_l2(field, sample.potential), rel=1e-4)
+    assert net[FIELD]["ssim"] == pytest.approx(M.ssim(field, sample.potential), rel=1e-4, abs=1e-6)
+    assert net[LEGACY]["rel_l2"] == pytest.approx(M.relative_l2(pred, sample.potential), rel=1e-4)
+    # the legacy view's error split into the map's mean and its contrast adds up; a fitted baseline's level is ~0
     parts = M.level_and_contrast(pred, sample.potential)
-    assert net["physical"]["rel_l2_level"] == pytest.approx(parts["rel_l2_level"], rel=1e-4, abs=1e-7)
-    assert net["physical"]["rel_l2_level"] ** 2 + net["physical"]["rel_l2_contrast"] ** 2 == pytest.approx(
-        net["physical"]["rel_l2"] ** 2, rel=1e-4)
-    assert record["metrics"]["potential"]["icom"]["physical"]["rel_l2_level"] < 1e-5
-    assert "from the map&#x27;s mean" in result.report_html.read_text()  # the headline table's row (escaped)
-    norm = rec.normalizer
-    assert net["normalized"]["rel_l2"] == pytest.approx(
-        M.relative_l2(norm.target(pred, "potential"), norm.target(sample.potential, "potential")), rel=1e-4)
+    assert net[LEGACY]["rel_l2_level"] == pytest.approx(parts["rel_l2_level"], rel=1e-4, abs=1e-7)
+    assert net[LEGACY]["rel_l2_level"] ** 2 + net[LEGACY]["rel_l2_contrast"] ** 2 == pytest.approx(
+        net[LEGACY]["rel_l2"] ** 2, rel=1e-4)
+    # the field view's error is the legacy view's contrast part: only the mean differs
+    assert net[FIELD]["rel_l2"] == pytest.approx(net[LEGACY]["rel_l2_contrast"], rel=1e-4)
+    assert record["metrics"]["potential"]["icom"][LEGACY]["rel_l2_level"] < 1e-5
+    assert "from the map&#x27;s mean" in result.report_html.read_text()  # the legacy table's row (escaped)
     # mean baseline: the pixel-wise mean of the training targets
     train = [stores[i].potential.astype(np.float64) for i in stores.indices("train")]
     mean_map = np.mean(train, axis=0)
-    assert record["metrics"]["potential"]["mean"]["physical"]["rel_l2"] == pytest.approx(
+    assert record["metrics"]["potential"]["mean"][LEGACY]["rel_l2"] == pytest.approx(
         M.relative_l2(mean_map, sample.potential), rel=1e-4)
-    # iCoM is fitted with two scalars; a least-squares fit never does worse than the best constant map
-    icom = record["metrics"]["potential"]["icom"]["physical"]
+    assert record["metrics"]["potential"]["mean"][FIELD]["rel_l2"] == pytest.approx(
+        M.relative_l2(field_map(mean_map, sample.potential), sample.potential), rel=1e-4)
+    # in the structure view every method is fitted with two scalars; a least-squares fit never does worse
+    # than the best constant map
     constant = M.relative_l2(np.full_like(sample.potential, sample.potential.mean()), sample.potential)
-    assert icom["rel_l2"] <= constant + 1e-9
+    for method in ("network", "mean", "icom"):
+        assert record["metrics"]["potential"][method][STRUCTURE]["rel_l2"] <= constant + 1e-6
+    # iCoM's legacy map is that fit (its structure map)
+    assert record["metrics"]["potential"]["icom"][LEGACY]["rel_l2"] == \
+        record["metrics"]["potential"]["icom"][STRUCTURE]["rel_l2"]
     # the fit's scale is never negative; the unconstrained one is recorded beside it
     for r in doc["samples"]:
         for name in ("icom_fit", "ptycho_fit"):
@@ -115,11 +125,11 @@ def test_breakdowns_and_network_vs_icom(evaluated):
     assert set(doc["breakdowns"]["potential"]) == {"material_id", "zone_axis", "z_class", "heaviest_element",
                                                    "thickness_class"}
     versus = doc["network_vs_icom"]["potential"]["overall"]
-    wins = sum(1 for r in doc["samples"] if r["metrics"]["potential"]["network"]["physical"]["rel_l2"]
-               < r["metrics"]["potential"]["icom"]["physical"]["rel_l2"])
+    wins = sum(1 for r in doc["samples"] if r["metrics"]["potential"]["network"][FIELD]["rel_l2"]
+               < r["metrics"]["potential"]["icom"][FIELD]["rel_l2"])
     assert versus["n"] == len(doc["samples"]) and versus["network_wins"] == wins
     # worst cases: the largest network errors, worst first
-    errors = {r["index"]: r["metrics"]["potential"]["network"]["physical"]["rel_l2"] for r in doc["samples"]}
+    errors = {r["index"]: r["metrics"]["potential"]["network"][FIELD]["rel_l2"] for r in doc["samples"]}
     worst = doc["worst"]["potential"]
     assert len(worst) == min(2, len(errors))
     assert [errors[i] for i in worst] == sorted(errors.values(), reverse=True)[: len(worst)]
@@ -239,7 +249,8 @@ def test_ptycho_baseline_and_compute_times_reach_metrics_and_report(evaluated):
         assert np.isfinite(fit["scale"]) and fit["seconds"] > 0 and np.isfinite(fit["error"])
         assert set(r["seconds"]) == {"network", "icom", "ptycho"} and min(r["seconds"].values()) > 0
         assert r["seconds"]["ptycho"] == fit["seconds"]
-        assert set(r["metrics"]["potential"]["ptycho"]["physical"]) == set(r["metrics"]["potential"]["icom"]["physical"])
+        for view in (FIELD, STRUCTURE, LEGACY):
+            assert set(r["metrics"]["potential"]["ptycho"][view]) == set(r["metrics"]["potential"]["icom"][view])
     times = doc["compute_seconds"]
     assert set(times) == {"network", "icom", "ptycho"} and result.compute_seconds == times
     assert times["ptycho"]["n"] == len(doc["samples"])
@@ -260,9 +271,9 @@ def test_verdicts_are_the_verdict_rule_applied_to_the_aggregates(evaluated):
     assert set(verdicts) == {"mean", "icom", "ptycho"} and result.verdicts == doc["verdicts"]
     classes = doc["class_aggregates"]["potential"]
     assert classes and set(classes) <= set(ELEMENT_CLASSES)
-    assert sum(c["network"]["physical"]["rel_l2"]["n"] for c in classes.values()) == len(doc["samples"])
+    assert sum(c["network"][FIELD]["rel_l2"]["n"] for c in classes.values()) == len(doc["samples"])
     materials = {r["material_id"] for r in doc["samples"]}
-    assert doc["aggregates"]["potential"]["network"]["physical"]["rel_l2"]["n_groups"] == len(materials)
+    assert doc["aggregates"]["potential"]["network"][FIELD]["rel_l2"]["n_groups"] == len(materials)
     html = result.report_html.read_text()
     for baseline, v in verdicts.items():
         overall = verdict(doc["aggregates"]["potential"], baseline).as_dict()
@@ -476,9 +487,9 @@ def test_every_figure_the_report_shows_exists(evaluated):
         assert (result.out_dir / rel).is_file(), rel
 
 
-def test_normalised_table_never_contradicts_the_verdict(evaluated):
-    """The verdict is decided on physical units; where the normalised table ranks a metric
-    differently (as iCoM winning normalised SSIM while the network wins physical SSIM), it says so."""
+def test_only_the_headline_table_marks_a_best_method(evaluated):
+    """The verdict is decided on the field's rule; the structure and legacy tables take numbers from the
+    truth, so no method is bold there, even where its mean is the best of its row."""
     import copy
 
     from evaluation.report import render
@@ -486,21 +497,17 @@ def test_normalised_table_never_contradicts_the_verdict(evaluated):
     _, doc = evaluated
     doc = copy.deepcopy(doc)
     agg = doc["aggregates"]["potential"]
-    best_physical = max(agg, key=lambda m: agg[m]["physical"]["ssim"]["value"])
-    other = next(m for m in agg if m != best_physical)
-    agg[other]["normalized"]["ssim"].update(value=2.0, low=2.0, high=2.0)   # a ranking that differs
+    for view in (STRUCTURE, LEGACY):   # iCoM far ahead in the views that fit it to the truth
+        agg["icom"][view]["ssim"].update(value=2.0, low=2.0, high=2.0)
     html = render(doc)
-    normalised = html.split("after the training normalisation (not used by the verdict)")[1].split("<h2>")[0]
-    assert "SSIM ↑ <span class='flag'>†</span>" in normalised
-    assert "The verdict is not decided on this table" in normalised and "SSIM ↑)" in normalised  # among the flagged
-    for metric in ("relative L2 ↓", "Pearson r ↑"):
-        flagged = f"{metric} <span class='flag'>†</span>" in normalised
-        key = {"relative L2 ↓": "rel_l2", "Pearson r ↑": "pearson_r"}[metric]
-        pick = (min if key == "rel_l2" else max)
-        differs = pick(agg, key=lambda m: agg[m]["physical"][key]["value"]) != \
-            pick(agg, key=lambda m: agg[m]["normalized"][key]["value"])
-        assert flagged == differs, metric
-    assert "The verdicts below are decided on this table" in html.split("<h3>")[0]
+    headline = html.split("Headline: potential")[1].split("<h3>")[0]
+    best = max(agg, key=lambda m: agg[m][FIELD]["ssim"]["value"])
+    assert f"<b>{agg[best][FIELD]['ssim']['value']:.4g}" in headline
+    assert "The verdicts below are decided on this table" in headline
+    for title in ("potential: structure only", "potential: legacy rule"):
+        section = html.split(title)[1].split("</table>")[0]
+        assert "<b>2</b>" not in section and "<td><b>" not in section
+        assert "<td>2</td>" in section
 
 
 def test_one_value_panels_and_breakdowns_become_words(evaluated, tmp_path):
@@ -514,7 +521,7 @@ def test_one_value_panels_and_breakdowns_become_words(evaluated, tmp_path):
     for r in doc["samples"]:
         r["thickness_A"] = 40.0
         for m in r["metrics"]["potential"].values():
-            m["physical"]["ssim"] = 0.5
+            m[FIELD]["ssim"] = 0.5
     assert error_histograms(tmp_path / "h.png", doc["samples"], "potential", "ssim") is None
     assert error_vs_thickness(tmp_path / "t.png", doc["samples"], "potential") is None
     assert not list(tmp_path.iterdir())

@@ -33,7 +33,7 @@ def test_scan_layout_trained_on_generated_materials_beats_the_mean_image(tmp_pat
     ev = evaluate(cfg.evaluation, cfg.data, [data], result.model_dir, tmp_path / "eval")
     doc = json.loads(ev.metrics_json.read_text())
     agg = doc["aggregates"]["potential"]
-    net, mean = agg["network"]["physical"]["rel_l2"], agg["mean"]["physical"]["rel_l2"]
+    net, mean = agg["network"]["field"]["rel_l2"], agg["mean"]["field"]["rel_l2"]
     assert ev.n_samples >= 12                                # held-out materials x 2 zone axes
     assert net["high"] < mean["low"], (net, mean)           # better, with non-overlapping 95% intervals
-    assert agg["network"]["physical"]["pearson_r"]["value"] > agg["mean"]["physical"]["pearson_r"]["value"]
+    assert agg["network"]["field"]["pearson_r"]["value"] > agg["mean"]["field"]["pearson_r"]["value"]

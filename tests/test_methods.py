@@ -39,6 +39,7 @@ def every_method(tiny_trained_model, tiny_data_dir, tmp_path_factory):  # noqa: 
     cfg = EvaluationConfig(n_bootstrap=20, n_panels=1, worst_k=0, ptycho=True, ptycho_iterations=2,
                            multislice_ptycho={"max_samples": 1, "min_thickness_A": 0.0,
                                               "convergence": {"max_iterations": 2}},
+                           network_ptycho={"convergence": {"max_iterations": 2}},
                            baseline_cache=str(out / "cache"), doses=[10000.0])
     result = evaluate(cfg, stage.DataConfig(), [tiny_data_dir], tiny_trained_model.model_dir, out / "eval")
     doc = json.loads(result.metrics_json.read_text())
@@ -76,7 +77,9 @@ def test_every_method_makes_its_maps_and_reaches_every_output_as_its_record_says
     assert any(title.startswith(m.figure_label) for title in titles), titles
     # the record's flags decide the timings, the fits, the dose sweep and the verdict
     assert (m.name in doc["compute_seconds"]) == m.timed
-    assert (record.get(f"{m.name}_fit") is not None) == m.fitted
+    assert (record.get(f"{m.name}_fit") is not None) == m.legacy_fitted
+    if m.runner is not None and not m.legacy_fitted:  # its facts, e.g. network+ptycho's data errors
+        assert record[f"{m.name}_facts"]["seconds"] >= 0
     assert (m.name in doc["dose_sweep"][0]["aggregates"]["potential"]) == m.dose_sweep
     assert (m.name in doc["verdicts"]["potential"]) == m.judged
     ran = [r for r in doc["samples"] if m.name in r["metrics"]["potential"]]
@@ -84,7 +87,7 @@ def test_every_method_makes_its_maps_and_reaches_every_output_as_its_record_says
     if m.judged and m.subset is not None:
         # judged against the network on the same samples, not the network's mean over all of them
         paired, _ = subset_aggregates(doc["samples"], "potential", cfg)[m.name]
-        assert paired["network"]["physical"]["rel_l2"]["n"] == 1
+        assert paired["network"]["field"]["rel_l2"]["n"] == 1
         assert doc["verdicts"]["potential"][m.name]["overall_sentence"] == verdict(paired, m.name).sentence
 
 

@@ -93,11 +93,11 @@ def test_evaluate_reports_a_missing_metric_and_does_not_crash(run, tmp_path, cap
     overall = doc["network_vs_icom"]["potential"]["overall"]
     assert overall["n"] == 2 and overall["n_missing"] == 1
     assert any("rel_l2 for 1 of 3" in w for w in doc["warnings"])
-    assert doc["aggregates"]["potential"]["network"]["physical"]["rel_l2"]["n_nonfinite"] == 1
+    assert doc["aggregates"]["potential"]["network"]["field"]["rel_l2"]["n_nonfinite"] == 1
 
 
 def _record(net: float | None, icom: float | None) -> dict:
-    scores = {m: {"physical": {"rel_l2": v, "psnr_db": 10.0, "ssim": 0.5, "pearson_r": 0.5}}
+    scores = {m: {"field": {"rel_l2": v, "psnr_db": 10.0, "ssim": 0.5, "pearson_r": 0.5}}
               for m, v in (("network", net), ("icom", icom))}
     return {"metrics": {"potential": scores}, "z_class": "light", "thickness_class": "thin", "material_id": "a"}
 
@@ -106,7 +106,7 @@ def test_missing_values_are_no_win_no_loss_and_sort_last():
     records = [_record(None, 0.3), _record(0.2, 0.3), _record(math.nan, 0.3), _record(0.4, 0.3)]
     overall = network_vs_icom(records, "potential", EvaluationConfig())["overall"]
     assert (overall["n"], overall["network_wins"], overall["n_missing"]) == (2, 1, 2)
-    assert [r["metrics"]["potential"]["network"]["physical"]["rel_l2"]
+    assert [r["metrics"]["potential"]["network"]["field"]["rel_l2"]
             for r in worst_records(records, "potential", 2)] == [0.4, 0.2]
     assert missing_metrics(records, ["potential"]) == [
         "potential: the network scores have no value of rel_l2 for 2 of 4 samples; those are reported as missing "
@@ -117,5 +117,5 @@ def test_a_nan_aggregate_is_missing_in_the_verdict():
     entry = {"value": 0.1, "low": 0.05, "high": 0.15, "n": 5, "n_groups": 5}
     net = {"rel_l2": {**entry, "value": math.nan}, "psnr_db": entry, "ssim": entry, "pearson_r": entry}
     base = {m: dict(entry) for m in net}
-    v = verdict({"network": {"physical": net}, "icom": {"physical": base}}, "icom")
+    v = verdict({"network": {"field": net}, "icom": {"field": base}}, "icom")
     assert v.missing == ["rel_l2"] and not v.beats and "no value for rel. L2" in v.sentence

@@ -8,6 +8,7 @@ import numpy as np
 from evaluation import metrics as M
 from evaluation.scoring import HEAVY_CLASS, LIGHT_CLASS
 from evaluation.verdict import HEADLINE_METRICS, all_verdicts, verdict
+from evaluation.views import FIELD, LEGACY, STRUCTURE
 
 
 def _ci(value: float, half: float, n: int = 6) -> dict[str, Any]:
@@ -16,9 +17,9 @@ def _ci(value: float, half: float, n: int = 6) -> dict[str, Any]:
 
 def _aggregate(network: dict[str, tuple[float, float]], baseline: dict[str, tuple[float, float]],
                name: str = "mean") -> dict[str, Any]:
-    """aggregate[method]["physical"][metric] from {metric: (value, half-width of the interval)}."""
-    return {"network": {"physical": {k: _ci(*v) for k, v in network.items()}},
-            name: {"physical": {k: _ci(*v) for k, v in baseline.items()}}}
+    """aggregate[method][FIELD][metric] from {metric: (value, half-width of the interval)}."""
+    return {"network": {FIELD: {k: _ci(*v) for k, v in network.items()}},
+            name: {FIELD: {k: _ci(*v) for k, v in baseline.items()}}}
 
 
 def test_beats_only_when_better_on_every_metric_with_intervals_apart():
@@ -67,7 +68,7 @@ def test_no_intervals_or_one_sample_make_no_claim():
     assert not v.beats and "no intervals were computed" in v.sentence
     single = _aggregate(net, base)
     for method in single.values():
-        for entry in method["physical"].values():
+        for entry in method[FIELD].values():
             entry["n"] = 1
     assert not verdict(single, "mean").beats
 
@@ -76,7 +77,7 @@ def test_missing_values_are_named_and_block_the_claim():
     net = {"rel_l2": (0.2, 0.01), "psnr_db": (30, 0.5), "ssim": (0.8, 0.01), "pearson_r": (0.9, 0.01)}
     base = {"rel_l2": (0.5, 0.01), "psnr_db": (20, 0.5), "ssim": (0.4, 0.01), "pearson_r": (0.5, 0.01)}
     agg = _aggregate(net, base)
-    agg["network"]["physical"]["psnr_db"]["value"] = None   # e.g. every PSNR infinite
+    agg["network"][FIELD]["psnr_db"]["value"] = None   # e.g. every PSNR infinite
     v = verdict(agg, "mean")
     assert not v.beats and v.missing == ["psnr_db"] and v.sentence.endswith("no value for PSNR")
 
@@ -96,8 +97,8 @@ def _record(material: str, element_class: str, errors: dict[str, float]) -> dict
     """A per-sample record as scoring writes it, the headline metrics following each method's rel. L2."""
     def scores(rel_l2: float) -> dict[str, float]:
         return {"rel_l2": rel_l2, "psnr_db": 40.0 - 20.0 * rel_l2, "ssim": 1.0 - rel_l2, "pearson_r": 1.0 - rel_l2 / 2}
-    metrics = {m: {"physical": {**scores(e), "mean_error_A": 0.1, "recall": 1.0}, "normalized": scores(e)}
-               for m, e in errors.items()}
+    metrics = {m: {FIELD: {**scores(e), "mean_error_A": 0.1, "recall": 1.0}, STRUCTURE: {**scores(e), "scale": 1.0},
+                   LEGACY: {**scores(e), "rel_l2_level": 0.0, "rel_l2_contrast": e}} for m, e in errors.items()}
     return {"material_id": material, "element_class": element_class, "metrics": {"potential": metrics}}
 
 
@@ -120,13 +121,13 @@ def test_verdict_refuses_beats_when_material_intervals_overlap_though_sample_int
     records = _records(0.12, materials=8, per_material=4, element_class=HEAVY_CLASS)
     cfg = EvaluationConfig(n_bootstrap=2000, seed=0)
     by_material = aggregate(records, "potential", cfg)
-    by_sample = {m: {"physical": {k: M.bootstrap_ci([r["metrics"]["potential"][m]["physical"][k] for r in records],
+    by_sample = {m: {FIELD: {k: M.bootstrap_ci([r["metrics"]["potential"][m][FIELD][k] for r in records],
                                                     n_resamples=2000, seed=0).as_dict() for k in HEADLINE_METRICS}}
                  for m in ("network", "icom")}
     assert verdict(by_sample, "icom").beats                        # what a per-sample bootstrap would claim
     v = verdict(by_material, "icom")
     assert not v.beats and "does NOT beat" in v.sentence and v.better_overlap
-    assert by_material["network"]["physical"]["rel_l2"]["n_groups"] == 8
+    assert by_material["network"][FIELD]["rel_l2"]["n_groups"] == 8
 
 
 def test_one_material_gives_no_interval_and_no_claim():
@@ -135,7 +136,7 @@ def test_one_material_gives_no_interval_and_no_claim():
 
     records = _records(0.3, materials=1, per_material=6, element_class=LIGHT_CLASS)
     agg = aggregate(records, "potential", EvaluationConfig(n_bootstrap=200))
-    assert agg["network"]["physical"]["rel_l2"]["n_groups"] == 1
+    assert agg["network"][FIELD]["rel_l2"]["n_groups"] == 1
     assert not verdict(agg, "icom").beats
 
 

@@ -57,8 +57,8 @@ def assert_complete_run(summary, run_dir: Path) -> None:
     metrics = json.loads(Path(summary.metrics_json).read_text())
     assert Path(summary.metrics_json) == run_dir / "eval" / "metrics.json"
     assert Path(summary.report_html).stat().st_size > 1000
-    network = summary.headline["potential"]["network"]["rel_l2"]
-    mean = summary.headline["potential"]["mean"]["rel_l2"]
+    network = summary.headline["potential"]["network"]["field"]["rel_l2"]
+    mean = summary.headline["potential"]["mean"]["field"]["rel_l2"]
     assert network > 0 and mean > 0 and metrics  # real numbers from a real evaluation
     resolved = load_config(run_dir / "config.resolved.yaml")
     assert resolved.simulation == summary_cfg(run_dir).simulation
@@ -287,15 +287,31 @@ def test_summary_prints_the_evaluation_verdict_for_every_baseline():
 
     net = {"rel_l2": ci(0.5), "psnr_db": ci(20.0), "ssim": ci(0.13), "pearson_r": ci(0.19)}
     base = {"rel_l2": ci(0.55), "psnr_db": ci(19.9), "ssim": ci(0.19), "pearson_r": ci(0.21)}
-    verdicts = all_verdicts({"potential": {"network": {"physical": net}, "mean": {"physical": base}}},
+    verdicts = all_verdicts({"potential": {"network": {"field": net}, "mean": {"field": base}}},
                             intervals=True, ci_level=0.95)
-    lines = headline_lines({"potential": {"network": {"rel_l2": 0.5}, "mean": {"rel_l2": 0.55}, "icom": {}}}, verdicts)
-    assert lines == ["potential relative L2 error on held-out samples (lower is better): network 0.500, mean 0.550",
+    headline = {"potential": {"network": {"field": {"rel_l2": 0.5}, "structure": {"rel_l2": 0.45},
+                                          "legacy_network_as_predicted_baselines_fitted": {"rel_l2": 0.6},
+                                          "level": {"level_error": 0.08, "level_error_median": 0.05}},
+                              "mean": {"field": {"rel_l2": 0.55}, "structure": {"rel_l2": 0.5},
+                                       "legacy_network_as_predicted_baselines_fitted": {"rel_l2": 0.58}},
+                              "icom": {}}}
+    lines = headline_lines(headline, verdicts)
+    assert lines == ["potential relative L2 on held-out samples, the field's rule (each map in its own physical "
+                     "units, only its mean set to the truth's); lower is better: network 0.500, mean 0.550",
+                     "  structure only (one least-squares scale and offset fitted to the truth for every method); "
+                     "not used by the verdict: network 0.450, mean 0.500",
+                     "  the network's level error |mean(pred) - mean(truth)| / |mean(truth)|: median 0.050, mean "
+                     "0.080 (no baseline estimates a map's mean: no verdict)",
+                     "  legacy rule (network as predicted, baselines least-squares scaled and offset to the truth); "
+                     "not used by the verdict: network 0.600, mean 0.580",
                      "  the network does NOT beat the mean training target: better on rel. L2 and PSNR but intervals "
                      "overlap; worse on SSIM and Pearson r (intervals overlap)",
                      study_reference()]   # and where the full study's result is (the shipped model's card)
     assert "pretrained:study-scan" in lines[-1]
+    # an eval-summary.json of before the field's rule: its flat headline is the legacy rule's, and says so
     old = headline_lines({"density": {"network": {"rel_l2": 0.9}, "mean": {"rel_l2": 0.7}}}, None)
+    assert old[0].startswith("density relative L2 on held-out samples, legacy rule (network as predicted")
+    assert old[0].endswith("run namsa evaluate again: network 0.900, mean 0.700")
     assert old[1] == "  no verdict: this evaluation predates verdicts; run namsa evaluate again"
 
 

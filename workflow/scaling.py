@@ -18,6 +18,7 @@ from namsa.errors import UserError
 from evaluation import EvaluationConfig, evaluate, figures
 from evaluation.aggregation import COLUMN_METRICS, IMAGE_METRICS
 from evaluation.methods import NETWORK, baselines, in_panel_order
+from evaluation.views import HEADLINE
 from evaluation.report import render_scaling, write_html
 
 #: metrics a scaling curve can plot: every physical-units aggregate of `evaluate`
@@ -83,7 +84,7 @@ def scaling_study(model_cfg: Any, train_cfg: Any, dist_cfg: Any, data_cfg: Any, 
         row: dict[str, Any] = {"n_train": n, "fraction": n / n_total, "model_dir": str(result.model_dir),
                                "eval_dir": str(ev.out_dir), "steps": result.steps}
         for target, agg in doc["aggregates"].items():
-            row[target] = {m: agg[m]["physical"][metric] for m in agg}
+            row[target] = {m: agg[m][HEADLINE][metric] for m in agg}
         rows.append(row)
     target = next(iter(doc["targets"]))
     net = [r[target][NETWORK] for r in rows]

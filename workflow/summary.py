@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from evaluation.verdict import study_reference
+from evaluation.views import HEADLINE, LEGACY, LEVEL, STRUCTURE, VIEW_TITLES, headline_scores
 
 
 @dataclass
@@ -83,17 +84,25 @@ class RunSummary:
 
 def headline_lines(headline: dict[str, Any], verdicts: dict[str, Any] | None,
                    dose_sweep: list[dict[str, Any]] | None = None) -> list[str]:
-    """Per target: the relative L2 of every method, then the verdict against each baseline as
-    `evaluation.verdict` decided it (the report says the same); then, with ``evaluation.doses``,
-    one line per dose (scores on the same shot-noised data, `evaluation.dose_sweep`)."""
+    """Per target: every method's relative L2 under the field's rule (the headline: each map in its own
+    units, only its mean from the truth), beside it the structure view's (one least-squares scale and
+    offset for every method), the network's level error and the legacy rule's figures, said as such;
+    then the verdict against each baseline as `evaluation.verdict` decided it (the report says the
+    same); then, with ``evaluation.doses``, one line per dose (`evaluation.dose_sweep`). A headline
+    written before the field's rule (an old eval-summary.json) is printed as the legacy rule's."""
     lines = []
-    for target, methods in headline.items():
-        errors = {method: (metrics or {}).get("rel_l2") for method, metrics in methods.items()}
-        errors = {method: value for method, value in errors.items() if value is not None}
+    for target, per_method in headline.items():
+        view, scores = headline_scores(per_method)
+        errors = _rel_l2(scores)
         if not errors:
             continue
-        lines.append(f"{target} relative L2 error on held-out samples (lower is better): "
-                     + ", ".join(f"{method} {value:.3f}" for method, value in errors.items()))
+        if view == HEADLINE:
+            lines.append(f"{target} relative L2 on held-out samples, {VIEW_TITLES[HEADLINE]}; lower is better: "
+                         f"{errors}")
+            lines += _beside(per_method)
+        else:
+            lines.append(f"{target} relative L2 on held-out samples, {VIEW_TITLES[LEGACY]}; this evaluation predates "
+                         f"the field's rule, run namsa evaluate again: {errors}")
         if verdicts is None:
             lines.append("  no verdict: this evaluation predates verdicts; run namsa evaluate again")
             continue
@@ -104,3 +113,27 @@ def headline_lines(headline: dict[str, Any], verdicts: dict[str, Any] | None,
         lines += ["on shot-noised patterns (evaluation.doses):", *dose_lines(dose_sweep)]
     study = study_reference() if lines else None
     return lines + ([study] if study else [])
+
+
+def _rel_l2(scores: dict[str, Any]) -> str:
+    """"network 0.225, icom 0.277" for every method with a relative L2 ("" when none has one)."""
+    values = {m: (metrics or {}).get("rel_l2") for m, metrics in scores.items()}
+    return ", ".join(f"{m} {v:.3f}" for m, v in values.items() if v is not None)
+
+
+def _beside(per_method: dict[str, Any]) -> list[str]:
+    """The lines under the field's: the structure view, the network's level error, the legacy rule."""
+    lines = [_view_line(per_method, STRUCTURE)]
+    level = next((v[LEVEL] for v in per_method.values() if LEVEL in v), None)
+    if level and level.get("level_error") is not None:
+        median = level.get("level_error_median")
+        lines.append("  the network's level error |mean(pred) - mean(truth)| / |mean(truth)|: "
+                     + (f"median {median:.3f}, " if median is not None else "") + f"mean {level['level_error']:.3f} "
+                     "(no baseline estimates a map's mean: no verdict)")
+    return [line for line in lines + [_view_line(per_method, LEGACY)] if line]
+
+
+def _view_line(per_method: dict[str, Any], view: str) -> str:
+    """Every method's relative L2 in ``view``, said to be no part of the verdict ("" when none has one)."""
+    errors = _rel_l2({m: v.get(view) for m, v in per_method.items()})
+    return f"  {VIEW_TITLES[view]}; not used by the verdict: {errors}" if errors else ""

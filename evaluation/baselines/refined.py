@@ -1,0 +1,35 @@
+"""``network+ptycho``: the network's potential refined by ptychography started from it
+(`namsa.ptychography.refine`), for the evaluation. The refinement reads the sample's CBED stack and
+calibrations only; the network's map is kept where refining raised the solver's data error."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from namsa.ptychography.refine import RefineSettings, refine_from_sample
+
+from .maps import at_target_resolution
+
+
+def refined_from_network(settings: RefineSettings, sample: Any,
+                         network_potential: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+    """(raw map, record) of ``network_potential`` (T, T, V * Angstrom, the network's prediction for
+    ``sample``) refined by ptychography of ``sample.cbed``.
+
+    The map is in V * Angstrom on the network's grid at the targets' resolution: a refined map
+    (ptychography resolves finer than the targets) is convolved with the targets' Gaussian
+    (``meta["target_fwhm_A"]``, `maps.at_target_resolution`), as the ptychography baselines are; the
+    network's own map, when kept, is already at that resolution and returned as is. Its mean is the network's (a uniform phase is invisible to the data). The record holds
+    ``seconds``, ``start_error``, ``final_error``, ``error`` (the data error of the map returned),
+    ``iterations``, ``converged``, ``kept_network`` and ``n_slices``. The truth is never read.
+    """
+    result = refine_from_sample(sample, network_potential, settings)
+    raw = result.potential if result.kept_network else at_target_resolution(result.potential, sample.meta)
+    record = result.record()
+    del record["errors"]   # the per-iteration history: too long for every sample's record
+    record["error"] = result.start_error if result.kept_network else result.final_error
+    return np.asarray(raw, dtype=np.float32), record
+
+
+__all__ = ["refined_from_network"]
