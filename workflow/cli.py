@@ -189,7 +189,8 @@ def cmd_reconstruct(args: argparse.Namespace) -> int:
     given = {"energy_kv": args.energy_kv, "semiangle_mrad": args.semiangle_mrad, "dk_inv_A": args.dk_inv_a,
              "dk_mrad": args.dk_mrad, "step_A": args.scan_step_a}
     with _hold(args):
-        summary = reconstruct(args.file, args.model, args.out, calibrations=given, memory_gb=args.memory_gb)
+        summary = reconstruct(args.file, args.model, args.out, calibrations=given, memory_gb=args.memory_gb,
+                              refine=args.refine)
     height, width = summary["shape"]
     print(f"reconstructed {height} x {width} maps at {summary['pixel_size_A'][0]:.4g} x "
           f"{summary['pixel_size_A'][1]:.4g} Angstrom/px into {summary['out']} "
@@ -297,6 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-gb", type=positive_float, default=2.0, metavar="GB",
                    help="RAM to aim at (default 2): the scan is read in blocks of overlapping tiles of at most half "
                         "of it (at least one tile), so a scan of any size fits")
+    p.add_argument("--refine", action="store_true",
+                   help="refine each tile's potential by single-slice ptychography (py4DSTEM) started from the "
+                        "network's map, kept only where it lowers the data error (slow: seconds to minutes per tile)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="accepted for symmetry; no bar here")
     p.add_argument("--set", action=NoOverrides, help=argparse.SUPPRESS)
 

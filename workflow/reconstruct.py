@@ -3,6 +3,7 @@ written into a sibling of --out that replaces it as a whole."""
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -23,7 +24,8 @@ BLOCK_SHARE = 0.5
 
 def reconstruct(source: Any, model: str | Path, out_dir: str | Path, *,
                 calibrations: Mapping[str, Any] | None = None, memory_gb: float = 2.0,
-                pattern_transform: Callable[[np.ndarray, int, int], np.ndarray] | None = None) -> dict[str, Any]:
+                pattern_transform: Callable[[np.ndarray, int, int], np.ndarray] | None = None,
+                refine: bool | Any = False) -> dict[str, Any]:
     """`namsa reconstruct`: a 4D-STEM scan -> the model's maps and the iCoM map in ``out_dir``.
 
     source: a file path, a `stage.microscope.RawScan`, or a py4DSTEM DataCube in memory.
@@ -34,6 +36,9 @@ def reconstruct(source: Any, model: str | Path, out_dir: str | Path, *,
     memory_gb: the RAM the run aims at; the scan is read block by block, a block at most half of
     it (at least one tile). pattern_transform(block, y0, x0): applied to every raw block
     ``data[y0:y0+h, x0:x0+w]`` before the detector is fitted (e.g. a recentring); identity if None.
+    refine: True (or a `namsa.ptychography.refine.RefineSettings`) refines each tile's potential by
+    single-slice ptychography started from it (`TileRefinement`), with the tile's fitted
+    patterns and the calibration of the fit; reconstruction.json records each tile's data errors.
     Returns a summary: the files written, the pixel size (Angstrom) and what was resampled.
 
     Everything is written into a temporary sibling of ``out_dir`` that then replaces it as a whole
@@ -47,14 +52,14 @@ def reconstruct(source: Any, model: str | Path, out_dir: str | Path, *,
     out = require_directory(out_dir, make=False)  # made by the swap: a refused run leaves no trace
     tmp = start_replacing(out, is_output_name, INFO_FILE)  # refuses an unwritable --out before any work
     try:
-        return _reconstruct_into(tmp, out, source, model, calibrations or {}, memory_gb, pattern_transform)
+        return _reconstruct_into(tmp, out, source, model, calibrations or {}, memory_gb, pattern_transform, refine)
     except BaseException:
         discard(tmp)
         raise
 
 
 def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, calibrations: Mapping[str, Any],
-                      memory_gb: float, transform: Any) -> dict[str, Any]:
+                      memory_gb: float, transform: Any, refine: Any) -> dict[str, Any]:
     """The work of `reconstruct`: open, check, stream tiles through the model, write, swap."""
     from models import load_reconstructor
     from models import scan_fit as fit
@@ -75,9 +80,10 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     correction = from_data.descan_correction(scan.data.shape[:2]) if transform is None else None
     transform = correction or transform
     tile_cal = _tile_calibration(rec, plan, expect, cal.energy_kv)
+    refining = TileRefinement.start(rec, plan, expect, cal, refine) if refine else None
     with warnings.catch_warnings():  # predict's OutsideTrainingWarning: recorded in the JSON (checks.predict)
         warnings.simplefilter("ignore", fit.OutsideTrainingWarning)
-        stitched, com, scales = _stream(scan, plan, grid, rec, budget, transform, tile_cal)
+        stitched, com, scales = _stream(scan, plan, grid, rec, budget, transform, tile_cal, refining)
     pixel = (plan.step_A[0] * expect.scan_shape[0] / expect.target_px,
              plan.step_A[1] * expect.scan_shape[1] / expect.target_px)
     maps = dict(zip(rec.targets, stitched))
@@ -88,6 +94,8 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     info = _reconstruct_info(scan.path, model, cal, expect, plan, grid, scales, notes, memory_gb)
     if tile_cal is not None:  # what the model's CoM/iCoM input planes were computed with
         info["physics_input_calibration"] = tile_cal.to_dict()
+    if refining is not None:
+        info["refinement"] = refining.report()
     after = fit.check_after_inference(maps, rec.card, checks)
     info.update(checks={"before": checks, "predict": rec.last_report, "after": after},
                 calibration_from_data=from_data.report())
@@ -109,11 +117,12 @@ def _tile_calibration(rec: Any, plan: Any, expect: Any, energy_kv: float) -> Any
 
 
 def _stream(scan: Any, plan: Any, grid: Any, rec: Any, budget: int, transform: Any,
-            tile_calibration: Any = None) -> tuple[np.ndarray, np.ndarray, list[float]]:
+            tile_calibration: Any = None, refining: Any = None) -> tuple[np.ndarray, np.ndarray, list[float]]:
     """Blocks of tiles read, fitted, normalised per tile, predicted (with ``tile_calibration`` for
-    a model with physics inputs) and blended; the centre of mass of every fitted pattern gathered on
-    the way. Returns (C, H, W) maps, the (Y, X, 2) CoM (1/Angstrom) over the covered scan and the
-    intensity factor of each tile."""
+    a model with physics inputs; each potential refined by ``refining``, a `TileRefinement`, when
+    given) and blended; the centre of mass of every fitted pattern gathered on the way. Returns
+    (C, H, W) maps, the (Y, X, 2) CoM (1/Angstrom) over the covered scan and the intensity factor
+    of each tile."""
     from models import scan_fit as fit
     from namsa.icom import center_of_mass
 
@@ -133,9 +142,67 @@ def _stream(scan: Any, plan: Any, grid: Any, rec: Any, budget: int, transform: A
             tile, scale = fit.normalise_tile(tile, f"{scan.path}: the tile at scan position (y={oy}, x={ox})")
             tiles.append(tile)
             scales.append(scale)
-        for origin, maps in zip(block.origins, rec.predict(np.stack(tiles), calibration=tile_calibration)):
+        options = refining.predict_options() if refining is not None else {}
+        for origin, maps in zip(block.origins, rec.predict(np.stack(tiles), calibration=tile_calibration, **options)):
             stitcher.add(maps, origin)
+        if refining is not None:
+            refining.record(block.origins, rec.last_refinement)
     return stitcher.result(), com, scales
+
+
+@dataclass
+class TileRefinement:
+    """`namsa reconstruct --refine`: what every tile's refinement shares (the settings, the meta of one
+    tile: its scan, the fitted detector sampling and the physics of the file) and what each did."""
+
+    settings: Any
+    meta: dict[str, Any]
+    tiles: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, rec: Any, plan: Any, expect: Any, cal: Any, refine: Any) -> "TileRefinement":
+        """The refinement of tiles of ``expect.scan_shape`` positions at the fitted step and detector
+        sampling; ``refine``: True (default settings) or a `RefineSettings`. The thickness is unknown,
+        so single-slice; the probe starts at the defocus the model's card expects (0 without one) and
+        probe retrieval refines it."""
+        from namsa.optics import scan_positions
+        from namsa.ptychography.refine import RefineSettings
+
+        sy, sx = expect.scan_shape
+        fov = [0.0, 0.0, sy * plan.step_A[0], sx * plan.step_A[1]]  # map pixel (0, 0) at the tile's first position
+        meta = {"scan_shape": [sy, sx], "fov_A": fov, "scan_positions_A": scan_positions(fov, (sy, sx)).tolist(),
+                "energy_kv": float(cal.energy_kv), "semiangle_mrad": float(cal.semiangle_mrad),
+                "pattern_dk_inv_A": float(plan.dk_inv_A), "aberrations": _expected_aberrations(rec.card)}
+        return cls(RefineSettings() if refine is True else refine, meta)
+
+    def predict_options(self) -> dict[str, Any]:
+        """`Reconstructor.predict`'s refine arguments (every tile shares one meta)."""
+        return {"refine": self.settings, "refine_meta": self.meta}
+
+    def record(self, origins: Any, results: Any) -> None:
+        """Keep what the refinement of the tiles at ``origins`` (scan positions (y, x)) did."""
+        for (oy, ox), result in zip(origins, results):
+            facts = result.record()
+            del facts["errors"]  # per-iteration history: too long for a record of every tile
+            self.tiles.append({"origin_yx": [int(oy), int(ox)], **facts})
+
+    def report(self) -> dict[str, Any]:
+        """reconstruction.json's ``refinement`` section."""
+        kept = sum(t["kept_network"] for t in self.tiles)
+        return {"method": "single-slice ptychography (py4DSTEM) started from the network's potential; the network's "
+                          "map kept where that raised the data error (namsa.ptychography.refine)",
+                "probe_start_aberrations": self.meta["aberrations"], "settings": self.settings.model_dump(),
+                "tiles_kept_network": kept, "tiles": self.tiles}
+
+
+def _expected_aberrations(card: Any) -> dict[str, float]:
+    """The probe's start: the card's aberrations with C1 at the middle of its defocus range (0 without)."""
+    expects = card.expects_input
+    if expects is None:
+        return {"C1_A": 0.0, "C3_mm": 0.0}
+    ab = {"C1_A": 0.0, "C3_mm": 0.0, **(expects.aberrations or {})}
+    lo, hi = (expects.variations or {}).get("defocus_range_A", (0.0, 0.0))
+    return {**ab, "C1_A": float(ab["C1_A"]) + (float(lo) + float(hi)) / 2.0}
 
 
 def _icom(com: np.ndarray, plan: Any, energy_kv: float, shape: tuple[int, ...]) -> np.ndarray:

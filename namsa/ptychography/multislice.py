@@ -24,8 +24,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from .convergence import ConvergenceRule, iterate
-from .single_slice import (PtychoError, PtychoResult, checked_stack, phase_to_potential, preprocess_arguments,
-                     require_py4dstem, solver_arguments)
+from .single_slice import PtychoError, PtychoResult, checked_stack, phase_to_potential, prepared_solver, require_py4dstem
 
 
 class MultisliceSettings(BaseModel):
@@ -62,24 +61,33 @@ def slicing(thickness_A: float, max_slice_A: float) -> tuple[int, float]:
     return n, thickness_A / n
 
 
+def multislice_solver(meta: dict, cbed4d: np.ndarray, positions: np.ndarray, n_slices: int, slice_A: float,
+                      initial_object: np.ndarray | None = None) -> Any:
+    """py4DSTEM's `MultislicePtychography` of ``n_slices`` slices of ``slice_A`` Angstrom, preprocessed;
+    ``initial_object``: the (slices, p, q) start phase (rad) or None (`single_slice.prepared_solver`)."""
+    from py4DSTEM.process.phase import MultislicePtychography
+
+    return prepared_solver(MultislicePtychography, meta, cbed4d, positions, initial_object, num_slices=n_slices,
+                           slice_thicknesses=slice_A)
+
+
+def kz_arguments(gamma: float | None, n_slices: int) -> dict[str, Any]:
+    """``reconstruct`` arguments of py4DSTEM's kz filter (``gamma`` None: off)."""
+    # The kz filter couples slices; with one slice there is nothing to couple (and py4DSTEM fails).
+    return dict(kz_regularization_filter=gamma is not None and n_slices > 1, kz_regularization_gamma=gamma)
+
+
 def multislice_from_sample(sample: Any, settings: MultisliceSettings | None = None,
                            output_shape: Sequence[int] | None = None, seed: int = 0) -> MultisliceResult:
     """Multislice ptychography of ``sample.cbed`` on its target grid (V * Angstrom); never reads the truth."""
     require_py4dstem()
-    from py4DSTEM.process.phase import MultislicePtychography
-
     settings = settings or MultisliceSettings()
     n, dz = slicing(float(sample.meta.get("thickness_A", float("nan"))), settings.max_slice_A)
     cbed4d, positions = checked_stack(sample)
     started = time.perf_counter()
-    solver = MultislicePtychography(num_slices=n, slice_thicknesses=dz,
-                                    **solver_arguments(sample.meta, cbed4d, positions))
-    solver.preprocess(**preprocess_arguments(sample.meta, cbed4d.shape))
-    # The kz filter couples slices; with one slice there is nothing to couple (and py4DSTEM fails).
-    regularise = settings.kz_regularization_gamma is not None and n > 1
+    solver = multislice_solver(sample.meta, cbed4d, positions, n, dz)
     log = iterate(solver, settings.convergence, max_batch_size=settings.batch_size, seed_random=int(seed),
-                  object_positivity=False, kz_regularization_filter=regularise,
-                  kz_regularization_gamma=settings.kz_regularization_gamma)
+                  object_positivity=False, **kz_arguments(settings.kz_regularization_gamma, n))
     seconds = time.perf_counter() - started
     phase = np.asarray(solver.object, dtype=np.float64).sum(axis=0)   # (slices, y, x) -> projected
     potential = phase_to_potential(phase, solver, sample, positions, output_shape)
@@ -87,4 +95,5 @@ def multislice_from_sample(sample: Any, settings: MultisliceSettings | None = No
                             n_slices=n, slice_thickness_A=dz)
 
 
-__all__ = ["MultisliceSettings", "MultisliceResult", "multislice_from_sample", "slicing"]
+__all__ = ["MultisliceSettings", "MultisliceResult", "multislice_from_sample", "multislice_solver", "kz_arguments",
+           "slicing"]

@@ -33,6 +33,7 @@ from namsa.constants import interaction_constant, wavelength_A
 from namsa.errors import UserError
 
 from .convergence import ConvergenceLog, ConvergenceRule, iterate
+from .object_grid import object_coordinates, to_target_grid
 
 #: what to install when py4DSTEM is missing (the one-line error names it).
 INSTALL_HINT = "pip install 'namsa[baselines]' (py4dstem-lite)"
@@ -91,8 +92,7 @@ def ptycho_from_sample(sample: Any, output_shape: Sequence[int] | None = None, i
 
     cbed4d, positions = checked_stack(sample)
     started = time.perf_counter()
-    solver = SingleslicePtychography(**solver_arguments(sample.meta, cbed4d, positions))
-    solver.preprocess(**preprocess_arguments(sample.meta, cbed4d.shape))
+    solver = prepared_solver(SingleslicePtychography, sample.meta, cbed4d, positions)
     log = run_solver(solver, iterations, convergence, max_batch_size=int(batch_size), seed_random=int(seed),
                      object_positivity=False)
     seconds = time.perf_counter() - started
@@ -135,6 +135,19 @@ def solver_arguments(meta: dict, cbed4d: np.ndarray, positions: np.ndarray) -> d
         initial_scan_positions=positions.copy(), object_type="potential", verbose=False, device="cpu")
 
 
+def prepared_solver(solver_class: Any, meta: dict, cbed4d: np.ndarray, positions: np.ndarray,
+                    initial_object: np.ndarray | None = None, **class_arguments: Any) -> Any:
+    """A py4DSTEM ptychography solver of ``solver_class`` built from the sample's calibrations
+    (`solver_arguments`, plus ``class_arguments`` such as the slices of a multislice one) and
+    preprocessed (`preprocess_arguments`). ``initial_object``: py4DSTEM's ``initial_object_guess``,
+    for ``object_type="potential"`` the phase (rad) on py4DSTEM's padded object grid, (p, q) for one
+    slice or (slices, p, q); None starts from zero phase (py4DSTEM's default)."""
+    solver = solver_class(initial_object_guess=initial_object, **class_arguments,
+                          **solver_arguments(meta, cbed4d, positions))
+    solver.preprocess(**preprocess_arguments(meta, cbed4d.shape))
+    return solver
+
+
 def preprocess_arguments(meta: dict, shape: Sequence[int]) -> dict[str, Any]:
     """``preprocess`` arguments: the known calibrations instead of py4DSTEM's searches, no plots."""
     p = int(shape[-1])
@@ -149,9 +162,12 @@ def phase_to_potential(phase: np.ndarray, solver: Any, sample: Any, positions: n
     """The object phase (rad) resampled onto the target grid, over sigma: V * Angstrom, float32."""
     meta = sample.meta
     shape = tuple(output_shape) if output_shape is not None else np.asarray(sample.potential).shape
-    grid = _object_coordinates(meta, shape, positions, np.asarray(solver.positions), solver.sampling)
-    potential = _resample(phase, grid, solver.sampling, meta, shape) / interaction_constant(float(meta["energy_kv"]))
-    return potential.astype(np.float32)
+    grid = object_coordinates(meta, shape, positions, np.asarray(solver.positions), solver.sampling)
+    phase_on_targets = to_target_grid(phase, grid, solver.sampling, meta, shape)
+    if not np.all(np.isfinite(phase_on_targets)):
+        raise PtychoError("ptychography diverged (non-finite phase); lower evaluation.ptycho_convergence.step_size or "
+                          "raise evaluation.ptycho_batch_size")
+    return (phase_on_targets / interaction_constant(float(meta["energy_kv"]))).astype(np.float32)
 
 
 def _k_sampling_inv_A(meta: dict) -> float:
@@ -164,37 +180,5 @@ def _k_sampling_inv_A(meta: dict) -> float:
                       "ptychography needs it: re-simulate with a current namsa")
 
 
-def _object_coordinates(meta: dict, shape: Sequence[int], scan_A: np.ndarray, solver_A: np.ndarray,
-                        sampling: Sequence[float]) -> np.ndarray:
-    """(2, T, T) fractional object-pixel coordinates of the target pixels.
-
-    py4DSTEM pads the object and shifts the scan into it; the shift is read off the positions
-    (ours in the specimen frame, py4DSTEM's in the object frame, both Angstrom, unrefined).
-    """
-    y0, x0, height, width = (float(v) for v in meta["fov_A"])
-    ry = y0 + np.arange(shape[0]) * height / shape[0]
-    rx = x0 + np.arange(shape[1]) * width / shape[1]
-    offset = solver_A.mean(axis=0) - scan_A.mean(axis=0)
-    yy, xx = np.meshgrid((ry + offset[0]) / sampling[0], (rx + offset[1]) / sampling[1], indexing="ij")
-    return np.stack([yy, xx])
-
-
-def _resample(phase: np.ndarray, coords: np.ndarray, sampling: Sequence[float], meta: dict,
-              shape: Sequence[int]) -> np.ndarray:
-    """The phase at the target pixels: anti-aliased as skimage.transform.resize does (Gaussian
-    sigma = (factor - 1) / 2 object pixels), then cubic interpolation."""
-    from scipy.ndimage import gaussian_filter, map_coordinates
-
-    fov = meta["fov_A"]
-    factors = [float(fov[2]) / shape[0] / sampling[0], float(fov[3]) / shape[1] / sampling[1]]
-    sigma = [max(0.0, (f - 1.0) / 2.0) for f in factors]
-    smooth = gaussian_filter(phase, sigma) if any(s > 0 for s in sigma) else phase
-    out = map_coordinates(smooth, coords, order=3, mode="nearest")
-    if not np.all(np.isfinite(out)):
-        raise PtychoError("ptychography diverged (non-finite phase); lower evaluation.ptycho_convergence.step_size or "
-                          "raise evaluation.ptycho_batch_size")
-    return out
-
-
 __all__ = ["PtychoError", "PtychoResult", "ptycho_from_sample", "require_py4dstem", "INSTALL_HINT", "checked_stack",
-           "solver_arguments", "preprocess_arguments", "phase_to_potential", "run_solver"]
+           "solver_arguments", "preprocess_arguments", "prepared_solver", "phase_to_potential", "run_solver"]
