@@ -118,7 +118,8 @@ def breakdown(records: list[dict], target: str, key: str, cfg: EvaluationConfig)
 
 
 def network_vs_icom(records: list[dict], target: str, cfg: EvaluationConfig) -> dict[str, Any]:
-    """Where the network beats iCoM (lower relative L2, headline view), overall and per element and thickness class."""
+    """Where the network beats iCoM (lower relative L2, headline view), overall, per element class
+    (`scoring.ELEMENT_CLASSES`) and per thickness class."""
     def summary(rows: list[dict]) -> dict[str, Any]:
         both = [(r["metrics"][target][NETWORK][HEADLINE]["rel_l2"],
                  r["metrics"][target][ICOM][HEADLINE]["rel_l2"]) for r in rows if ICOM in r["metrics"][target]]
@@ -130,10 +131,11 @@ def network_vs_icom(records: list[dict], target: str, cfg: EvaluationConfig) -> 
                 "mean_rel_l2_gap": _mean_finite([i - n for n, i in pairs]), "n_missing": len(both) - len(pairs)}
 
     out: dict[str, Any] = {"overall": summary(records)}
-    for key in ("z_class", "thickness_class"):
+    for key in ("element_class", "thickness_class"):
         groups: dict[str, list[dict]] = {}
         for r in records:
-            groups.setdefault(str(r[key]), []).append(r)
+            # a record without the key (one made by hand) is "unknown", as one whose elements are unknown
+            groups.setdefault(str(r.get(key, "unknown")), []).append(r)
         out[key] = {name: summary(rows) for name, rows in sorted(groups.items())}
     return out
 

@@ -97,7 +97,9 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
         absent = _absent_baselines(eval_cfg, mean_maps)
         records, kept = score_all(eval_cfg, stores, indices, rec, targets, mean_maps)
         worst = {t: [r["index"] for r in worst_records(records, t, eval_cfg.worst_k)] for t in targets}
-        again = sorted({i for rows in worst.values() for i in rows} - set(kept))
+        # the worst cases and the median sample (the report's typical-sample picture), each map made again
+        typical = {i for t in targets if (i := figures.median_index(records, t)) is not None}
+        again = sorted(({i for rows in worst.values() for i in rows} | typical) - set(kept))
         kept.update(recompute(eval_cfg, stores, again, rec, targets, mean_maps))
         data_info = _data_summary(stores, data_cfg, eval_cfg.split)
         doses = dose_sweep(eval_cfg, stores, indices, rec, targets, mean_maps, absent)

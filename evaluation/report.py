@@ -1,12 +1,14 @@
 """``report.html``: the evaluation written for a person (plain HTML, images referenced relatively).
 
-Sections: the headline table under the field's rule (network, mean-target, iCoM and ptychography
-baselines side by side on the held-out split, each in its own physical units with only its mean set to
-the truth's), the network's level error, the verdict against each baseline overall and per element
-class (`verdict.all_verdicts`: the one rule for "beats"), the structure-only and legacy-rule tables
-(`report_views`), each method's compute time per sample, where the network beats iCoM and where it
-does not, what was trained on what (data manifest, model card), breakdowns by material / zone
-axis / element content / thickness, figures, the worst cases, and every sample.
+Read in one screen first (`report_top`), per target: the verdict against each baseline overall and per
+element class (`verdict.all_verdicts`: the one rule for "beats"), one picture of truth / network / best
+baseline for a typical and the worst sample, and one chart of each method's error per element class.
+Then the tables that hold their numbers: the headline under the field's rule (every method in its own
+physical units with only its mean set to the truth's), the network's level error, the headline per
+element class, the structure-only and legacy-rule tables (`report_views`); the shot-noise sweep,
+compute times, where the network beats iCoM (`report_versus`), breakdowns by material / zone axis /
+element class / heaviest element / thickness, the other figures, the worst cases, materials, training,
+conventions, every sample; and last what was trained on what (model card, data manifest).
 """
 from __future__ import annotations
 
@@ -17,26 +19,27 @@ from . import figures
 from .card_view import card_rows, text
 from .html_parts import ci as _ci, esc as _e, figure as _figure, num as _num, table as _table
 from .material_ids import describe_material
-from .methods import NETWORK, method, names
+from .methods import method, names
 from .report_doses import dose_section
 from .report_samples import materials_section, samples_section, worst_section
+from .report_top import top_section
+from .report_versus import one_group, versus_section
 from .report_views import METRIC_NAMES, views_section
-from .verdict import study_reference
 from .views import HEADLINE
 
 #: record fields the breakdown tables group by, with their headings.
 BREAKDOWN_KEYS: dict[str, str] = {
     "material_id": "material",
     "zone_axis": "zone axis",
-    "z_class": "element content (heaviest element's Z)",
+    "element_class": "element class",
     "heaviest_element": "heaviest element",
     "thickness_class": "thickness",
 }
 PANEL_CAPTION = (
     "One held-out sample. Top: three CBED patterns of its scan (log10 of the intensity, the incident probe "
     "carrying 1; scale bar in mrad). Bottom: the true map, the network's and each baseline's in its own units "
-    "with only its mean set to the truth's (the field's rule; its relative L2 in the title) on the truth's colour "
-    "scale, and the network's error in that view; scale bars in Å over the scanned field of view.")
+    "with only its mean set to the truth's (the field's rule; its relative L2 in the title) on one colour range "
+    "that holds every map, and the network's error in that view; scale bars in Å over the scanned field of view.")
 LEARNING_CURVES_CAPTION = (
     "Training metrics CSV: losses and learning rate. train_loss is the Huber data loss on standardised targets, "
     "dev_loss the MSE on the dev split's standardised targets (it picks the exported checkpoint), and l2_loss the "
@@ -51,49 +54,9 @@ th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
 th { background: #f0f0f0; } td.l, th.l { text-align: left; } th.s { background: #e4e4e4; }
 code { overflow-wrap: anywhere; font-family: ui-monospace, monospace; font-size: 0.95em; } p, li, td { overflow-wrap: break-word; }
 img { max-width: 100%; height: auto; margin: 0.3em 0; } .note { color: #555; font-size: 0.9em; }
-figure { margin: 0.6em 0; max-width: 100%; } .figs { display: flex; flex-wrap: wrap; gap: 0 1.5em; }
+figure { margin: 0.6em 0; max-width: 100%; } .figs { display: flex; flex-wrap: wrap; gap: 0 1.5em; align-items: flex-start; }
 td.best { font-weight: bold; background: #eef6ee; }
 """
-
-
-def _verdicts(doc: dict[str, Any], target: str) -> str:
-    """The verdict against each baseline, overall and per element class, as `verdict.all_verdicts`
-    decided it (the CLI prints the same sentences), and the class means it was decided on."""
-    verdicts = doc.get("verdicts", {}).get(target, {})
-    if not verdicts:
-        return "<p>No baseline to compare with.</p>"
-    items = "".join(f"<li>{_mark(v)} {_e(v.get('overall_sentence', v['sentence']))}{_class_items(v)}</li>"
-                    for v in verdicts.values())
-    study = study_reference(target)
-    return (f"<p><b>Verdict</b> (field's rule; claimed only when better on every headline metric with non-overlapping "
-            f"{int(round(doc['config']['ci_level'] * 100))}% intervals over materials; overall and per "
-            f"element class):</p><ul>{items}</ul>" + _class_table(doc, target)
-            + (f"<p class='note'>{_e(study)}</p>" if study else ""))
-
-
-def _mark(v: dict[str, Any]) -> str:
-    return "✔" if v["beats"] else ("–" if v.get("status") == "absent" else "✘")
-
-
-def _class_items(v: dict[str, Any]) -> str:
-    """The per-class verdicts of one baseline as a nested list ("" when there are none)."""
-    classes = v.get("by_class") or {}
-    if not classes:
-        return ""
-    return "<ul>" + "".join(f"<li>{_mark(c)} {_e(c['sentence'])}</li>" for c in classes.values()) + "</ul>"
-
-
-def _class_table(doc: dict[str, Any], target: str) -> str:
-    """Relative L2 [interval over materials] of every method in each element class (headline view)."""
-    classes = (doc.get("class_aggregates") or {}).get(target) or {}
-    if not classes:
-        return ""
-    methods = [m for m in names() if any(m in agg for agg in classes.values())]
-    rows = [[_e(name), _num(agg[NETWORK][HEADLINE]["rel_l2"]["n"]),
-             _num(agg[NETWORK][HEADLINE]["rel_l2"].get("n_groups"))]
-            + [_ci(agg[m][HEADLINE]["rel_l2"]) if m in agg else "–" for m in methods]
-            for name, agg in classes.items()]
-    return _table(["element class", "samples", "materials"] + [f"{method(m).label}<br>rel L2" for m in methods], rows)
 
 
 def _compute_times(doc: dict[str, Any]) -> str:
@@ -108,6 +71,7 @@ def _compute_times(doc: dict[str, Any]) -> str:
 
 
 def _data_section(doc: dict[str, Any]) -> str:
+    """What was trained on what: the model card, then the data manifest (the page's last table)."""
     data = doc["data"]
     counts = data.get("counts", {})
     mats = data.get("materials", {})
@@ -119,12 +83,12 @@ def _data_section(doc: dict[str, Any]) -> str:
         "<h2>What was trained on what</h2>",
         f"<p>Model: <code>{_e(doc['model_dir'])}</code>. Evaluated split: <b>{_e(data['evaluated_split'])}</b> "
         f"({_split_note(data['evaluated_split'])}).</p>",
+        "<h3>Model card</h3>",
+        _card_table(card) if card else "<p>No model card found.</p>",
         "<h3>Data manifest</h3>",
         _table(["split", "samples", "materials (ids explained under Materials)"], rows, left=3),
         f"<p class='note'>stores: {_e(', '.join(data.get('stores', [])))}; physics config hash "
         f"{_e(data.get('config_hash'))}; arrays per sample: {_e(arrays or '–')}</p>",
-        "<h3>Model card</h3>",
-        _card_table(card) if card else "<p>No model card found.</p>",
     ])
 
 
@@ -158,41 +122,6 @@ def _split_note(split: str) -> str:
     return "the training materials themselves: this is not a held-out figure"
 
 
-def _versus_section(doc: dict[str, Any]) -> str:
-    versus = doc.get("network_vs_icom", {}).get("potential")
-    if not versus:
-        return "<h2>Network vs iCoM</h2><p>iCoM was not computed (it estimates the potential only).</p>"
-    o = versus["overall"]
-    rate = "–" if o["win_rate"] is None else f"{100 * o['win_rate']:.0f}%"
-    parts = ["<h2>Where the network beats iCoM, and where it does not</h2>",
-             f"<p>Overall the network has the lower relative L2 error on {o['network_wins']} of {o['n']} samples "
-             f"({rate}). iCoM assumes a thin, weak-phase specimen; thick and heavy crystals (channelling, dynamical "
-             "scattering) break that assumption, so iCoM is expected to fall behind there.</p>"]
-    groups = [(name, g) for key in ("z_class", "thickness_class") for name, g in versus.get(key, {}).items()
-              if g["win_rate"] is not None]
-    better = [f"{name} (network wins {100 * g['win_rate']:.0f}%)" for name, g in groups if g["win_rate"] >= 0.5]
-    worse = [f"{name} (network wins {100 * g['win_rate']:.0f}%)" for name, g in groups if g["win_rate"] < 0.5]
-    parts.append(f"<p>{_majority_sentence('The network', better)} {_majority_sentence('iCoM', worse)}</p>")
-    for key, title in (("z_class", "element content"), ("thickness_class", "thickness")):
-        if len(versus.get(key, {})) == 1:
-            parts.append(_one_group(title, *next(iter(versus[key].items())), "the overall figure above"))
-            continue
-        rows = [[_e(name), _num(s["n"]), _num(s["network_wins"]),
-                 "–" if s["win_rate"] is None else f"{100 * s['win_rate']:.0f}%", _num(s["mean_rel_l2_gap"])]
-                for name, s in versus.get(key, {}).items()]
-        parts.append(f"<h3>By {title}</h3>")
-        parts.append(_table([title, "samples", "network wins", "win rate",
-                             "mean rel L2 (iCoM − network)"], rows))
-    return "\n".join(parts)
-
-
-def _majority_sentence(who: str, classes: list[str]) -> str:
-    """Who is better on most samples of which element / thickness classes, said plainly when none."""
-    if not classes:
-        return f"{who} is better on most samples of no element or thickness class."
-    return f"{who} is better on most samples of: <b>{_e('; '.join(classes))}</b>."
-
-
 def _breakdown_section(doc: dict[str, Any], target: str) -> str:
     """One table per grouping; a grouping with a single group is one sentence (a one-row table, or a
     one-bin breakdown, says nothing the headline does not)."""
@@ -200,7 +129,7 @@ def _breakdown_section(doc: dict[str, Any], target: str) -> str:
     for key, title in BREAKDOWN_KEYS.items():
         table = doc["breakdowns"][target].get(key, {})
         if len(table) == 1:
-            parts.append(_one_group(title, *next(iter(table.items())), "the headline table above"))
+            parts.append(one_group(title, *next(iter(table.items())), "the headline table above"))
             continue
         methods = [m for m in names() if any(m in g for g in table.values())]
         extra = ["formula", "prototype"] if key == "material_id" else []
@@ -211,12 +140,6 @@ def _breakdown_section(doc: dict[str, Any], target: str) -> str:
                 for name, g in table.items()]
         parts.append(f"<h3>By {title}</h3>" + _table(header, rows, left=1 + len(extra)))
     return "\n".join(parts)
-
-
-def _one_group(title: str, name: str, group: dict[str, Any], where: str) -> str:
-    """A grouping with a single group, in words: a one-row table would repeat ``where``."""
-    return (f"<p><b>By {_e(title)}</b>: all {_num(group['n'])} samples share one value, {_e(name)}; "
-            f"{where} is its breakdown.</p>")
 
 
 def _material_cells(doc: dict[str, Any], material: str, extra: list[str]) -> list[str]:
@@ -277,26 +200,23 @@ def _learning_caption(doc: dict[str, Any]) -> str:
 
 
 def render(doc: dict[str, Any]) -> str:
-    """The report as one HTML string."""
+    """The report as one HTML string: what a reader needs first (`report_top`) above every table."""
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>namsa evaluation</title>"
              f"<style>{_STYLE}</style></head><body>",
              "<h1>Reconstruction evaluation</h1>",
              f"<p class='note'>written {_e(doc['created'])}; {len(doc['samples'])} samples of the "
              f"'{_e(doc['data']['evaluated_split'])}' split; targets {_e(', '.join(doc['targets']))}.</p>"]
+    parts += [top_section(doc, t) for t in doc["targets"]]
+    parts += [views_section(doc, t) for t in doc["targets"]]
+    parts += [dose_section(doc), _compute_times(doc), versus_section(doc)]
     for t in doc["targets"]:
-        parts.append(views_section(doc, t, _verdicts(doc, t)))
-    parts.append(dose_section(doc))
-    parts.append(_compute_times(doc))
-    parts.append(_versus_section(doc))
-    parts.append(_data_section(doc))
+        parts += [_breakdown_section(doc, t), _figures_section(doc, t), worst_section(doc, t)]
     parts.append(materials_section(doc))
     if "learning_curves" in doc["figures"]:
         parts.append("<h2>Training</h2>" + _figure(doc, "learning_curves", _learning_caption(doc)))
-    for t in doc["targets"]:
-        parts += [_breakdown_section(doc, t), _figures_section(doc, t), worst_section(doc, t)]
     parts.append(_conventions(doc))
-    for t in doc["targets"]:
-        parts.append(samples_section(doc, t))
+    parts += [samples_section(doc, t) for t in doc["targets"]]
+    parts.append(_data_section(doc))
     parts.append("</body></html>")
     return "\n".join(p for p in parts if p)
 

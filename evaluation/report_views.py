@@ -1,13 +1,14 @@
 """The report's score tables, one per view (`evaluation.views`): the field's rule first (the headline,
-best method in bold, what the verdict is decided on), the network's level error, then the structure
-view and the legacy rule, neither with a "best": their figures take numbers from the truth."""
+best method in bold, what the verdict is decided on), the network's level error and the headline per
+element class, then the structure view and the legacy rule, neither with a "best": their figures take
+numbers from the truth."""
 from __future__ import annotations
 
 from typing import Any
 
 from .html_parts import ci, esc, num, table
 from .methods import NETWORK, baselines, method, names
-from .verdict import HEADLINE_METRICS
+from .verdict import HEADLINE_METRICS, study_reference
 from .views import FIELD, HEADLINE, LEGACY, LEVEL, STRUCTURE, VIEW_TITLES
 
 METRIC_NAMES = {"rel_l2": "relative L2 ↓",
@@ -15,6 +16,9 @@ METRIC_NAMES = {"rel_l2": "relative L2 ↓",
                 "rel_l2_contrast": "… from its contrast ↓", "psnr_db": "PSNR (dB) ↑", "ssim": "SSIM ↑",
                 "pearson_r": "Pearson r ↑", "mean_error_A": "column position error (Å) ↓",
                 "recall": "columns found ↑", "scale": "fitted scale (1: already in the truth's units)"}
+#: rows whose figures take a number from the truth (a fitted baseline's level error is ~0 because its
+#: offset was fitted to the truth; the scale is that fit): never marked best, whatever the view.
+FROM_TRUTH = frozenset({"rel_l2_level", "scale"})
 
 #: what each view's table says under it.
 VIEW_NOTES: dict[str, str] = {
@@ -22,7 +26,7 @@ VIEW_NOTES: dict[str, str] = {
             "sampling, ptychography's phase over the interaction constant), with only its mean replaced by the "
             "truth's: a uniform phase changes no diffraction intensity, so no method can read a map's mean from the "
             "data, and the field compares reconstructions after removing it. Nothing else is taken from the truth. "
-            "<b>The verdicts below are decided on this table</b> ({used}). Column position error and columns found "
+            "<b>The verdicts at the top of the page are decided on this table</b> ({used}). Column position error and columns found "
             "are shown, not used."),
     STRUCTURE: ("One least-squares scale (≥ 0) and offset fitted to the truth per sample for every method, the "
                 "network included: structure only, two numbers from the truth, which no microscopist has. "
@@ -35,10 +39,12 @@ VIEW_NOTES: dict[str, str] = {
 }
 
 
-def views_section(doc: dict[str, Any], target: str, verdicts_html: str) -> str:
-    """The field's table, the network's level error and ``verdicts_html``, then the other views'."""
+def views_section(doc: dict[str, Any], target: str) -> str:
+    """The field's table, the network's level error, where the full study stands (`verdict.study_reference`)
+    and the field's table per element class, then the other views'."""
+    study = study_reference(target)
     parts = [f"<h2>Headline: {esc(target)}, {esc(VIEW_TITLES[HEADLINE])}</h2>", view_table(doc, target, HEADLINE),
-             level_line(doc, target), verdicts_html]
+             level_line(doc, target), f"<p class='note'>{esc(study)}</p>" if study else "", class_table(doc, target)]
     for view in (STRUCTURE, LEGACY):
         parts.append(f"<h3>{esc(target)}: {esc(VIEW_TITLES[view])}; not used by the verdict</h3>"
                      + view_table(doc, target, view))
@@ -78,10 +84,25 @@ def level_line(doc: dict[str, Any], target: str) -> str:
             "the network's own figure, with no verdict and nothing to be best against.</p>")
 
 
+def class_table(doc: dict[str, Any], target: str) -> str:
+    """Relative L2 [interval over materials] of every method in each element class (headline view): the
+    numbers of the per-class verdicts and of the error chart at the top."""
+    classes = (doc.get("class_aggregates") or {}).get(target) or {}
+    if not classes:
+        return ""
+    methods = [m for m in names() if any(m in agg for agg in classes.values())]
+    rows = [[esc(name), num(agg[NETWORK][HEADLINE]["rel_l2"]["n"]), num(agg[NETWORK][HEADLINE]["rel_l2"].get("n_groups"))]
+            + [ci(agg[m][HEADLINE]["rel_l2"]) if m in agg else "–" for m in methods]
+            for name, agg in classes.items()]
+    return (f"<h3>{esc(target)}: {esc(VIEW_TITLES[HEADLINE])}, per element class</h3>"
+            + table(["element class", "samples", "materials"] + [f"{method(m).label}<br>rel L2" for m in methods],
+                    rows, left=1))
+
+
 def _best(agg: dict[str, Any], methods: list[str], metric: str) -> str | None:
     """The method with the best headline-view mean on ``metric`` (None when none has a value or the
     metric has no better direction)."""
-    if not ("↑" in METRIC_NAMES[metric] or "↓" in METRIC_NAMES[metric]):
+    if metric in FROM_TRUTH or not ("↑" in METRIC_NAMES[metric] or "↓" in METRIC_NAMES[metric]):
         return None
     known = {m: v for m in methods if (v := agg[m][HEADLINE].get(metric, {}).get("value")) is not None}
     if not known:

@@ -19,10 +19,10 @@ from .config import EvaluationConfig
 from .methods import MEAN, NETWORK, REGISTRY, Method, Subset, per_sample
 from .views import FIELD, LEGACY, LEVEL, STRUCTURE, field_map, level_error, view_maps
 
-#: element classes of the breakdown by atomic number (heaviest element of the sample).
-Z_CLASSES: tuple[tuple[str, int], ...] = (("light (Z<=14)", 14), ("medium (15<=Z<=36)", 36), ("heavy (Z>=37)", 999))
-#: the two element classes the verdict is given for (as well as overall): light where iCoM's weak-phase
-#: picture holds best, heavy the rest. A sample whose elements are unknown is in neither.
+#: the element classes, the one classification of samples by their elements that the verdict, the
+#: breakdowns, the comparison with iCoM, the figures and the report all use: light where iCoM's weak-phase
+#: picture holds best (every element Z <= 14), heavy the rest. A sample whose elements are unknown is in
+#: neither ("unknown"). Finer detail is the heaviest element itself (``heaviest_element``, ``max_Z``).
 LIGHT_CLASS = "light (every element Z <= 14)"
 HEAVY_CLASS = "heavy (an element with Z > 14)"
 ELEMENT_CLASSES: tuple[str, str] = (LIGHT_CLASS, HEAVY_CLASS)
@@ -186,7 +186,6 @@ def _sample_facts(meta: dict, thickness_bins: Sequence[float]) -> dict[str, Any]
         "thickness_A": thickness,
         "heaviest_element": heaviest,
         "max_Z": int(max_z),
-        "z_class": next(name for name, top in Z_CLASSES if max_z <= top),
         "element_class": _element_class(list(zs.values())),
         "thickness_class": _thickness_class(thickness, thickness_bins),
     }

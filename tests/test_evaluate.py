@@ -59,7 +59,7 @@ def test_report_names_baselines_and_links_figures(evaluated):
     html = result.report_html.read_text()
     assert "no class" not in html
     for text in ("mean training target", "iCoM", "least-squares", "network", "Worst cases", "is better on most",
-                 "By material", "By zone axis", "element content", "Model card", "Data manifest"):
+                 "By material", "By zone axis", "element class", "Model card", "Data manifest"):
         assert text in html, text
     for rel in doc["figures"].values():
         assert f"srcset='{rel} 2x'" in html
@@ -122,7 +122,7 @@ def test_breakdowns_and_network_vs_icom(evaluated):
     _, doc = evaluated
     by_material = doc["breakdowns"]["potential"]["material_id"]
     assert sum(g["n"] for g in by_material.values()) == len(doc["samples"])
-    assert set(doc["breakdowns"]["potential"]) == {"material_id", "zone_axis", "z_class", "heaviest_element",
+    assert set(doc["breakdowns"]["potential"]) == {"material_id", "zone_axis", "element_class", "heaviest_element",
                                                    "thickness_class"}
     versus = doc["network_vs_icom"]["potential"]["overall"]
     wins = sum(1 for r in doc["samples"] if r["metrics"]["potential"]["network"][FIELD]["rel_l2"]
@@ -287,15 +287,17 @@ def test_verdicts_are_the_verdict_rule_applied_to_the_aggregates(evaluated):
 
 
 def test_report_says_plainly_when_no_class_favours_the_network():
-    from evaluation.report import _versus_section
+    from evaluation.report_versus import versus_section
+    from evaluation.scoring import LIGHT_CLASS
 
     group = {"n": 2, "network_wins": 0, "win_rate": 0.0, "mean_rel_l2_gap": 0.1}
-    doc = {"network_vs_icom": {"potential": {"overall": group, "z_class": {"light (Z<=14)": group},
+    doc = {"network_vs_icom": {"potential": {"overall": group, "element_class": {LIGHT_CLASS: group},
                                              "thickness_class": {"0-50 A": group}}}}
-    html = _versus_section(doc)
+    html = versus_section(doc)
     assert "no class" not in html
     assert "The network is better on most samples of no element or thickness class." in html
-    assert "iCoM is better on most samples of: <b>light (Z&lt;=14) (network wins 0%); 0-50 A" in html
+    assert (f"iCoM is as good or better on most samples of: <b>{html_escape(LIGHT_CLASS)}, network better on 0 of 2 "
+            "samples (0%); 0-50 A, network better on 0 of 2 samples (0%)</b>.") in html
 
 
 def test_worst_cases_already_drawn_are_not_drawn_twice(tiny_trained_model, tiny_data_dir, tmp_path):  # noqa: F811
@@ -355,7 +357,7 @@ def panel(evaluated, tiny_trained_model, tiny_data_dir):  # noqa: F811
     import models
     import stage
     from evaluation.baselines import mean_training_targets
-    from evaluation.figures import sample_panel_figure
+    from evaluation.map_figures import sample_panel_figure
     from evaluation.scoring import recompute
 
     _, doc = evaluated
@@ -369,7 +371,7 @@ def panel(evaluated, tiny_trained_model, tiny_data_dir):  # noqa: F811
 
 def test_sample_panel_is_legible_at_its_shown_size(panel):
     """Fonts >= 9 pt and no wider than the report's column, so the browser never scales it down."""
-    from evaluation.figures import MAX_WIDTH_IN, MIN_FONT_PT
+    from evaluation.map_figures import MAX_WIDTH_IN, MIN_FONT_PT
 
     fig, _ = panel
     assert fig.get_figwidth() <= MAX_WIDTH_IN + 1e-9
@@ -396,12 +398,18 @@ def test_sample_panel_has_units_on_colour_bars_and_scale_bars(panel):
 def test_every_evaluation_figure_is_legible(evaluated, tiny_trained_model):
     """The other figures: fonts >= 9 pt, width inside the column."""
     from evaluation import figures as F
+    from evaluation.map_figures import MAX_WIDTH_IN, MIN_FONT_PT, bar_length
 
     _, doc = evaluated
     fig = F.learning_curves_figure(tiny_trained_model.metrics_csv)
-    assert fig.get_figwidth() <= F.MAX_WIDTH_IN
-    assert min(t.get_fontsize() for t in _drawn_texts(fig)) >= F.MIN_FONT_PT
-    assert F.bar_length(16.0) == 5 and F.bar_length(30.0) == 10 and F.bar_length(0.0) == 0
+    assert fig.get_figwidth() <= MAX_WIDTH_IN
+    assert min(t.get_fontsize() for t in _drawn_texts(fig)) >= MIN_FONT_PT
+    assert bar_length(16.0) == 5 and bar_length(30.0) == 10 and bar_length(0.0) == 0
+    for fig in (F.error_histograms_figure(doc["samples"], "potential"),
+                F.class_chart_figure(F.class_intervals(doc["samples"], "potential",
+                                                       EvaluationConfig.model_validate(doc["config"])), "potential")):
+        assert fig.get_figwidth() <= MAX_WIDTH_IN
+        assert min(t.get_fontsize() for t in _drawn_texts(fig)) >= MIN_FONT_PT
 
 
 def test_constant_learning_rate_gets_words_not_a_panel(tiny_trained_model, tmp_path):
@@ -503,7 +511,7 @@ def test_only_the_headline_table_marks_a_best_method(evaluated):
     headline = html.split("Headline: potential")[1].split("<h3>")[0]
     best = max(agg, key=lambda m: agg[m][FIELD]["ssim"]["value"])
     assert f"<b>{agg[best][FIELD]['ssim']['value']:.4g}" in headline
-    assert "The verdicts below are decided on this table" in headline
+    assert "The verdicts at the top of the page are decided on this table" in headline
     for title in ("potential: structure only", "potential: legacy rule"):
         section = html.split(title)[1].split("</table>")[0]
         assert "<b>2</b>" not in section and "<td><b>" not in section
@@ -529,7 +537,7 @@ def test_one_value_panels_and_breakdowns_become_words(evaluated, tmp_path):
     html = render(doc)
     assert "No ssim histogram: one value per method" in html and "every sample has thickness 40 Å" in html
     versus = html.split("<h2>Where the network beats iCoM")[1].split("<h2>")[0]
-    for key, title in (("z_class", "element content"), ("thickness_class", "thickness")):
+    for key, title in (("element_class", "element class"), ("thickness_class", "thickness")):
         one = len(doc["network_vs_icom"]["potential"][key]) == 1
         assert (f"<h3>By {title}</h3>" in versus) != one and (f"<b>By {title}</b>: all" in versus) == one, key
     html = html.split("<h2>Breakdowns")[1].split("<h2>")[0]

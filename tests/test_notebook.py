@@ -1,6 +1,7 @@
 """notebooks/reconstruct.ipynb runs end to end (nbclient) against a tiny trained reconstructor."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -16,11 +17,28 @@ NotebookClient = pytest.importorskip("nbclient", reason="the notebook test needs
 from _models_fixture import tiny_trained_model  # noqa: F401  (session fixture)
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "reconstruct.ipynb"
+#: run after the notebook in the same kernel: what its figures (``cbed_fig``, ``map_figs``) show, as JSON
+INSPECT = """
+import json as _json
+import numpy as _np
+
+def _facts(fig):
+    axes = [ax for ax in fig.axes if not hasattr(ax, "_colorbar")]
+    images = [im for ax in axes for im in ax.get_images()]
+    return {"x": [ax.get_xlabel() for ax in axes], "y": [ax.get_ylabel() for ax in axes],
+            "colorbars": [ax.get_ylabel() for ax in fig.axes if hasattr(ax, "_colorbar")],
+            "bars": [t.get_text() for ax in axes for a in ax.artists for t in a.findobj(lambda o: hasattr(o, "get_text"))],
+            "unclipped": all(im.get_clim()[0] <= _np.nanmin(im.get_array()) and
+                             _np.nanmax(im.get_array()) <= im.get_clim()[1] for im in images)}
+
+print("FIGURES " + _json.dumps({"cbed": _facts(cbed_fig), **{name: _facts(f) for name, f in map_figs.items()}}))
+"""
 
 
 def _run_notebook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> nbformat.NotebookNode:
     nb = nbformat.read(NOTEBOOK, as_version=4)
     assert "parameters" in nb.cells[1].metadata.get("tags", [])
+    nb.cells.append(nbformat.v4.new_code_cell(INSPECT))
     # The kernel inherits the environment: that is how the parameters cell gets its values.
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -36,7 +54,23 @@ def _check_outputs(nb: nbformat.NotebookNode) -> str:
     assert "network" in text and "iCoM" in text and "rel_l2" in text and "mean_error_A" in text
     images = [out for cell in nb.cells for out in cell.get("outputs", []) if "image/png" in out.get("data", {})]
     assert len(images) >= 2   # CBED patterns; truth / prediction / iCoM / error
+    _check_figures(json.loads(text.split("FIGURES ", 1)[1].splitlines()[0]))
     return text
+
+
+def _check_figures(figures: dict) -> None:
+    """The patterns on mrad axes, every map on Angstrom axes with a scale bar, colour bars that name their
+    unit, and no map clipped by its colour range."""
+    cbed = figures.pop("cbed")
+    assert cbed["x"] and all(label == "kx (mrad)" for label in cbed["x"]) and "ky (mrad)" in cbed["y"], cbed
+    assert any(text.endswith(" mrad") for text in cbed["bars"]) and cbed["colorbars"], cbed
+    assert figures, "no map figure"
+    for target, facts in figures.items():
+        unit = {"potential": "V·Å", "density": "e/Å²"}[target]
+        assert facts["x"] and all(label == "x (Å)" for label in facts["x"]) and "y (Å)" in facts["y"], facts
+        assert any(text.endswith(" Å") for text in facts["bars"]), facts
+        assert f"({unit})" in facts["colorbars"][0] and facts["colorbars"][-1] == f"error ({unit})", facts
+        assert facts["unclipped"], facts
 
 
 def test_reconstruct_notebook_runs_on_a_stored_test_sample(tiny_trained_model, tiny_data_dir, tmp_path,  # noqa: F811
