@@ -79,6 +79,8 @@ class ArchitectureSpec(BaseModel):
     stem_kernel: Annotated[int, Field(ge=0, le=31)] = 0
     physics_inputs: Annotated[list[Literal["com_y", "com_x", "icom"]], Field(max_length=3)] = []
     icom_residual: Annotated[int, Field(ge=-1, le=1)] = -1
+    # cards written before padding_mode existed: their weights were trained with zeros padding
+    padding_mode: Literal["zeros", "circular"] = "zeros"
 
     @model_validator(mode="after")
     def _consistent(self) -> "ArchitectureSpec":
@@ -187,6 +189,34 @@ class DataInfo(BaseModel):
     input_shape: Annotated[list[Annotated[int, Field(ge=1)]], Field(max_length=4)] | None = None
 
 
+StatisticName = Literal["defocus_A", "scattered_fraction", "high_angle_loss", "dose_e_per_A2"]
+
+
+class StatisticRange(BaseModel):
+    """One statistic's (low, high) over ``samples`` training stacks, in ``unit`` (`stage.scan_statistics.UNITS`)."""
+
+    model_config = _STRICT
+
+    low: float
+    high: float
+    samples: Annotated[int, Field(ge=1)]
+    unit: Annotated[str, Field(max_length=128)]
+
+
+class TrainingStatistics(BaseModel):
+    """``training_statistics``: the ranges of the input's cheap statistics (`stage.scan_statistics`, of
+    estimator ``version``) over the training split, and its probe steps (Angstrom) and semi-angle (mrad)."""
+
+    model_config = _STRICT
+
+    version: Annotated[int, Field(ge=1)]
+    split: Annotated[str, Field(max_length=16)]
+    samples: Annotated[int, Field(ge=1)]
+    ranges: dict[StatisticName, StatisticRange]
+    step_A: Annotated[list[Annotated[float, Field(gt=0, le=1e4)]], Field(min_length=2, max_length=2)]
+    semiangle_mrad: Annotated[float, Field(gt=0, le=1_000)]
+
+
 class Provenance(BaseModel):
     """``trained_on`` / ``held_out_evaluation`` of a published card (read by the verdict)."""
 
@@ -224,6 +254,7 @@ class ModelCard(BaseModel):
     expects_input: ExpectsInput | None = None
     trained_on: Provenance | None = None
     held_out_evaluation: Provenance | None = None
+    training_statistics: TrainingStatistics | None = None   # models.card_writer, over the training split
     simulation_config: dict[str, Any] | None = None   # a published card: the physics it was trained at ...
     data_config: dict[str, Any] | None = None         # ... and how its samples were stored
     check_samples: Annotated[list[dict[str, Any]], Field(max_length=64)] | None = None   # workflow.pretrained
@@ -385,6 +416,7 @@ def inside(base: str | Path, relpath: str | Path, what: str = "path") -> Path:
     return target
 
 
-__all__ = ["ModelCard", "ModelDirError", "ArchitectureSpec", "NormalizerSpec", "ExpectsInput", "validate_card",
-           "read_card_file", "parse_json_bytes", "inside", "open_regular", "CARD_FILE", "MODEL_FILE", "MAX_CARD_BYTES"]
+__all__ = ["ModelCard", "ModelDirError", "ArchitectureSpec", "NormalizerSpec", "ExpectsInput", "TrainingStatistics",
+           "validate_card", "read_card_file", "parse_json_bytes", "inside", "open_regular", "CARD_FILE", "MODEL_FILE",
+           "MAX_CARD_BYTES"]
 

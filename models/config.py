@@ -75,6 +75,12 @@ class Architecture:
                       gain * icom`` (``gain`` learned, started at the ratio of the plane's and the
                       target's standardisations), so the network starts from the classical answer
                       and learns where and how much to correct it (channelling, noise); -1 = off.
+    padding_mode:     what every spatial conv (R x R dense layers, a stem kernel > 1, a transposed
+                      conv with tu_kernel > tu_stride) sees beyond the image edge: ``zeros``, or
+                      ``circular``: the opposite edge. Circular suits the scan layout, whose image
+                      axes are the probe positions over exactly one period of the specimen; then a
+                      periodic shift of the scan by a multiple of `size_multiple` shifts the maps.
+                      Cards written before this key existed get ``zeros`` (their weights were).
     """
 
     in_channels: int
@@ -101,6 +107,7 @@ class Architecture:
     stem_kernel: int = 0
     physics_inputs: tuple[str, ...] = ()
     icom_residual: int = -1
+    padding_mode: str = "zeros"
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -113,7 +120,8 @@ class Architecture:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Architecture":
         """The inverse of `to_dict` (a model card's ``architecture``); cards written before the
-        scan layout existed lack its three keys and get the patterns layout."""
+        scan layout existed lack its three keys and get the patterns layout, and cards written
+        before ``padding_mode`` existed get zeros padding (the dataclass defaults)."""
         data = dict(data)
         for key in ("layers_per_block", "td_channels", "scan_shape", "physics_inputs"):
             if data.get(key) is not None:
@@ -194,13 +202,15 @@ PRESETS: dict[str, dict[str, Any]] = {
                  dense_bn=False, td_bn=True, bn_affine=True, pool="avg", tu_kernel=1, tu_stride=2,
                  dropout=0.0, head_input="all"),
     # The scan-space layout (see Architecture.input_layout): 16 x 16 binned patterns as channels
-    # over a 32 x 32 scan, a 1 x 1 stem (a learned reduction of each pattern), two pooling levels;
+    # over a 32 x 32 scan, a 1 x 1 stem (a learned reduction of each pattern), two pooling levels,
+    # circular padding (the scan covers one period of the specimen);
     # 0.17 M parameters, 0.13 GFLOP forward per sample: a model a CPU trains on
     # thousands of samples in an hour (the study and the quickstart: docs/evaluation.md).
     "scan": dict(in_channels=1024, init_channels=32, init_bias=True, growth_rate=12, kernel_size=3,
                  levels=2, layers_per_block=(2, 3, 4, 3, 2), td_channels=None, skip=True,
                  dense_bn=False, td_bn=True, bn_affine=True, pool="avg", tu_kernel=1, tu_stride=2,
-                 dropout=0.0, head_input="all", input_layout="scan", pattern_bins=16, stem_kernel=1),
+                 dropout=0.0, head_input="all", input_layout="scan", pattern_bins=16, stem_kernel=1,
+                 padding_mode="circular"),
 }
 
 
@@ -240,6 +250,7 @@ class ModelConfig(BaseModel):
     # the potential starts from the iCoM input plane and the network learns its correction
     # (Architecture.icom_residual); needs "icom" in physics_inputs and "potential" in targets
     icom_residual: bool | None = None   # None (like false): off
+    padding_mode: Literal["zeros", "circular"] | None = None
 
     @field_validator("targets")
     @classmethod

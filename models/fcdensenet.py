@@ -16,6 +16,10 @@ sizes from `Architecture`):
 
 Dense layer = [BN] -> ReLU -> conv R x R (no bias) -> dropout; its k new maps are concatenated
 onto its input. Transition down = [BN] -> ReLU -> 1x1 conv (no bias) -> dropout -> pool.
+
+Every spatial conv pads with ``arch.padding_mode``: zeros, or circular (the scan layout's default:
+its image axes are the probe positions over one period of the specimen, so the neighbour of the
+last position is the first). `edge_reach` is how far into the map that padding is seen.
 """
 from __future__ import annotations
 
@@ -36,11 +40,17 @@ class DenseLayer(nn.Sequential):
     def __init__(self, in_channels: int, arch: Architecture, relu_inplace: bool):
         layers: list[nn.Module] = [nn.BatchNorm2d(in_channels, affine=arch.bn_affine)] if arch.dense_bn else []
         layers += [nn.ReLU(inplace=relu_inplace or arch.dense_bn),
-                   nn.Conv2d(in_channels, arch.growth_rate, arch.kernel_size, padding=arch.kernel_size // 2,
-                             bias=False)]
+                   same_conv(in_channels, arch.growth_rate, arch.kernel_size, arch.padding_mode, bias=False)]
         if arch.dropout > 0:
             layers.append(nn.Dropout(arch.dropout))
         super().__init__(*layers)
+
+
+def same_conv(in_channels: int, out_channels: int, kernel: int, padding_mode: str, bias: bool) -> nn.Conv2d:
+    """A conv of odd ``kernel`` that keeps the size, padding with ``padding_mode`` (a 1 x 1 conv pads
+    nothing, so it takes torch's plain path)."""
+    return nn.Conv2d(in_channels, out_channels, kernel, padding=kernel // 2, bias=bias,
+                     padding_mode=padding_mode if kernel > 1 else "zeros")
 
 
 class DenseBlock(nn.Module):
@@ -93,14 +103,40 @@ class TransitionDown(nn.Sequential):
 
 
 class TransitionUp(nn.ConvTranspose2d):
-    """Transposed conv (no bias) that multiplies the size by exactly ``tu_stride``."""
+    """Transposed conv (no bias) that multiplies the size by exactly ``tu_stride``.
+
+    With tu_kernel > tu_stride an input pixel's kernel footprint crosses the output's edge; torch's
+    transposed conv drops that part (zeros padding only), so with circular padding the full
+    output is computed and the overhang is added back at the opposite edge (`_fold`).
+    """
 
     def __init__(self, channels: int, arch: Architecture):
         k, s = arch.tu_kernel, arch.tu_stride
-        padding = max(0, -(-(k - s) // 2))
+        padding = _tu_padding(k, s)
         output_padding = s - k + 2 * padding  # out = (H - 1) s - 2 p + k + op = s H
         super().__init__(channels, channels, k, stride=s, padding=padding, output_padding=output_padding,
                          bias=False)
+        self.circular = arch.padding_mode == "circular" and k > s
+
+    def forward(self, x: Tensor, output_size: list[int] | None = None) -> Tensor:
+        if not self.circular:
+            return super().forward(x, output_size)
+        full = nn.functional.conv_transpose2d(x, self.weight, stride=self.stride)  # (H - 1) s + k per axis
+        p, s = self.padding[0], self.stride[0]
+        return _fold(_fold(full, 2, s * x.shape[2], p), 3, s * x.shape[3], p)
+
+
+def _tu_padding(kernel: int, stride: int) -> int:
+    """The transposed conv's padding: half the kernel's excess over the stride, rounded up."""
+    return max(0, -(-(kernel - stride) // 2))
+
+
+def _fold(full: Tensor, dim: int, size: int, offset: int) -> Tensor:
+    """Periodic sum along ``dim``: element f of ``full`` lands at (f - offset) mod ``size``."""
+    extra = -full.shape[dim] % size
+    pad = [0, 0] * (full.ndim - 1 - dim) + [0, extra]
+    folded = nn.functional.pad(full, pad).unflatten(dim, (-1, size)).sum(dim)
+    return folded.roll(-offset, dims=dim)
 
 
 class ScanSpaceInput(nn.Module):
@@ -169,8 +205,8 @@ class FCDenseNet(nn.Module):
         k = arch.kernel_size
         self.layout = (ScanSpaceInput(arch.scan_shape, arch.pattern_bins, len(arch.physics_inputs))
                        if arch.input_layout == "scan" else None)
-        ks = arch.stem_kernel or k
-        self.stem = nn.Conv2d(arch.stem_channels, arch.init_channels, ks, padding=ks // 2, bias=arch.init_bias)
+        self.stem = same_conv(arch.stem_channels, arch.init_channels, arch.stem_kernel or k, arch.padding_mode,
+                              bias=arch.init_bias)
         enc_layers = arch.layers_per_block[:arch.levels]
         dec_layers = arch.layers_per_block[arch.levels + 1:]
         self.down_blocks, self.transitions_down = nn.ModuleList(), nn.ModuleList()
@@ -252,6 +288,43 @@ class FCDenseNet(nn.Module):
             named.append(("icom_residual", self.icom_residual))
         out = [(name, [p for p in module.parameters()]) for name, module in named]
         return [(name, params) for name, params in out if params]
+
+
+def edge_reach(arch: Architecture) -> int:
+    """How far the padding reaches into the output map, in output pixels (scan positions in the scan
+    layout): the receptive-field half-width of an output pixel, the largest over the tu_stride^levels
+    alignments of a pixel to the pooling grid. Pixels at least this far from every edge (index >=
+    reach and <= size - 1 - reach along each axis) see no padding: they do not depend on the
+    padding mode, nor on what lies beyond the input's edge."""
+    stem = (arch.stem_kernel or arch.kernel_size) // 2
+    reach = 0
+    for x in range(arch.size_multiple):
+        lo, hi = _span_into_block(arch, arch.levels, x, x, head=True)
+        reach = max(reach, x - lo + stem, hi + stem - x)
+    return reach
+
+
+def _span_into_block(arch: Architecture, level: int, lo: int, hi: int, head: bool = False) -> tuple[int, int]:
+    """The span of encoder block ``level``'s input (the stem's output at level 0, in level-``level``
+    pixels) that the pixels [lo, hi] of the decoder's concatenated input at ``level`` depend on (of
+    the bottleneck's input at ``level`` = levels: the same tensor). ``head``: [lo, hi] are output
+    pixels instead (the head's 1 x 1 conv reads the last block)."""
+    r, s, levels = arch.kernel_size // 2, arch.tu_stride, arch.levels
+    if head:  # output pixels -> the last block's input at level 0 (the bottleneck when levels = 0)
+        n = arch.layers_per_block[-1]
+        lo, hi, level = lo - n * r, hi + n * r, 0
+    if level == levels:
+        return lo, hi
+    k, p = arch.tu_kernel, _tu_padding(arch.tu_kernel, s)
+    # transposed conv: output j = s i - p + m (0 <= m < k) reads input i; then the block below it
+    n_below = arch.layers_per_block[levels + (levels - 1 - level)]
+    ulo, uhi = -(-(lo + p - k + 1) // s) - n_below * r, (hi + p) // s + n_below * r
+    ulo, uhi = _span_into_block(arch, level + 1, ulo, uhi)
+    plo, phi = ulo * s, uhi * s + s - 1  # the pool of the transition down at this level
+    if arch.skip:
+        plo, phi = min(plo, lo), max(phi, hi)
+    n_enc = arch.layers_per_block[level]
+    return plo - n_enc * r, phi + n_enc * r
 
 
 def build_model(cfg: ModelConfig | Architecture | None = None) -> FCDenseNet:

@@ -14,10 +14,12 @@ from __future__ import annotations
 import os
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
+
+from namsa.ptychography.refine import RefineSettings, missing_meta
 
 from . import checkpoint as ckpt
 from .card import CARD_FILE, ModelCard, ModelDirError, inside, read_card_file
@@ -46,6 +48,8 @@ class Reconstructor:
         self.targets: list[str] = list(card.targets)
         #: what the last `predict` measured of its input against the card (models.scan_fit.card_checks)
         self.last_report: dict[str, Any] = {}
+        #: what the last `predict(..., refine=...)` did per stack (`namsa.ptychography.refine.RefineResult`)
+        self.last_refinement: list[Any] = []
         self._warned: set[str] = set()  # each kind of finding is warned once per reconstructor
 
     @property
@@ -62,12 +66,21 @@ class Reconstructor:
         return self.model.arch.in_channels
 
     @torch.no_grad()
-    def predict(self, cbed: Any, calibration: Any = None) -> np.ndarray:
+    def predict(self, cbed: Any, calibration: Any = None, refine: bool | RefineSettings = False,
+                refine_meta: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None) -> np.ndarray:
         """Targets in physical units, numpy float32: (C, T, T) for one stack, (B, C, T, T) for a batch.
 
-        ``calibration`` matters only to a model with physics inputs (``rec.model.arch.physics_inputs``):
-        a `namsa.icom.ScanCalibration` (or its dict; `namsa.icom.calibration_from_meta(sample.meta)`)
-        for every stack, a list of one per stack, or None for the training set's typical one."""
+        ``calibration``: a `namsa.icom.ScanCalibration` (or its dict; `namsa.icom.calibration_from_meta(sample.meta)`)
+        for every stack, a list of one per stack, or None for the training set's typical one. A model with
+        physics inputs (``rec.model.arch.physics_inputs``) computes them with it; every model's input
+        report reads the defocus at its probe step (without it, at both ends of the training steps).
+
+        ``refine``: True (default `RefineSettings`) or a `RefineSettings` refines each potential map by
+        ptychography started from it (`namsa.ptychography.refine`; the network's map is kept where
+        that raises the data error); it needs ``refine_meta``, each stack's calibrations as a sample
+        meta (scan_shape, scan_positions_A, fov_A, energy_kv, semiangle_mrad, aberrations,
+        pattern_dk_inv_A; thickness_A for multislice): one dict for every stack or a list, one per
+        stack. What each refinement did is in ``rec.last_refinement`` (`RefineResult` per stack)."""
         x = torch.as_tensor(np.asarray(cbed) if not torch.is_tensor(cbed) else cbed)
         single = x.ndim == 3
         if single:
@@ -79,13 +92,45 @@ class Reconstructor:
         if not bool(torch.isfinite(x).all()):
             raise ReconstructorInputError(f"cbed holds {int((~torch.isfinite(x)).sum())} non-finite values (NaN or "
                                           f"inf); replace or mask the bad detector pixels before reconstructing")
-        self.last_report = _input_report(x, self.card, self._warned)
+        settings, metas = self._refine_request(refine, refine_meta, x.shape[0])
         cals = calibration if isinstance(calibration, list) else [calibration] * x.shape[0]
+        self.last_report = _input_report(x, self.card, self._warned, cals[0])
         outs = [self._predict_batch(x[i: i + self.batch_size], cals[i: i + self.batch_size])
                 for i in range(0, x.shape[0], self.batch_size)]
         out = np.concatenate(outs)
         self._refuse_non_finite(out)
+        self.last_refinement = []
+        if settings is not None:
+            from .refine import refine_potentials
+
+            out, self.last_refinement = refine_potentials(out, x.cpu().numpy(), self.targets.index("potential"),
+                                                          settings, metas)
         return out[0] if single else out
+
+    def _refine_request(self, refine: Any, refine_meta: Any, batch: int
+                        ) -> tuple[RefineSettings | None, list[Mapping[str, Any]]]:
+        """(settings, one meta per stack) of a refinement request, (None, []) for none, or a one-line
+        `ReconstructorInputError` saying what the request lacks."""
+        if refine is False or refine is None:
+            return None, []
+        if not (refine is True or isinstance(refine, RefineSettings)):
+            raise ReconstructorInputError(f"refine must be True, False or a namsa.ptychography.refine.RefineSettings, "
+                                          f"got {type(refine).__name__}")
+        if "potential" not in self.targets:
+            raise ReconstructorInputError(f"refine refines the potential map, but this model predicts only "
+                                          f"{', '.join(self.targets)}; use a model trained with the potential target")
+        if refine_meta is None:
+            raise ReconstructorInputError("refine needs each stack's calibrations: pass refine_meta= the sample's meta "
+                                          "dict (or a list of them, one per stack)")
+        metas = [refine_meta] * batch if isinstance(refine_meta, Mapping) else list(refine_meta)
+        if len(metas) != batch:
+            raise ReconstructorInputError(f"refine_meta holds {len(metas)} metas for {batch} stacks; pass one dict for "
+                                          f"every stack or a list of exactly {batch}")
+        for i, missing in enumerate(missing_meta(meta) for meta in metas):
+            if missing:
+                raise ReconstructorInputError(f"refine_meta[{i}] lacks the calibrations {', '.join(missing)}; pass the "
+                                              f"sample's meta (namsa.simulate_sample writes them all)")
+        return (RefineSettings() if refine is True else refine), metas
 
     def _refuse_non_finite(self, maps: np.ndarray) -> None:
         """Raise `ModelOutputError` when the (B, C, T, T) ``maps`` hold a non-finite value: from finite
@@ -115,13 +160,15 @@ class Reconstructor:
         return torch.stack(maps, dim=1).cpu().numpy().astype(np.float32, copy=False)
 
 
-def _input_report(x: torch.Tensor, card: ModelCard, warned: set[str]) -> dict[str, Any]:
-    """Cheap checks of the first stack of ``x`` against the card; each kind of finding not in
-    ``warned`` yet is warned as an `OutsideTrainingWarning` (dose, total intensity, disc radius
-    outside what the model learned), so scoring thousands of noisy stacks says it once."""
+def _input_report(x: torch.Tensor, card: ModelCard, warned: set[str], calibration: Any = None) -> dict[str, Any]:
+    """Cheap checks of the first stack of ``x`` against the card (`models.scan_fit.card_checks.input_report`:
+    dose, total intensity, disc radius, and defocus and scattering against the training distribution,
+    the defocus read at ``calibration``'s probe step when given); each kind of finding not in ``warned``
+    yet is warned as an `OutsideTrainingWarning`, one line each, so scoring thousands of noisy stacks
+    says it once."""
     from .scan_fit.card_checks import input_report, warn_report
 
-    report = input_report(x[0].detach().float().cpu().numpy(), card)
+    report = input_report(x[0].detach().float().cpu().numpy(), card, calibration)
     new = [w for w in report["warnings"] if w["code"] not in warned]
     warned.update(w["code"] for w in new)
     warn_report({"warnings": new}, stacklevel=4)  # _input_report <- predict <- torch.no_grad <- the caller

@@ -1,7 +1,8 @@
 """Checks of a scan against a model's card: the maps after inference (`namsa reconstruct`) and the
 stack `Reconstructor.predict` is given. Both write the report of stage.microscope.checks
 ({"warnings": [...], "measured": {...}}); what the model was trained on is read from its typed card
-(`models.card.ModelCard`), its sampling from `ExpectsInput.sampling` (namsa.sampling)."""
+(`models.card.ModelCard`), its sampling from `ExpectsInput.sampling` (namsa.sampling), the training
+distribution of the input's cheap statistics from its ``training_statistics`` (`check_training_distribution`)."""
 from __future__ import annotations
 
 import warnings
@@ -12,8 +13,10 @@ import numpy as np
 from stage.microscope import autocal
 from stage.microscope.checks import (NORMALISED_TOTAL, RADIUS_ATOL_PX, RADIUS_RTOL, add_measurement, add_warning,
                                      new_report)
+from stage.scan_statistics import (DEFOCUS_TOL_A, DEFOCUS_TOL_REL, STATISTICS_VERSION, bright_field_disc,
+                                   dose_from_quanta, high_angle_loss, parallax_defocus, scattered_fraction)
 
-from ..card import ModelCard
+from ..card import ModelCard, TrainingStatistics
 
 #: a map above the training mean + this many training standard deviations is far outside
 MAP_SIGMAS = 6.0
@@ -23,6 +26,14 @@ NEGATIVE_FRACTION = 0.5
 #: noise is below a part in 3,000 of a pattern's total: the data count as noise-free and no dose
 #: warning is given (a quantum found in synthetic or rescaled float data implies absurd doses)
 NOISE_FREE_DOSE_E_PER_A2 = 1e8
+#: a scattering statistic above its training range by more than this fraction of the range's top plus
+#: `SCATTERING_ATOL` (fractions of the intensity) is outside it: the ranges come from at most 64
+#: training stacks (`stage.scan_statistics.MAX_SPLIT_SAMPLES`), so their ends are not sharp
+SCATTERING_RTOL = 0.25
+SCATTERING_ATOL = 2e-3
+NOT_TRUSTWORTHY = "its maps are not trustworthy here"
+NO_STATISTICS = ("the card records no training statistics of this code's estimators (training_statistics: cards "
+                 "written before them, like the shipped ones, have none)")
 
 
 class OutsideTrainingWarning(UserWarning):
@@ -57,12 +68,16 @@ def check_after_inference(maps: Mapping[str, np.ndarray], card: ModelCard,
 
 
 def trained_dose_range(card: ModelCard) -> tuple[float, float] | None:
-    """(low, high) electrons/Angstrom^2 the model saw in training (the loader's dose augmentation, or
-    one fixed simulated dose), or None when it was trained noise-free only."""
+    """(low, high) electrons/Angstrom^2 the model saw in training (the loader's dose augmentation, the
+    doses measured in the training split's counted patterns, or one fixed simulated dose), or None when
+    it was trained noise-free only."""
     augmentation = (card.trained_on.dose_augmentation if card.trained_on else None) or {}
     if augmentation.get("enabled"):
         low, high = augmentation["dose_range_e_per_A2"]
         return float(low), float(high)
+    measured = card.training_statistics.ranges.get("dose_e_per_A2") if card.training_statistics else None
+    if measured is not None:
+        return measured.low, measured.high
     variations = (card.expects_input.variations if card.expects_input else None) or {}
     fixed = variations.get("dose_e_per_A2")
     return None if fixed is None else (float(fixed), float(fixed))
@@ -83,10 +98,12 @@ def _check_dose(report: dict[str, Any], dose: float, card: ModelCard) -> None:
     add_warning(report, "dose", message)
 
 
-def input_report(cbed: np.ndarray, card: ModelCard) -> dict[str, Any]:
+def input_report(cbed: np.ndarray, card: ModelCard, calibration: Any = None) -> dict[str, Any]:
     """Cheap checks of a (S, P, P) stack given to `Reconstructor.predict` against the card: total
     intensity per pattern, the dose its quantisation implies, the disc radius vs the card's
-    semi-angle and sampling. Uses at most 64 patterns."""
+    semi-angle and sampling (on at most 64 patterns), and the defocus and scattering against the
+    training distribution (`check_training_distribution`; ``calibration``, a `namsa.icom.ScanCalibration`
+    or its dict, gives the probe step the defocus is read with)."""
     report = new_report()
     sample = np.asarray(cbed[:: max(1, len(cbed) // 64)], dtype=np.float64)
     total = float(sample.sum(axis=(1, 2)).mean())
@@ -96,23 +113,18 @@ def input_report(cbed: np.ndarray, card: ModelCard) -> dict[str, Any]:
                                      "about 1 (the incident probe): divide each pattern by the incident intensity")
     _dose_from_quanta(report, sample, card)
     _disc_against_card(report, sample.mean(axis=0), card)
+    check_training_distribution(report, np.asarray(cbed), card, calibration)
     return report
 
 
 def _dose_from_quanta(report: dict[str, Any], sample: np.ndarray, card: ModelCard) -> None:
-    """Counted patterns divided by their count are multiples of one quantum (1 / electrons per pattern);
-    the dose is that count over the scan step's area (the finest step the card's config gives)."""
-    positive = sample[sample > 0]
-    if positive.size == 0:
-        return
-    quantum = float(positive.min())
-    steps = sample / quantum
-    if not np.allclose(steps, np.round(steps), rtol=0.0, atol=1e-2) or np.unique(np.round(steps)).size < 3:
-        return  # not quantised (noise-free, or not counted), or too few levels to tell (a flat pattern)
-    electrons = float(sample.sum(axis=(1, 2)).mean()) / quantum
-    if card.expects_input is not None:
-        step = card.expects_input.sampling.step_A[0]
-        dose = electrons / step ** 2
+    """The dose counted patterns imply (`stage.scan_statistics.dose_from_quanta`) over the finest scan
+    step the card's config (or its training split) gives, checked against the trained doses."""
+    steps = (card.expects_input.sampling.step_A if card.expects_input is not None else
+             card.training_statistics.step_A if card.training_statistics is not None else None)
+    found = None if steps is None else dose_from_quanta(sample, steps[0])
+    if found is not None:
+        dose, electrons = found
         add_measurement(report, "dose_e_per_A2", dose, "electrons/Angstrom^2", electrons_per_pattern=electrons)
         _check_dose(report, dose, card)
 
@@ -129,6 +141,148 @@ def _disc_against_card(report: dict[str, Any], mean: np.ndarray, card: ModelCard
         add_warning(report, "disc-radius", f"the bright-field disc has a radius of {disc.radius_px:.2f} px but the "
                                            f"model learned {expected:.2f} px ({e.semiangle_mrad} mrad): another "
                                            "semi-angle or detector sampling")
+
+
+def check_training_distribution(report: dict[str, Any], cbed: np.ndarray, card: ModelCard,
+                                calibration: Any = None) -> None:
+    """The scattering (thickness) and the defocus of the (S, P, P) stack ``cbed`` (`stage.scan_statistics`)
+    beside the ranges the model was trained on: one warning line per finding (codes "thickness",
+    "defocus"), each estimate recorded in ``report["measured"]`` with its range and where that came from.
+
+    Ranges are the card's ``training_statistics`` (its training split, measured when the card was
+    written). A card without them (the shipped ones) takes its defocus range from its training config
+    (`trained_defocus_range`) and checks no thickness, saying so in a note. Through a specimen thicker
+    than the training set's the parallax estimate means nothing: its defocus is then recorded, not judged."""
+    stats = current_statistics(card)
+    disc = bright_field_disc(cbed)
+    thicker = _check_scattering(report, cbed, disc, stats)
+    _check_defocus(report, cbed, card, calibration, judged=not thicker)
+
+
+def current_statistics(card: ModelCard) -> TrainingStatistics | None:
+    """The card's training statistics when this code's estimators (`STATISTICS_VERSION`) wrote them."""
+    stats = card.training_statistics
+    return stats if stats is not None and stats.version == STATISTICS_VERSION else None
+
+
+def _check_scattering(report: dict[str, Any], cbed: np.ndarray, disc: Any, stats: TrainingStatistics | None) -> bool:
+    """Scattered fraction and high-angle loss against the training ranges; True when the specimen
+    scatters more than any training sample (thicker, or of heavier elements)."""
+    values = {"scattered_fraction": None if disc is None else scattered_fraction(cbed, disc),
+              "high_angle_loss": high_angle_loss(cbed)}
+    above, below = [], []
+    for name, value in values.items():
+        trained = stats.ranges.get(name) if stats is not None else None
+        extra = ({"training_range": [trained.low, trained.high], "training_samples": trained.samples}
+                 if trained else {"note": f"thickness not checked: {NO_STATISTICS}; a thickness range alone cannot "
+                                          "be compared with the data without the specimen's composition"})
+        add_measurement(report, name, value, "fraction of the intensity", **extra)
+        if value is None or trained is None:
+            continue
+        said = f"{name.replace('_', ' ')} {value:.3g} against {trained.low:.3g}-{trained.high:.3g}"
+        if value > trained.high * (1 + SCATTERING_RTOL) + SCATTERING_ATOL:
+            above.append(said)
+        elif name == "scattered_fraction" and value < trained.low * (1 - SCATTERING_RTOL) - SCATTERING_ATOL:
+            below.append(said)
+    if above:
+        add_warning(report, "thickness", f"the specimen scatters more than any training sample ({'; '.join(above)} "
+                                         f"in training): thicker (or of heavier elements) than the model was trained "
+                                         f"on: {NOT_TRUSTWORTHY}")
+    elif below:
+        add_warning(report, "thickness", f"the specimen scatters less than any training sample ({'; '.join(below)} "
+                                         f"in training): thinner (or of lighter elements) than the model was trained "
+                                         f"on: {NOT_TRUSTWORTHY}")
+    return bool(above)
+
+
+def trained_defocus_range(card: ModelCard) -> tuple[float, float, str] | None:
+    """(low, high, where from) of the focus (Angstrom, relative to the specimen's mid-plane, as
+    `stage.scan_statistics.parallax_defocus` reads it) the model was trained on: measured over its
+    training split, else its training config's C1 at the entrance surface plus half of each thickness
+    (namsa's C1 is set at the entrance; a specimen is imaged from its middle); None when neither is known."""
+    stats = current_statistics(card)
+    measured = stats.ranges.get("defocus_A") if stats is not None else None
+    if measured is not None:
+        return measured.low, measured.high, f"measured over {measured.samples} training samples"
+    if card.expects_input is None:
+        return None
+    cfg = card.expects_input.simulation_config()
+    c1, (low, high) = cfg.aberrations.C1_A, cfg.variations.defocus_range_A
+    t_low, t_high = cfg.variations.thickness_range_A or (cfg.thickness_A, cfg.thickness_A)
+    return (c1 + low + t_low / 2, c1 + high + t_high / 2,
+            f"from its training config: C1 {c1 + low:g}..{c1 + high:g} A at the entrance surface of {t_low:g}-"
+            f"{t_high:g} A thick specimens; {NO_STATISTICS}")
+
+
+#: the unit of the defocus estimate and the notes of a defocus measured but not judged
+DEFOCUS_UNIT = "Angstrom (focus relative to the specimen's middle, + = overfocus)"
+NOT_JUDGED = {"thick": "not judged: the specimen scatters more than any training sample, and through a thicker "
+                       "specimen the parallax estimate means nothing",
+              "no range": "not judged: the card records neither training statistics nor a training config"}
+
+
+def _check_defocus(report: dict[str, Any], cbed: np.ndarray, card: ModelCard, calibration: Any, judged: bool) -> None:
+    """The parallax focus of ``cbed`` against `trained_defocus_range`. Without the input's probe step
+    (``calibration``) it is read at each end of the training steps' span: a range, warned about only
+    when all of it lies outside the trained one by more than the estimate's tolerance."""
+    found = _read_defocus(cbed, card, calibration)
+    if isinstance(found, str):
+        add_measurement(report, "defocus_A", None, DEFOCUS_UNIT, note=found)
+        return
+    (low, high), step, scale, search = found
+    trained = trained_defocus_range(card)
+    nearest = low if trained is None else min(max(trained[0], low), high)  # the estimate closest to training
+    tolerance = DEFOCUS_TOL_A + DEFOCUS_TOL_REL * abs(nearest)
+    extra: dict[str, Any] = {"tolerance_A": tolerance, "probe_step_A": list(step), "probe_step_scale": scale,
+                             "search_A": search}
+    if trained is not None:
+        extra.update(training_range=list(trained[:2]), training_source=trained[2])
+    if trained is None or not judged:
+        extra["note"] = NOT_JUDGED["thick" if not judged else "no range"]
+    add_measurement(report, "defocus_A", low if scale == 1.0 else [low, high], DEFOCUS_UNIT, **extra)
+    if "note" in extra or trained[0] - tolerance <= nearest <= trained[1] + tolerance:
+        return
+    said = f"{low:.0f}" if scale == 1.0 else f"{low:.0f}..{high:.0f}"
+    step_note = "" if scale == 1.0 else (f", at the {step[0]:.3g}-{step[0] * scale:.3g} A probe steps of the "
+                                         f"training data: the input's step was not given")
+    add_warning(report, "defocus", f"defocus estimated {said} +- {tolerance:.0f} A from the bright-field parallax "
+                                   f"(the focus relative to the specimen's middle{step_note}); the model was trained "
+                                   f"on {trained[0]:.0f}..{trained[1]:.0f} A ({trained[2]}): {NOT_TRUSTWORTHY}")
+
+
+def _read_defocus(cbed: np.ndarray, card: ModelCard, calibration: Any
+                  ) -> tuple[tuple[float, float], tuple[float, float], float, float] | str:
+    """((low, high) focus Angstrom, the (dy, dx) step read at, the factor to the step span's other end,
+    the +-Angstrom searched), or a note saying why there is no estimate."""
+    scan_shape, steps, semiangle = _scan_geometry(card, len(cbed), calibration)
+    if scan_shape is None or steps is None or semiangle is None:
+        return "not estimated: the card gives no scan shape, probe step or semi-angle and no calibration was passed"
+    step, scale = steps
+    estimate = parallax_defocus(cbed, scan_shape, step, semiangle)
+    if estimate.value_A is None:
+        return f"not estimated: {estimate.reason}"
+    low, high = sorted((estimate.value_A, estimate.value_A * scale))  # the focus read scales with the step
+    return (low, high), step, scale, estimate.search_A
+
+
+def _scan_geometry(card: ModelCard, patterns: int, calibration: Any
+                   ) -> tuple[tuple[int, int] | None, tuple[tuple[float, float], float] | None, float | None]:
+    """(scan shape, ((dy, dx) probe step Angstrom to read the defocus at, factor to the span's other
+    end), semi-angle mrad) of a stack of ``patterns``: the step from ``calibration`` (factor 1), else
+    the lower end of the training data's steps (`TrainingStatistics.step_A`, or the card's sampling)."""
+    if isinstance(calibration, (list, tuple)):  # predict's one calibration per stack: the report reads the first
+        calibration = calibration[0] if calibration else None
+    cal = calibration.to_dict() if hasattr(calibration, "to_dict") else dict(calibration or {})
+    e, stats = card.expects_input, current_statistics(card)
+    shapes = [cal.get("scan_shape"), e.scan_shape if e else None, card.architecture.scan_shape,
+              [int(round(patterns ** 0.5))] * 2]
+    shape = next((tuple(int(v) for v in s) for s in shapes if s and int(s[0]) * int(s[1]) == patterns), None)
+    span = stats.step_A if stats is not None else (e.sampling.step_A if e is not None else None)
+    given = cal.get("scan_step_A")
+    steps = (((float(given[0]), float(given[1])), 1.0) if given else
+             None if span is None else ((float(span[0]), float(span[0])), float(span[1]) / float(span[0])))
+    semiangle = e.semiangle_mrad if e is not None else (stats.semiangle_mrad if stats is not None else None)
+    return shape, steps, semiangle
 
 
 def warn_report(report: Mapping[str, Any], stacklevel: int = 2) -> None:

@@ -121,8 +121,9 @@ class RunState:
             return Position()
         path, model_state, opt_state, state = loaded
         mine = {"architecture": self.arch.to_dict(), "targets": list(self.model_cfg.targets)}
-        if state.get("architecture") != mine["architecture"] or state.get("targets") != mine["targets"]:
-            diff = _differences({"architecture": state.get("architecture"), "targets": state.get("targets")}, mine)
+        theirs = {"architecture": _as_today(state.get("architecture")), "targets": state.get("targets")}
+        if theirs != mine:
+            diff = _differences(theirs, mine)
             raise CheckpointMismatchError(f"checkpoint {path} was written for another model configuration "
                                           f"(differs in: {', '.join(diff[:6])}); use the model config it was "
                                           f"trained with or train into a new --out")
@@ -192,3 +193,14 @@ class RunState:
 
 
 __all__ = ["RUN_FILE", "CHECKPOINTS_DIR", "RESUMABLE_CHANGES", "Position", "RunState"]
+
+
+def _as_today(architecture: Any) -> Any:
+    """A checkpoint's architecture with the keys added since it was written at their defaults
+    (`Architecture.from_dict`), so a run started before a new key resumes when nothing changed."""
+    if not isinstance(architecture, dict):
+        return architecture
+    try:
+        return Architecture.from_dict(architecture).to_dict()
+    except TypeError:  # keys this code does not know: compared as written, so the refusal names them
+        return architecture

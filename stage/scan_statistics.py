@@ -1,0 +1,255 @@
+"""Cheap statistics of one 4D-STEM stack that tell data a model has seen from data it has not:
+the probe's defocus from the bright-field parallax, the scattered fraction and high-angle loss that
+grow with thickness, and the dose its shot noise implies; and their ranges over a store's split.
+
+A stack is (S, P, P) = (scan_y * scan_x, row = ky, col = kx) intensities, each pattern normalised so
+the incident probe carries 1 (namsa.sample). Numpy only; `split_ranges` reads stores.
+
+**Defocus from the parallax** (the relation py4DSTEM's parallax reconstruction fits): with a
+defocused probe, the image a single bright-field detector pixel at beam angle alpha (rad) records over
+the scan is the specimen shifted by C1 * alpha (Angstrom). Undoing the shift of every pixel's image
+for a trial C1 and summing them is the tilt-corrected bright-field image; the trial at which it has
+the most contrast is the estimate. Near focus the two halves of the disc image the phase gradient
+with opposite signs and cancel in a plain sum, so each half (relative to every spatial frequency q)
+is summed on its own. A specimen is imaged from its middle, so the estimate is the focus relative
+to the specimen's mid-plane: namsa's C1_A (set at the entrance surface, + = overfocus) + thickness / 2.
+
+Accuracy, measured on namsa simulations at the study's physics (200 kV, 20 mrad, 32 px patterns,
+32 x 32 scan over one 12-16 Angstrom supercell): 40 library materials on random zone axes, 10-80
+Angstrom thick, mid-plane focus uniform in -200..200 Angstrom, were all within `DEFOCUS_TOL_A` +
+`DEFOCUS_TOL_REL` x |focus| (RMS error 17 Angstrom; the largest, 49, near focus, where the shifts
+vanish), and so were scans of an 11 Angstrom window that is no whole number of periods (as the tiles
+`namsa reconstruct` cuts from a specimen); tests/test_input_report.py checks both. Through thicker crystals channelling breaks the shift
+picture: at 80-150 Angstrom 28 of 30 were within it, at 300 Angstrom the estimate means nothing. A
+crystal whose lattice shifts by a whole period between neighbouring detector pixels (~4.6 mrad here)
+aliases to a focus some 400-600 Angstrom away (one of those 30, a spinel); the search spans
++-`search_range_A` (~+-400 Angstrom here) and an estimate at its edge is refused.
+
+**Thickness** cannot be read from such stacks without the specimen's composition (a thin heavy and a
+thick light crystal scatter alike; Bragg scattering inside the detector saturates within ~40
+Angstrom). What grows with thickness is compared with a training set's range instead: the
+``scattered_fraction`` (intensity outside the bright-field disc, of the pattern's total) and the
+``high_angle_loss`` (1 - the mean pattern total: the incident intensity scattered past the
+pattern's edge, ~73 mrad at the study's sampling; measurable only while patterns are normalised to
+the incident probe, not to their own totals).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from namsa.errors import UserError
+from namsa.optics import scan_step_A
+
+from .microscope.autocal import Disc, find_disc
+
+#: bump when an estimate below changes: a card's ranges are compared only with the same version's estimates
+STATISTICS_VERSION = 1
+#: the stated accuracy of `parallax_defocus` (see the module docstring): Angstrom + fraction of |focus|
+DEFOCUS_TOL_A = 50.0
+DEFOCUS_TOL_REL = 0.2
+#: bright-field pixels within this fraction of the disc radius carry parallax (the soft edge does not)
+PARALLAX_DISC_FRACTION = 0.8
+#: the search spans trial shifts up to this fraction of the scanned field (beyond it images wrap)
+SEARCH_FIELD_FRACTION = 0.45
+#: trial focus values in the search, spatial frequencies (the strongest) and bright-field pixels (strided)
+#: that enter it: a 256 px detector's thousands of disc pixels say no more than a few hundred
+SEARCH_TRIALS = 161
+SEARCH_FREQUENCIES = 128
+MAX_DISC_PIXELS = 256
+#: a focus curve whose peak is below this multiple of its median has no parallax to read (vacuum,
+#: an amorphous film at focus, a flat disc)
+MIN_PEAK_CONTRAST = 1.5
+#: virtual images flatter than this relative RMS carry no specimen contrast at all
+MIN_IMAGE_CONTRAST = 1e-4
+#: fewer inner bright-field pixels than this cannot show a shift that grows with the beam angle
+MIN_DISC_PIXELS = 5
+#: training stacks read for `split_ranges` (strided over the split)
+MAX_SPLIT_SAMPLES = 64
+
+
+@dataclass(frozen=True)
+class DefocusEstimate:
+    """``value_A``: the probe's focus relative to the specimen's mid-plane (Angstrom, namsa's C1 sign:
+    + = overfocus), or None with ``reason``; ``search_A``: the +-range searched; ``peak_contrast``:
+    the focus curve's peak over its median (the parallax signal)."""
+
+    value_A: float | None
+    search_A: float
+    peak_contrast: float
+    reason: str = ""
+
+    def tolerance_A(self) -> float:
+        """The stated accuracy (Angstrom) of this estimate: `DEFOCUS_TOL_A` + `DEFOCUS_TOL_REL` x |value|."""
+        return DEFOCUS_TOL_A + DEFOCUS_TOL_REL * abs(self.value_A or 0.0)
+
+
+def bright_field_disc(cbed: np.ndarray) -> Disc | None:
+    """The bright-field disc of the stack's mean pattern (`stage.microscope.autocal.find_disc`), or None."""
+    return find_disc(np.asarray(cbed).mean(axis=0, dtype=np.float64))
+
+
+def search_range_A(scan_shape: Sequence[int], step_A: Sequence[float], alpha_max_rad: float) -> float:
+    """+-Angstrom of focus a parallax search covers: shifts up to `SEARCH_FIELD_FRACTION` of the field."""
+    field = min(int(scan_shape[0]) * float(step_A[0]), int(scan_shape[1]) * float(step_A[1]))
+    return SEARCH_FIELD_FRACTION * field / alpha_max_rad
+
+
+def parallax_defocus(cbed: np.ndarray, scan_shape: Sequence[int], step_A: Sequence[float], semiangle_mrad: float,
+                     disc: Disc | None = None) -> DefocusEstimate:
+    """The focus (Angstrom, relative to the specimen's mid-plane) of a (S, P, P) stack scanned in
+    ``scan_shape`` (rows = y) with probe step ``step_A`` (dy, dx) and convergence ``semiangle_mrad``:
+    the beam angle per detector pixel is the semi-angle over the measured disc radius, so the
+    detector's own calibration is not needed. See the module docstring for method and accuracy."""
+    cbed = np.asarray(cbed)
+    if cbed.ndim != 3 or int(scan_shape[0]) * int(scan_shape[1]) != len(cbed):
+        raise UserError(f"a stack of shape {cbed.shape} is not (S, P, P) with S = scan_shape {tuple(scan_shape)} "
+                        f"patterns; pass the scan's patterns in row-major scan order and its scan shape")
+    disc = disc or bright_field_disc(cbed)
+    if disc is None:
+        return DefocusEstimate(None, 0.0, 0.0, "no bright-field disc")
+    images, alpha = _bright_field_images(cbed, tuple(int(s) for s in scan_shape), disc, semiangle_mrad)
+    if len(alpha) < MIN_DISC_PIXELS:
+        return DefocusEstimate(None, 0.0, 0.0, f"the bright-field disc ({disc.radius_px:.1f} px) is too small")
+    search = search_range_A(scan_shape, step_A, float(np.hypot(*alpha.T).max()))
+    if images is None:
+        return DefocusEstimate(None, search, 0.0, "the bright-field images carry no contrast")
+    trials = np.linspace(-search, search, SEARCH_TRIALS)
+    curve = _focus_curve(images, alpha, step_A, trials)
+    contrast = float(curve.max() / max(np.median(curve), 1e-300))
+    best = int(np.argmax(curve))
+    if contrast < MIN_PEAK_CONTRAST:
+        return DefocusEstimate(None, search, contrast, "no parallax signal (no specimen contrast, or at focus "
+                                                       "through an amorphous film)")
+    if best in (0, len(trials) - 1):
+        return DefocusEstimate(None, search, contrast, f"the focus lies beyond the +-{search:.0f} Angstrom searched")
+    return DefocusEstimate(float(_parabola_peak(trials, curve, best)), search, contrast)
+
+
+def _bright_field_images(cbed: np.ndarray, scan_shape: tuple[int, int], disc: Disc,
+                         semiangle_mrad: float) -> tuple[np.ndarray | None, np.ndarray]:
+    """(n, sy, sx) relative contrast images of the inner bright-field pixels (None when flat) and their
+    beam angles (n, 2) [y, x] in rad."""
+    p_y, p_x = cbed.shape[1:]
+    yy, xx = np.mgrid[:p_y, :p_x]
+    dy, dx = yy - disc.centre_px[0], xx - disc.centre_px[1]
+    inner = np.flatnonzero(np.hypot(dy, dx).ravel() < PARALLAX_DISC_FRACTION * disc.radius_px)
+    inner = inner[::-(-len(inner) // MAX_DISC_PIXELS)] if len(inner) else inner
+    alpha = np.stack([dy.ravel()[inner], dx.ravel()[inner]], axis=1) * (semiangle_mrad * 1e-3 / disc.radius_px)
+    images = cbed.reshape(len(cbed), -1)[:, inner].T.reshape(-1, *scan_shape).astype(np.float64)
+    mean = images.mean(axis=(1, 2), keepdims=True)
+    images = images / np.where(mean > 0, mean, 1.0) - 1.0
+    return (None if float(np.sqrt(np.mean(images ** 2))) < MIN_IMAGE_CONTRAST else images), alpha
+
+
+def _focus_curve(images: np.ndarray, alpha: np.ndarray, step_A: Sequence[float], trials: np.ndarray) -> np.ndarray:
+    """Contrast of the tilt-corrected bright-field image at each trial focus (Angstrom), each half of
+    the disc (sign of alpha . q) summed on its own, over the strongest spatial frequencies."""
+    spectra = np.fft.fft2(images).reshape(len(images), -1)           # (n, sy * sx)
+    qy = np.fft.fftfreq(images.shape[1], float(step_A[0]))
+    qx = np.fft.fftfreq(images.shape[2], float(step_A[1]))
+    q = np.stack(np.meshgrid(qy, qx, indexing="ij"), axis=-1).reshape(-1, 2)
+    power = (np.abs(spectra) ** 2).sum(axis=0)
+    power[0] = 0.0                                                  # q = 0: the mean, no position
+    keep = np.argsort(power)[::-1][:SEARCH_FREQUENCIES]
+    spectra, dot = spectra[:, keep], alpha @ q[keep].T               # alpha . q: (n, m), cycles per Angstrom
+    halves = [dot > 0, dot < 0]
+    curve = np.empty(len(trials))
+    for i, c1 in enumerate(trials):
+        shifted = spectra * np.exp(-2j * np.pi * c1 * dot)
+        curve[i] = sum(float((np.abs(np.where(h, shifted, 0).sum(axis=0)) ** 2).sum()) for h in halves)
+    return curve
+
+
+def _parabola_peak(x: np.ndarray, y: np.ndarray, i: int) -> float:
+    """The vertex of the parabola through the samples i-1, i, i+1 of a uniformly spaced ``x``."""
+    a, b, c = y[i - 1], y[i], y[i + 1]
+    denom = a - 2 * b + c
+    return float(x[i] + (0.5 * (a - c) / denom if denom else 0.0) * (x[1] - x[0]))
+
+
+def scattered_fraction(cbed: np.ndarray, disc: Disc) -> float:
+    """The fraction of the detected intensity outside the bright-field disc (beyond its radius + 1 px,
+    past the aperture's soft edge) in the position-averaged pattern."""
+    mean = np.asarray(cbed).mean(axis=0, dtype=np.float64)
+    yy, xx = np.mgrid[:mean.shape[0], :mean.shape[1]]
+    outside = np.hypot(yy - disc.centre_px[0], xx - disc.centre_px[1]) > disc.radius_px + 1.0
+    total = float(mean.sum())
+    return float(mean[outside].sum() / total) if total > 0 else 0.0
+
+
+def high_angle_loss(cbed: np.ndarray) -> float:
+    """1 - the mean pattern total: the incident intensity (probe = 1) scattered past the pattern's edge."""
+    return 1.0 - float(np.asarray(cbed).sum(axis=(1, 2), dtype=np.float64).mean())
+
+
+def dose_from_quanta(cbed: np.ndarray, step_A: float) -> tuple[float, float] | None:
+    """(electrons/Angstrom^2, electrons per pattern) of counted patterns, or None when the values are
+    not multiples of one quantum (noise-free or not counted) or hold too few levels to tell (a flat
+    pattern). Counted patterns divided by their incident count are multiples of 1 / that count; the
+    dose is the count over the probe step's area ``step_A`` ** 2."""
+    positive = cbed[cbed > 0]
+    if positive.size == 0:
+        return None
+    quantum = float(positive.min())
+    steps = cbed / quantum
+    if not np.allclose(steps, np.round(steps), rtol=0.0, atol=1e-2) or np.unique(np.round(steps)).size < 3:
+        return None
+    electrons = float(cbed.sum(axis=(1, 2), dtype=np.float64).mean()) / quantum
+    return electrons / step_A ** 2, electrons
+
+
+def stack_statistics(cbed: np.ndarray, scan_shape: Sequence[int], step_A: Sequence[float],
+                     semiangle_mrad: float) -> dict[str, Any]:
+    """Every statistic of one (S, P, P) stack (None where it cannot be read): ``defocus_A`` (a
+    `DefocusEstimate`), ``scattered_fraction``, ``high_angle_loss``, ``dose_e_per_A2``."""
+    cbed = np.asarray(cbed)
+    disc = bright_field_disc(cbed)
+    dose = dose_from_quanta(cbed, min(float(s) for s in step_A))
+    return {"defocus_A": parallax_defocus(cbed, scan_shape, step_A, semiangle_mrad, disc),
+            "scattered_fraction": None if disc is None else scattered_fraction(cbed, disc),
+            "high_angle_loss": high_angle_loss(cbed), "dose_e_per_A2": None if dose is None else dose[0]}
+
+
+#: the unit of each statistic a split's ranges record
+UNITS = {"defocus_A": "Angstrom (focus relative to the specimen's mid-plane, + = overfocus)",
+         "scattered_fraction": "fraction of the detected intensity outside the bright-field disc",
+         "high_angle_loss": "fraction of the incident probe scattered past the pattern's edge",
+         "dose_e_per_A2": "electrons/Angstrom^2"}
+
+
+def split_ranges(paths: str | Path | Sequence[str | Path], split: str = "train",
+                 limit: int = MAX_SPLIT_SAMPLES) -> dict[str, Any] | None:
+    """The range (low, high) of each `stack_statistics` value over up to ``limit`` samples of the
+    ``split`` (strided) of the stores at ``paths``, each read with its own meta's scan shape, probe
+    step and semi-angle, and those steps' span (Angstrom) and the median semi-angle (mrad): the card's
+    ``training_statistics`` section (`models.card.TrainingStatistics`). None when the split is empty."""
+    from .storeset import open_stores
+
+    values: dict[str, list[float]] = {name: [] for name in UNITS}
+    steps: list[float] = []
+    semiangles: list[float] = []
+    with open_stores(paths) as stores:
+        indices = stores.indices(split)
+        picked = sorted({indices[int(i)] for i in np.linspace(0, len(indices) - 1, min(limit, len(indices)))})
+        for i in picked:
+            reader, j = stores.locate(i)
+            arrays, meta = reader.read_arrays(j, names=("cbed",), dtype=np.float32)
+            step, semiangle = scan_step_A(meta["fov_A"], meta["scan_shape"]), float(meta["semiangle_mrad"])
+            stats = stack_statistics(arrays["cbed"], meta["scan_shape"], step, semiangle)
+            stats["defocus_A"] = stats["defocus_A"].value_A
+            for name, value in stats.items():
+                if value is not None and math.isfinite(value):
+                    values[name].append(float(value))
+            steps += step
+            semiangles.append(semiangle)
+    if not picked:
+        return None
+    ranges = {name: {"low": min(v), "high": max(v), "samples": len(v), "unit": UNITS[name]}
+              for name, v in values.items() if v}
+    return {"version": STATISTICS_VERSION, "split": split, "samples": len(picked), "ranges": ranges,
+            "step_A": [min(steps), max(steps)], "semiangle_mrad": float(np.median(semiangles))}

@@ -1,0 +1,197 @@
+"""The input report knows the training distribution (issue 31): on real namsa simulations at the study's
+physics, the bright-field parallax reads the defocus within its stated tolerance
+(`stage.scan_statistics.DEFOCUS_TOL_A` + `DEFOCUS_TOL_REL` x |focus|, relative to the specimen's middle),
+the scattering tells thinner / within / thicker than a training split, a card written from training
+stores records those ranges, and `Reconstructor.predict` warns one line per finding: none for a sample
+like the training ones, exactly one for a defocused one and exactly one for a thick one."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import namsa
+from models.card import read_card_file
+from models.card_writer import card_from_state, write_card
+from models.scan_fit import OutsideTrainingWarning, card_checks
+from namsa.optics import scan_step_A
+from stage.scan_statistics import (DEFOCUS_TOL_A, DEFOCUS_TOL_REL, parallax_defocus, split_ranges,
+                                   stack_statistics)
+
+#: the training split of these tests: Si and GaAs [110] at 20-80 Angstrom, C1 in -40..40 Angstrom
+TRAINING = [("Si-diamond", (1, 1, 0)), ("GaAs-zincblende", (1, 1, 0))]
+TRAINING_VARIANTS = 3
+_SIMS: dict[tuple, namsa.Sample] = {}
+
+
+def _study_config(**fields) -> namsa.SimulationConfig:
+    """The shipped model's physics (200 kV, 20 mrad, 0.12 Angstrom, 32 x 32 scan of 32 px patterns)."""
+    return namsa.SimulationConfig(workers=1, **fields)
+
+
+def _sample(material: str, axis: tuple[int, int, int], thickness_A: float, c1_A: float, **fields) -> namsa.Sample:
+    key = (material, axis, thickness_A, c1_A, tuple(sorted(fields.items())))
+    if key not in _SIMS:
+        _SIMS[key] = namsa.simulate_sample(material, axis, _study_config(thickness_A=thickness_A,
+                                                                          aberrations={"C1_A": c1_A}, **fields))
+    return _SIMS[key]
+
+
+def _step(meta) -> tuple[float, float]:
+    return scan_step_A(meta["fov_A"], meta["scan_shape"])
+
+
+def _mid_plane_focus(sample: namsa.Sample) -> float:
+    """The truth the parallax reads: namsa's C1 (at the entrance surface) + half the specimen's thickness."""
+    return sample.meta["aberrations"]["C1_A"] + sample.meta["thickness_A"] / 2
+
+
+#: a scan window that is not a whole number of periods, as `namsa reconstruct`'s tiles of a specimen are
+WINDOW = {"cell_lateral_A": 16.0, "scan_fov_A": (1.0, 2.0, 11.0, 11.0)}
+
+
+@pytest.mark.parametrize("material, axis, thickness_A, fields", [("Si-diamond", (1, 1, 0), 20.0, {}),
+                                                                 ("SrTiO3-perovskite", (0, 0, 1), 60.0, {}),
+                                                                 ("GaAs-zincblende", (1, 1, 0), 20.0, WINDOW)])
+def test_parallax_reads_the_defocus_within_its_stated_tolerance(material, axis, thickness_A, fields):
+    estimates = []
+    for c1 in (-150.0, 0.0, 150.0):
+        sample = _sample(material, axis, thickness_A, c1, **fields)
+        found = parallax_defocus(sample.cbed, sample.meta["scan_shape"], _step(sample.meta), 20.0)
+        truth = _mid_plane_focus(sample)
+        assert found.value_A is not None, found.reason
+        assert abs(found.value_A - truth) <= DEFOCUS_TOL_A + DEFOCUS_TOL_REL * abs(truth), (c1, found, truth)
+        assert found.tolerance_A() == pytest.approx(DEFOCUS_TOL_A + DEFOCUS_TOL_REL * abs(found.value_A))
+        estimates.append(found.value_A)
+    assert estimates[0] < -100 < estimates[1] < 100 < estimates[2]
+
+
+def test_patterns_without_a_specimen_give_no_defocus():
+    flat = np.full((1024, 32, 32), 1.0 / 1024, np.float32)   # no disc at all
+    assert parallax_defocus(flat, (32, 32), (0.4, 0.4), 20.0).reason == "no bright-field disc"
+    vacuum = np.repeat(_sample("Si-diamond", (1, 1, 0), 20.0, 0.0).cbed.mean(axis=0, keepdims=True), 1024, axis=0)
+    assert parallax_defocus(vacuum, (32, 32), (0.4, 0.4), 20.0).value_A is None  # one pattern everywhere
+
+
+@pytest.fixture(scope="module")
+def training_store(tmp_path_factory):
+    """A real store whose every sample is in the training split: TRAINING materials, thickness and
+    defocus drawn per variant from 20-80 and -40..40 Angstrom."""
+    import stage
+
+    cfg = _study_config(variations={"thickness_range_A": (20.0, 80.0), "defocus_range_A": (-40.0, 40.0)})
+    root = tmp_path_factory.mktemp("input_report") / "store-0"
+    data_cfg = stage.DataConfig(cbed_dtype="float32", split_fractions=(1.0, 0.0, 0.0))
+    with stage.StoreWriter(root, config_hash=cfg.physics_hash(), data_cfg=data_cfg) as writer:
+        for material, axis in TRAINING:
+            for variant in range(TRAINING_VARIANTS):
+                writer.put(namsa.simulate_sample(material, axis, cfg, variant=variant))
+    return root
+
+
+@pytest.fixture(scope="module")
+def card(training_store):
+    """The shipped model's card rebuilt as the trainer's export builds one from its training stores."""
+    from models import pretrained_card
+
+    shipped = pretrained_card("study-scan").to_json()
+    state = {k: shipped[k] for k in ("model_config", "architecture", "targets", "normalizer", "code_version")}
+    state.update(format_version=1, files=shipped["files"])
+    return card_from_state(state, "the test card", expects_input=shipped["expects_input"],
+                           data={"dirs": [str(training_store)]})
+
+
+def test_the_card_records_the_training_splits_statistics(card, training_store, tmp_path):
+    stats = card.training_statistics
+    assert stats is not None and stats.split == "train" and stats.samples == len(TRAINING) * TRAINING_VARIANTS
+    assert set(stats.ranges) == {"defocus_A", "scattered_fraction", "high_angle_loss"}  # noise-free: no dose
+    focus = stats.ranges["defocus_A"]
+    # C1 -40..40 at the entrance of 20-80 Angstrom specimens: -30..80 from their middle, within the tolerance
+    assert -30 - DEFOCUS_TOL_A - 16 <= focus.low <= focus.high <= 80 + DEFOCUS_TOL_A + 16
+    assert 0 < stats.ranges["high_angle_loss"].low < stats.ranges["high_angle_loss"].high < 0.1
+    assert split_ranges([training_store], "test") is None
+    again = read_card_file(write_card(tmp_path, card))
+    assert again.training_statistics == stats
+    bare = card_from_state({k: v for k, v in card.to_json().items() if k not in ("data", "training_statistics")},
+                           "a checkpoint's card")
+    assert bare.training_statistics is None  # a card without stores (a checkpoint's) has no ranges
+    gone = card_from_state({k: v for k, v in card.to_json().items() if k != "training_statistics"},
+                           "a card whose stores were deleted", data={"dirs": [str(tmp_path / "store-gone")]})
+    assert gone.training_statistics is None  # still a card: the input report then says what it lacks
+
+
+def _classify(card, sample) -> set[str]:
+    report = card_checks.input_report(sample.cbed, card, {"scan_step_A": list(_step(sample.meta))})
+    return {w["code"] for w in report["warnings"]}
+
+
+def test_scattering_tells_thinner_within_and_thicker_than_training(card):
+    """Thickness is read as thinner / within / thicker than the training split: a thin heavy and a thick
+    light specimen scatter alike, so no Angstrom figure is claimed."""
+    assert _classify(card, _sample("Si-diamond", (1, 1, 0), 50.0, -25.0)) == set()
+    thin = _sample("Si-diamond", (1, 1, 0), 6.0, 0.0)
+    assert _classify(card, thin) == {"thickness"}
+    thick = _sample("GaAs-zincblende", (1, 1, 0), 300.0, -150.0)
+    report = card_checks.input_report(thick.cbed, card, {"scan_step_A": list(_step(thick.meta))})
+    assert [w["code"] for w in report["warnings"]] == ["thickness"]
+    assert "scatters more than any training sample" in report["warnings"][0]["message"]
+    assert report["measured"]["high_angle_loss"]["training_range"] == [card.training_statistics.ranges[
+        "high_angle_loss"].low, card.training_statistics.ranges["high_angle_loss"].high]
+    assert "not judged" in report["measured"]["defocus_A"]["note"]  # the parallax means nothing through it
+
+
+def _predict_warnings(rec, sample) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rec.predict(sample.cbed)
+    return [str(w.message) for w in caught if issubclass(w.category, OutsideTrainingWarning)]
+
+
+def test_predict_warns_one_line_per_finding(card):
+    from models import load_reconstructor
+    from models.reconstructor import Reconstructor
+
+    shipped = load_reconstructor("pretrained:study-scan", device="cpu")
+    rec = Reconstructor(shipped.model, card, shipped.device)
+    assert _predict_warnings(rec, _sample("Si-diamond", (1, 1, 0), 50.0, -25.0)) == []
+    measured = rec.last_report["measured"]["defocus_A"]
+    assert measured["training_range"] == [card.training_statistics.ranges["defocus_A"].low,
+                                          card.training_statistics.ranges["defocus_A"].high]
+    assert "measured over 6 training samples" in measured["training_source"]
+    defocused = _predict_warnings(rec, _sample("Si-diamond", (1, 1, 0), 20.0, -200.0))
+    assert len(defocused) == 1 and defocused[0].startswith("defocus: defocus estimated -")
+    assert "from the bright-field parallax" in defocused[0] and "not trustworthy here" in defocused[0]
+    thick = _predict_warnings(rec, _sample("GaAs-zincblende", (1, 1, 0), 300.0, -150.0))
+    assert len(thick) == 1 and thick[0].startswith("thickness: the specimen scatters more")
+
+
+def test_a_card_without_statistics_takes_the_defocus_range_from_its_training_config():
+    """The shipped card (no training_statistics): its config's C1 -40..40 Angstrom at the entrance of
+    10-150 Angstrom specimens is -35..115 from their middle; thickness is not checked, and says so."""
+    from models import pretrained_card
+
+    shipped = pretrained_card("study-scan")
+    assert card_checks.trained_defocus_range(shipped)[:2] == (-35.0, 115.0)
+    inside = _sample("Si-diamond", (1, 1, 0), 20.0, 0.0)
+    assert _classify(shipped, inside) == set()
+    far = _sample("Si-diamond", (1, 1, 0), 20.0, -250.0)
+    report = card_checks.input_report(far.cbed, shipped, {"scan_step_A": list(_step(far.meta))})
+    assert [w["code"] for w in report["warnings"]] == ["defocus"]
+    assert "from its training config" in report["warnings"][0]["message"]
+    assert "thickness not checked" in report["measured"]["high_angle_loss"]["note"]
+    # without the probe step the estimate spans the card's steps: still said when all of it is outside
+    unknown = card_checks.input_report(far.cbed, shipped)
+    assert [w["code"] for w in unknown["warnings"]] == ["defocus"] and "step was not given" in \
+        unknown["warnings"][0]["message"]
+
+
+def test_stack_statistics_of_a_counted_scan_measure_its_dose():
+    sample = _sample("Si-diamond", (1, 1, 0), 20.0, 0.0)
+    step = _step(sample.meta)
+    electrons = 2000.0
+    counted = np.random.default_rng(0).poisson(sample.cbed.astype(np.float64) * electrons) / electrons
+    stats = stack_statistics(counted, (32, 32), step, 20.0)
+    # the electrons per pattern over the step's area (less the ~0.1% a 20 Angstrom Si crystal scatters past the edge)
+    assert stats["dose_e_per_A2"] == pytest.approx(electrons / min(step) ** 2, rel=0.01)
+    assert stack_statistics(sample.cbed, (32, 32), step, 20.0)["dose_e_per_A2"] is None
