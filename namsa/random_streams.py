@@ -10,6 +10,10 @@ Until physics schema 3 the thickness drew from [seed, 1], the phonon fraction an
 both from [seed, 2], and phonon configuration k from [seed, k]: configuration 1 reused the thickness
 stream and configuration 2 the noise stream. The training-time augmentations (stage) draw from
 (seed, epoch, sample id) under a name of their own (`AugmentationStream`).
+
+The generator's recipes (`namsa.generator.generated_ids`) draw from ``default_rng(generator.seed)``
+and, for each further kind of material, from ``default_rng([generator.seed, stream])`` with a
+`GeneratorStream` number above 100, so no generator stream is ever a sample's stream.
 """
 from __future__ import annotations
 
@@ -29,6 +33,14 @@ class SampleStream(IntEnum):
     PHONON_FRACTION = 2          # whether this sample gets frozen phonons (frozen_phonon_fraction)
     SHOT_NOISE = 3               # the Poisson counts of variations.dose_e_per_A2
     PHONON_CONFIGURATION = 4     # configuration k >= 1 of the frozen-phonon average: [seed, 4, k]
+    THIN_SHARE = 5               # whether the thickness is drawn below variations.thin_below_A (thin_fraction)
+    CAMERA = 6                   # namsa.camera.record: [seed, 6, 0] the electrons, [seed, 6, 1] the read noise
+
+
+class GeneratorStream(IntEnum):
+    """The streams of the generator's recipe draws, besides its main stream (numbered above 100)."""
+
+    LIGHT_MATERIALS = 101        # the materials of generator.light_fraction (light-element pool)
 
 
 class AugmentationStream(str, Enum):
@@ -43,3 +55,8 @@ def sample_rng(seed: int, stream: SampleStream, *index: int) -> np.random.Genera
     """The generator of ``stream`` (and its ``index``, e.g. the phonon configuration) of the sample
     with ``seed``."""
     return np.random.default_rng([int(seed), int(stream), *(int(i) for i in index)])
+
+
+def generator_rng(seed: int, stream: GeneratorStream) -> np.random.Generator:
+    """The generator of the recipe draws of ``stream`` for ``generator.seed``."""
+    return np.random.default_rng([int(seed), int(stream)])

@@ -302,15 +302,19 @@ def run_prepared(prepared: PreparedSample, cfg: SimulationConfig, pool: Any = No
     config_hash = cfg.physics_hash()
     numbers = np.asarray(supercell.numbers)
     from .kirkland import symbol
-    from .structure_type import prototype_label
+    from .structure_type import cheap_label, remember
 
     lam = wavelength_A(cfg.energy_kv)
+    prototype = cheap_label(material_id)
+    if prototype is None:  # a CIF: matched only if a split by structure type asks (namsa.structure_type)
+        remember(material_id, structure)
     meta = {
         "sample_id": sample_id(material_id, axis, variant, config_hash),
         "material_id": material_id,
         "formula": structure.composition.reduced_formula,
-        # its structure type, for splits that hold out whole prototypes (stage.splits.split_key)
-        "prototype": prototype_label(material_id, structure),
+        # its structure type, for splits that hold out whole prototypes (stage.splits.split_key); None
+        # for a CIF, whose AFLOW label is matched when a split asks for it
+        "prototype": prototype,
         "elements": sorted({symbol(int(z)) for z in numbers}),
         "zone_axis": axis,
         "variant": int(variant),

@@ -13,6 +13,13 @@ entered the plan:
   (``pymatgen.analysis.prototypes.AflowPrototypeMatcher``, 0.1-1.1 s per structure measured on the
   library, hence cached per material id), else the material id itself (its own type).
 
+The matcher is paid for only when a label is asked for: importing pymatgen's AFLOW prototype data
+and building the matcher takes 3-9 s, most of the first simulation of a CIF when it was computed
+for every sample. So the simulator records `cheap_label` (library and generated ids; None for a
+CIF) and `remember`s the structure of a CIF; `prototype_label(material_id)` without a structure
+then matches the remembered one, once per material id (a split by structure type asks for it
+when the sample is stored: stage.splits.split_key, in the process that simulated it).
+
 `LIBRARY_AFLOW` was read off the matcher run on every library structure (the library's tags are
 used rather than the matcher's answer because the matcher misnames two library entries: inverse
 spinel Fe3O4 and Co3O4 come back as tetragonal hausmannite, RuO2 as no match).
@@ -39,16 +46,37 @@ LIBRARY_AFLOW: dict[str, str] = {
 
 
 def prototype_label(material_id: str, structure: Any = None) -> str:
-    """The structure-type label of ``material_id`` (see the module docstring for the rules)."""
+    """The structure-type label of ``material_id`` (see the module docstring for the rules); without
+    ``structure``, a structure `remember`ed for it is matched."""
+    material_id = str(material_id)
+    label = cheap_label(material_id)
+    if label is not None:
+        return label
+    structure = structure if structure is not None else _REMEMBERED.get(material_id)
+    if structure is None:
+        return material_id
+    return _matched_label(material_id, structure)
+
+
+def cheap_label(material_id: str) -> str | None:
+    """The label of a library or generated id, which needs no matcher; None for anything else."""
     material_id = str(material_id)
     if is_generated_id(material_id):
         template = template_of(material_id)
         return _library_label(template) if template in _library_ids() else prototypes.aflow_label(template)
     if material_id in _library_ids():
         return _library_label(material_id)
-    if structure is None:
-        return material_id
-    return _matched_label(material_id, structure)
+    return None
+
+
+#: structures whose label has not been asked for yet: material id -> structure (ids name one structure)
+_REMEMBERED: dict[str, Any] = {}
+
+
+def remember(material_id: str, structure: Any) -> None:
+    """Keep ``structure`` so that a later `prototype_label(material_id)` can match it (nothing is
+    matched now: most runs never ask)."""
+    _REMEMBERED.setdefault(str(material_id), structure)
 
 
 @lru_cache(maxsize=1)
@@ -70,6 +98,7 @@ def _matched_label(material_id: str, structure: Any) -> str:
     if material_id not in _MATCHED:
         matches = _matcher().get_prototypes(structure) if _matcher() is not None else None
         _MATCHED[material_id] = str(matches[0]["tags"]["aflow"]) if matches else material_id
+        _REMEMBERED.pop(material_id, None)  # labelled: the structure is not needed again
     return _MATCHED[material_id]
 
 

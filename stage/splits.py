@@ -39,7 +39,9 @@ def split_of(material_id: str, fractions: Sequence[float] = (0.90, 0.05, 0.05), 
 
 def split_key(meta: Mapping[str, Any], by: SplitBy = "material") -> str:
     """What a sample's split is drawn from: its material id, or its structure type (the
-    ``prototype`` the simulator recorded in ``meta``, else the label of its material id)."""
+    ``prototype`` the simulator recorded in ``meta``, else the label of its material id: for a CIF,
+    whose label the simulator leaves to whoever asks, the AFLOW match of the structure it
+    remembered, computed here once per material: namsa.structure_type)."""
     material_id = str(meta["material_id"])
     if by == "material":
         return material_id

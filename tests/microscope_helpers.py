@@ -125,3 +125,18 @@ def damage_first_chunk(path: Path) -> Path:
         raw[i] ^= 0xFF
     path.write_bytes(bytes(raw))
     return path
+
+
+def precession_scan(shape: tuple[int, int] = (8, 8), px: int = 64) -> np.ndarray:
+    """uint8 (sy, sx, px, px) precession-electron-diffraction patterns as a NanoMegas camera records
+    them (Debian's test1.blo): a saturated direct beam whose halo fades as 1 / r over many pixels,
+    and a lattice of sharp Bragg spots; no bright-field disc of a convergence semi-angle."""
+    yy, xx = np.mgrid[:px, :px]
+    c = px // 2
+    r = np.hypot(yy - c, xx - c)
+    p = 300.0 / (1.0 + r / 2.5) + 20.0  # a focused beam's spot, its tail spread by the precession
+    for gy in range(-2, 3):
+        for gx in range(-2, 3):
+            if gy or gx:
+                p += 90.0 * np.exp(-((yy - c - 12 * gy) ** 2 + (xx - c - 12 * gx) ** 2) / (2 * 0.8 ** 2))
+    return np.broadcast_to(np.clip(p, 0, 255).astype(np.uint8), (*shape, px, px)).copy()

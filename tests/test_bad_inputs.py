@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import stage
-from microscope_helpers import damage_first_chunk, disc_scan, rewrite_data, spot_scan, write_hspy
+from microscope_helpers import damage_first_chunk, disc_scan, precession_scan, rewrite_data, spot_scan, write_hspy
 from stage_helpers import CONFIG_HASH, flip_byte_inside, make_samples
 from workflow.cli import main
 
@@ -386,6 +386,19 @@ CASES: list[Case] = [
     Case("reconstruct-input-name-too-long", ("reconstruct", "{tmp}/" + "a" * 300 + ".hspy", "--model",
                                              "pretrained:study-scan", "--out", "{tmp}/maps"),
          ".hspy could not be read (File name too long); check the file is readable"),
+    # -- issue 31: microscope data II (low dose, every problem at once, spot patterns) ----------
+    Case("reconstruct-precession-spots", ("reconstruct", "{precession_scan}", "--model", "pretrained:study-scan",
+                                          "--out", "{tmp}/maps"),
+         "do not look like CBED (the direct beam has no edge: it fades from 70% of its level"),
+    Case("reconstruct-every-unfixable-problem", ("reconstruct", "{unfixable_scan}", "--model", "pretrained:study-scan",
+                                                 "--out", "{tmp}/maps"),
+         "3 problems: (1) the scan step along y is 2 Angstrom but the model was trained on steps of 0.3675-0.765 "
+         "Angstrom (and its 8 positions are fewer than the 32 the model needs)"),
+    Case("reconstruct-blank-scan", ("reconstruct", "{blank_scan}", "--model", "pretrained:study-scan",
+                                    "--out", "{tmp}/maps"), "every pixel of every pattern is 0: the beam was blanked"),
+    Case("reconstruct-30-electrons-per-square-angstrom", ("reconstruct", "{low_dose_scan}", "--model",
+                                                         "pretrained:study-scan", "--out", "{tmp}/maps"),
+         "below the 100-1e+06 e/Angstrom^2 the model was trained at", "ok"),
     # -- issue 32 (E): model directories, cards, weights and their maps ------------------------
     Case("evaluate-model-weights-a-symlink", ev("{model_weights_link}"), "model.safetensors is a symbolic link"),
     Case("evaluate-model-card-a-symlink", ev("{model_card_link}"), "model_card.json is a symbolic link"),
@@ -438,6 +451,7 @@ def places(tmp_path_factory) -> dict[str, str]:
     places["spots_scan"] = str(write_hspy(root / "spots.hspy", spot_scan()))
     places["wide_disc_scan"] = str(write_hspy(root / "wide-disc.hspy", disc_scan(radius=9.0)))
     places.update(_issue32_microscope_files(root))
+    places.update(_issue31_microscope_files(root))
     places.update(_issue32_outs(root / "outs", data))
     places.update(_issue32_killed_stores(root / "killed", data))
     for name, content in CONFIG_FILES.items():
@@ -531,6 +545,18 @@ def _issue32_microscope_files(root: Path) -> dict[str, str]:
             "unwritten_scan": str(rewrite_data(write_hspy(root / "unwritten.hspy", wide),
                                                declared=(64, 64, 4096, 4096))),
             "damaged_scan": str(damage_first_chunk(write_hspy(root / "damaged.hspy", disc_scan())))}
+
+
+def _issue31_microscope_files(root: Path) -> dict[str, str]:
+    """Issue 31: precession spot patterns; CBED discs of matching radius on a scan too coarse (2 A) and
+    too small (8 x 8) with a too coarse detector (0.3 1/A); a scan without a count; and Poisson
+    counts of 4.2 electrons a pattern (30 e/A^2 at the study's 0.375 A step), some patterns empty."""
+    counts = np.random.default_rng(0).poisson(disc_scan((32, 32), radius=4.6).astype(np.float64) * 30 * 0.375 ** 2)
+    return {"precession_scan": str(write_hspy(root / "precession.hspy", precession_scan())),
+            "unfixable_scan": str(write_hspy(root / "unfixable.hspy", disc_scan(radius=2.67), step_A=2.0,
+                                             dk_inv_A=0.3)),
+            "blank_scan": str(write_hspy(root / "blank.hspy", np.zeros((4, 4, 32, 32), np.uint16))),
+            "low_dose_scan": str(write_hspy(root / "low-dose.hspy", counts.astype(np.uint16)))}
 
 
 def _big_cif(path: Path) -> None:

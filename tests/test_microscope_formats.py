@@ -159,6 +159,17 @@ def test_real_nanomegas_blockfile(debian_files):
     assert scan.data[1:2, :].shape == (1, 2, 144, 144)
 
 
+def test_real_nanomegas_precession_patterns_are_refused_as_spots_in_the_first_run(debian_files):
+    """test1.blo is precession electron diffraction (a saturated direct beam fading over ~9 px, Bragg
+    spots): issue 31 found it passed the CBED check; it is refused as a spot pattern before any
+    calibration is asked for (no detector pixel or semi-angle is in the file)."""
+    from stage.microscope import ExperimentalInputError, check_before_inference
+
+    scan = read_scan(debian_files / "blockfile_data" / "test1.blo")
+    with pytest.raises(ExperimentalInputError, match="do not look like CBED .the direct beam has no edge"):
+        check_before_inference(scan, {})
+
+
 def test_real_tia_ser_and_emi(debian_files):
     emi = read_scan(debian_files / "FEI_new" / "16x16-diffraction_imagel_5x5x256x256_EDS.emi")
     assert emi.data.shape == (5, 5, 256, 256)

@@ -27,3 +27,31 @@ def test_structures_outside_the_library_get_the_aflow_matcher_label():
                     [[0, 0, 0], [0.31, 0.17, 0.58], [0.73, 0.61, 0.21]])
     assert prototype_label("odd-triclinic", odd) == "odd-triclinic"   # no AFLOW match: its own type
     assert prototype_label("some-cif-stem") == "some-cif-stem"        # no structure at hand
+
+
+def test_a_cif_is_labelled_only_when_a_split_by_structure_type_asks(tmp_path):
+    """The first simulation of a CIF imports no AFLOW prototype data (3-9 s); the label is matched
+    when a split by prototype asks, on the structure the simulator remembered, and equals the
+    matcher's label of that structure (a CIF of a library type joins that type)."""
+    import subprocess
+    import sys
+
+    script = f"""
+import sys
+from pymatgen.core import Lattice, Structure
+from namsa import SimulationConfig, simulate_sample
+from stage.splits import sample_split, split_key
+cif = {str(tmp_path / "my-periclase.cif")!r}
+Structure.from_spacegroup("Fm-3m", Lattice.cubic(4.2), ["Mg", "O"], [[0, 0, 0], [0.5, 0.5, 0.5]]).to(filename=cif)
+cfg = SimulationConfig(scan_shape=(2, 2), pattern_px=8, target_px=8, cell_lateral_A=8.0, thickness_A=4.0, sampling_A=0.25)
+meta = simulate_sample(cif, (0, 0, 1), cfg).meta
+print(meta["prototype"], "pymatgen.analysis.prototypes._data" in sys.modules)
+print(split_key(meta, "material"), "pymatgen.analysis.prototypes._data" in sys.modules)
+print(split_key(meta, "prototype"), "pymatgen.analysis.prototypes._data" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line.split() for line in done.stdout.strip().splitlines()]
+    assert lines[0] == ["None", "False"]                 # simulated: no label, no AFLOW data
+    assert lines[1] == ["my-periclase", "False"]         # a split by material needs none either
+    assert lines[2] == [prototype_label("MgO-rocksalt"), "True"]   # asked: matched, a library type's label

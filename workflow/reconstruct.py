@@ -70,16 +70,21 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
 
     scan = ex.as_raw_scan(source)
     budget = int(memory_gb * 2**30 * BLOCK_SHARE)
-    # refuses non-CBED, a wrong disc; its blocks sized so that their temporaries fit the budget
-    cal, checks, from_data = ex.check_before_inference(scan, calibrations, block_bytes_within(budget))
     rec = load_reconstructor(model)
     reconstruct_maps.check_map_names(rec.targets)  # the card's targets become file names
     expect = fit.model_expectation(rec.card)
+    # refuses non-CBED, a wrong disc, missing calibrations and what this model cannot take, all in one
+    # message; its blocks sized so that their temporaries fit the budget
+    cal, checks, from_data = ex.check_before_inference(
+        scan, calibrations, block_bytes_within(budget),
+        model_problems=lambda known: fit.sampling_problems(scan.data.shape, known, expect))
     plan = fit.plan_fit(scan.data.shape, cal, expect)
-    grid = fit.tile_grid(plan.shape, expect.scan_shape, expect.target_px)
+    # tiles overlap so that no kept pixel lies within the network's edge reach of an inner tile border
+    grid = fit.tile_grid(plan.shape, expect.scan_shape, expect.target_px,
+                         margin=fit.tile_margin(rec.model.arch, expect.target_px))
     correction = from_data.descan_correction(scan.data.shape[:2]) if transform is None else None
     transform = correction or transform
-    tile_cal = _tile_calibration(rec, plan, expect, cal.energy_kv)
+    tile_cal = _tile_calibration(plan, expect, cal.energy_kv)
     refining = TileRefinement.start(rec, plan, expect, cal, refine) if refine else None
     with warnings.catch_warnings():  # predict's OutsideTrainingWarning: recorded in the JSON (checks.predict)
         warnings.simplefilter("ignore", fit.OutsideTrainingWarning)
@@ -92,24 +97,29 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     notes += ["patterns recentred on the direct beam (the descan plane fitted to the data: "
               "calibration_from_data)"] if correction else []
     info = _reconstruct_info(scan.path, model, cal, expect, plan, grid, scales, notes, memory_gb)
-    if tile_cal is not None:  # what the model's CoM/iCoM input planes were computed with
+    if rec.model.arch.physics_inputs:  # what the model's CoM/iCoM input planes were computed with
         info["physics_input_calibration"] = tile_cal.to_dict()
     if refining is not None:
         info["refinement"] = refining.report()
     after = fit.check_after_inference(maps, rec.card, checks)
-    info.update(checks={"before": checks, "predict": rec.last_report, "after": after},
+    info.update(checks={"before": checks, "predict": _without_dose(rec.last_report), "after": after},
                 calibration_from_data=from_data.report())
     written = _write_and_swap(tmp, out, maps, pixel, info)
     return {"out": str(out), "files": written, "pixel_size_A": pixel, "shape": list(stitched.shape[1:]),
             "notes": notes, "warnings": [w["message"] for w in checks["warnings"] + after["warnings"]]}
 
 
-def _tile_calibration(rec: Any, plan: Any, expect: Any, energy_kv: float) -> Any:
-    """The calibration every tile's physics input planes are computed with (`namsa.icom.ScanCalibration`),
-    for a model that takes them: the file's own detector sampling and scan step after the fit, and not
-    periodic (a tile is a window inside the specimen); None for a model without physics inputs."""
-    if not rec.model.arch.physics_inputs:
-        return None
+def _without_dose(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The model's input report without its dose: predict measures it on the fitted tiles (cropped,
+    rebinned, at the model's step), the file's one dose figure is the one measured as read (checks.before)."""
+    measured = {k: v for k, v in (report.get("measured") or {}).items() if k != "dose_e_per_A2"}
+    return {**report, "measured": measured, "warnings": [w for w in report.get("warnings", []) if w.get("code") != "dose"]}
+
+
+def _tile_calibration(plan: Any, expect: Any, energy_kv: float) -> Any:
+    """Every tile's calibration (`namsa.icom.ScanCalibration`): the file's own detector sampling and scan
+    step after the fit, and not periodic (a tile is a window inside the specimen). A model with physics
+    inputs computes its planes with it; every model's input report reads the defocus at its step."""
     from namsa.icom import ScanCalibration
 
     return ScanCalibration(scan_shape=tuple(expect.scan_shape), k_sampling_invA=(plan.dk_inv_A, plan.dk_inv_A),
@@ -118,8 +128,8 @@ def _tile_calibration(rec: Any, plan: Any, expect: Any, energy_kv: float) -> Any
 
 def _stream(scan: Any, plan: Any, grid: Any, rec: Any, budget: int, transform: Any,
             tile_calibration: Any = None, refining: Any = None) -> tuple[np.ndarray, np.ndarray, list[float]]:
-    """Blocks of tiles read, fitted, normalised per tile, predicted (with ``tile_calibration`` for
-    a model with physics inputs; each potential refined by ``refining``, a `TileRefinement`, when
+    """Blocks of tiles read, fitted, normalised per tile, predicted (with ``tile_calibration``: the physics
+    input planes of a model that takes them, and every input report's probe step; each potential refined by ``refining``, a `TileRefinement`, when
     given) and blended; the centre of mass of every fitted pattern gathered on the way. Returns
     (C, H, W) maps, the (Y, X, 2) CoM (1/Angstrom) over the covered scan and the intensity factor
     of each tile."""
@@ -260,7 +270,9 @@ def _reconstruct_info(path: str, model: str | Path, cal: Any, expect: Any, plan:
                           "flipped_yx": [plan.scan[0].flipped, plan.scan[1].flipped],
                           "intensity_scale": [min(scales), max(scales)]},
         "tiling": {"tile_origins_y": list(grid.origins_y), "tile_origins_x": list(grid.origins_x),
-                   "tiles": len(scales), "blending": "separable raised-cosine (Hann) weights, normalised by their sum",
+                   "tiles": len(scales), "blending": f"weight 0 on the {grid.margin} map pixels next to each inner tile border (the network's "
+                   "edge reach), raised-cosine ramps across the rest of the overlap, normalised by their sum; the "
+                   f"outer {grid.margin} pixels of the whole map still see the network's padding", "margin_px": grid.margin,
                    "memory_gb": memory_gb},
         "resampling": notes or ["none: the file's sampling is the model's"],
     }

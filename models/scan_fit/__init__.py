@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from .card_checks import OutsideTrainingWarning, check_after_inference, input_report, trained_dose_range
 from .expectation import ModelExpectation, model_expectation
-from .fit import PHYSICS_RTOL, FitPlan, PatternTransform, normalise_tile, plan_fit, read_fitted
-from .tiles import Block, Stitcher, TileGrid, blocks, hann_weights, tile_grid
+from .fit import PHYSICS_RTOL, FitPlan, PatternTransform, normalise_tile, plan_fit, read_fitted, sampling_problems
+from .tiles import Block, Stitcher, TileGrid, blocks, tile_grid, tile_margin
 
 __all__ = ["model_expectation", "ModelExpectation", "plan_fit", "read_fitted", "normalise_tile", "FitPlan",
-           "PatternTransform", "PHYSICS_RTOL", "tile_grid", "TileGrid", "blocks", "Block", "Stitcher", "hann_weights",
+           "PatternTransform", "PHYSICS_RTOL", "sampling_problems", "tile_grid", "TileGrid", "blocks", "Block", "Stitcher", "tile_margin",
            "check_after_inference", "input_report", "trained_dose_range", "OutsideTrainingWarning"]

@@ -1,6 +1,8 @@
 """Fitting a scan to a model: physics check, then scan and detector resampling block by block.
 
-`plan_fit` decides from the file's shape and calibrations alone (nothing is read) how each scan
+`sampling_problems` finds every problem of a file no resampling can fix (with what calibrations are
+known: the shape alone tells a too small scan or detector); `plan_fit` refuses them all in one line,
+else decides from the file's shape and calibrations alone (nothing is read) how each scan
 axis and each detector axis is brought to the model's sampling; `read_fitted` then reads one block
 of the scan and applies that plan, and `normalise_tile` scales a tile's patterns the way the
 training patterns were scaled (after the crop: the model's detector carries the probe's 1).
@@ -9,19 +11,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from stage.microscope.calibration import Calibrations
-from stage.microscope.errors import ExperimentalInputError
-from .expectation import ModelExpectation
+from stage.microscope.errors import ExperimentalInputError, all_problems
+from .expectation import FITTED_RTOL, PHYSICS_RTOL, ModelExpectation, physics_rtol
 
-#: relative mismatch of beam energy / convergence angle the model still accepts
-PHYSICS_RTOL = 0.01
-#: the same for a semi-angle measured from the disc (source "from the data (fit)"): its precision,
-#: stage.microscope.checks.RADIUS_RTOL (a thresholded disc on a coarse detector, ~5-10%)
-FITTED_RTOL = 0.15
+__all__ = ["plan_fit", "sampling_problems", "read_fitted", "normalise_tile", "FitPlan", "ScanAxis",
+           "PatternTransform", "PHYSICS_RTOL", "FITTED_RTOL", "UNIT_TOTAL_RTOL"]
+
 #: a tile whose mean pattern total is within this of 1 is used as is (the training scale)
 UNIT_TOTAL_RTOL = 0.02
 #: a raw block (y0, x0 in the file's scan) -> the block to fit (e.g. a recentring of the patterns)
@@ -65,14 +65,15 @@ class FitPlan:
 def plan_fit(shape: tuple[int, ...], cal: Calibrations, expect: ModelExpectation) -> FitPlan:
     """Check the physics and decide the resampling of a (scan_y, scan_x, ky, kx) scan.
 
-    Refuses (one line, ExperimentalInputError) what no resampling can fix: another beam energy or
-    convergence angle, a detector coarser than the model's or not reaching its extent, a scan
-    step coarser than the model saw, or too few scan points for one tile.
+    Refuses what no resampling can fix (`sampling_problems`: another beam energy or convergence
+    angle, a detector coarser than the model's or not reaching its extent, a scan step coarser than
+    the model saw, too few scan points for one tile), every such problem in one line.
     """
-    _check_physics("beam energy", cal.energy_kv, expect.energy_kv, "kV", cal.sources["energy_kv"])
-    semi_source = cal.sources["semiangle_mrad"]
-    _check_physics("convergence semi-angle", cal.semiangle_mrad, expect.semiangle_mrad, "mrad", semi_source,
-                   FITTED_RTOL if "(fit)" in semi_source else PHYSICS_RTOL)
+    problems = sampling_problems(shape, {"energy_kv": cal.energy_kv, "semiangle_mrad": cal.semiangle_mrad,
+                                         "dk_inv_A": cal.dk_inv_A, "step_A": cal.step_A, "sources": cal.sources},
+                                 expect)
+    if problems:
+        raise all_problems(problems)
     scan = tuple(_fit_scan_axis(shape[axis], axis, cal.step_A[axis], expect) for axis in (0, 1))
     dk = _target_dk(cal.dk_inv_A, expect)
     weights, starts, notes = [], [], [a.note for a in scan if a.note]
@@ -83,6 +84,22 @@ def plan_fit(shape: tuple[int, ...], cal: Calibrations, expect: ModelExpectation
         notes += [note] if note else []
     return FitPlan(scan=scan, weights=(weights[0], weights[1]), starts=(starts[0], starts[1]),  # type: ignore[arg-type]
                    dk_inv_A=dk, pattern_px=expect.pattern_px, notes=notes)
+
+
+def sampling_problems(shape: tuple[int, ...], known: Mapping[str, Any], expect: ModelExpectation) -> list[str]:
+    """Every problem of a (scan_y, scan_x, ky, kx) scan that no flag can fix for this model, one
+    line each, with the calibrations ``known`` so far (stage.microscope.calibration.known_calibrations:
+    energy_kv, semiangle_mrad, dk_inv_A, step_A, sources); a check whose calibration is not known
+    yet is made as far as the shape alone allows (a scan or detector too small at any step or pixel)."""
+    sources = known.get("sources", {})
+    problems = [_physics_problem(what, known.get(name), want, unit, sources.get(name, ""))
+                for what, name, want, unit in (("beam energy", "energy_kv", expect.energy_kv, "kV"),
+                                               ("convergence semi-angle", "semiangle_mrad", expect.semiangle_mrad,
+                                                "mrad"))]
+    step = known.get("step_A")
+    problems += [_scan_axis_problem(shape[axis], axis, None if step is None else step[axis], expect) for axis in (0, 1)]
+    problems += _detector_problems(shape, known.get("dk_inv_A"), expect)
+    return [p for p in problems if p]
 
 
 def read_fitted(data: Any, plan: FitPlan, rows: tuple[int, int], cols: tuple[int, int],
@@ -103,11 +120,14 @@ def read_fitted(data: Any, plan: FitPlan, rows: tuple[int, int], cols: tuple[int
 
 def normalise_tile(tile: np.ndarray, where: str) -> tuple[np.ndarray, float]:
     """A tile's (S, P, P) patterns on the training scale: divided by their mean total when it is
-    not already 1 (within UNIT_TOTAL_RTOL); returns (patterns, the factor applied)."""
+    not already 1 (within UNIT_TOTAL_RTOL), left as they are when they hold no count at all; returns
+    (patterns, the factor applied)."""
     total = float(np.mean(np.sum(tile, axis=(-2, -1), dtype=np.float64)))
+    if total == 0.0:  # not one count in the tile (a blanked beam, a very low dose): nothing to scale, still data
+        return tile, 1.0
     if not total > 0:
-        raise ExperimentalInputError(f"{where}: the patterns carry no positive intensity on the model's detector; "
-                                     "check the file (and that the direct beam is at the detector's centre)")
+        raise ExperimentalInputError(f"{where}: the patterns carry a negative total intensity ({total:.4g}) on the "
+                                     "model's detector; check the file (a dark reference subtracted with an offset?)")
     if abs(total - 1.0) <= UNIT_TOTAL_RTOL:
         return tile, 1.0
     return tile * np.float32(1.0 / total), 1.0 / total
@@ -136,39 +156,60 @@ def _detector(block: np.ndarray, axis: int, weights: np.ndarray | None, start: i
     return np.take(block, np.arange(start, start + p), axis=axis)
 
 
-def _check_physics(what: str, have: float, want: float, unit: str, source: str,
-                   rtol: float = PHYSICS_RTOL) -> None:
-    if abs(have - want) > rtol * want:
-        raise ExperimentalInputError(f"the file's {what} is {have:g} {unit} ({source}) but the model was trained at "
-                                     f"{want:g} {unit}; patterns cannot be resampled to another {what}: use a model "
-                                     f"trained at {have:g} {unit} (or correct the calibration)")
+def _physics_problem(what: str, have: float | None, want: float, unit: str, source: str) -> str | None:
+    if have is None or abs(have - want) <= physics_rtol(source) * want:
+        return None
+    return (f"the file's {what} is {have:g} {unit} ({source}) but the model was trained at {want:g} {unit}; "
+            f"patterns cannot be resampled to another {what}: use a model trained at {have:g} {unit} (or correct "
+            "the calibration)")
+
+
+def _scan_positions(n: int, step: float, expect: ModelExpectation) -> tuple[np.ndarray, float, str]:
+    """(the file's indices of the fitted positions, their step Angstrom, a note) along an axis of
+    ``n`` positions of ``step`` (positive, no coarser than the model's range): as is, every m-th
+    position (exact), or linear interpolation to the finest step the model saw."""
+    lo, hi = expect.step_range_A
+    if step >= lo:
+        return np.arange(n, dtype=np.float64), step, ""
+    stride = math.ceil(lo / step - 1e-9)
+    if stride * step <= hi:
+        return (np.arange(0, n, stride, dtype=np.float64), stride * step,
+                f"one position in {stride} (step {step:.4g} -> {stride * step:.4g} Angstrom)")
+    new_step = expect.step_A[0]
+    return (np.arange(0.0, n - 1 + 1e-9, new_step / step), new_step,
+            f"interpolated from step {step:.4g} to {new_step:.4g} Angstrom")
+
+
+def _scan_axis_problem(n: int, axis: int, signed_step: float | None, expect: ModelExpectation) -> str | None:
+    """Why scan axis ``axis`` (0 = y, 1 = x) of ``n`` positions cannot be fitted, or None: a step
+    coarser than the model's range, or too few positions (at any step: resampling never adds any)."""
+    lo, hi = expect.step_range_A
+    name, need = "yx"[axis], expect.scan_shape[axis]
+    if signed_step is None:
+        return None if n >= need else (f"the scan has {n} positions along {name}; the model needs at least {need} "
+                                       "at its step, and resampling never adds positions")
+    step = abs(signed_step)
+    if step > hi:
+        few = f" (and its {n} positions are fewer than the {need} the model needs)" if n < need else ""
+        return (f"the scan step along {name} is {step:.4g} Angstrom but the model was trained on steps of "
+                f"{lo:.4g}-{hi:.4g} Angstrom{few}; a coarser scan cannot be refined: scan with a step <= {hi:.4g} "
+                "Angstrom")
+    positions, new_step, _ = _scan_positions(n, step, expect)
+    if len(positions) < need:
+        return (f"the scan has {n} positions along {name} at {step:.4g} Angstrom, which give {len(positions)} at the "
+                f"model's step {new_step:.4g} Angstrom; the model needs at least {need} (a field of view of >= "
+                f"{need * new_step:.4g} Angstrom)")
+    return None
 
 
 def _fit_scan_axis(n: int, axis: int, signed_step: float, expect: ModelExpectation) -> ScanAxis:
-    """Scan axis ``axis`` (0 = y, 1 = x) of ``n`` positions brought into the model's step range:
-    as is, every m-th position (exact), or linear interpolation. A negative step (the file's axis
-    runs against the calibrated direction) is read backwards, so that the maps run along +y / +x,
-    and the note says so: the map is never mirrored silently."""
-    lo, hi = expect.step_range_A
-    name, need, step = "yx"[axis], expect.scan_shape[axis], abs(signed_step)
-    if step > hi:
-        raise ExperimentalInputError(f"the scan step along {name} is {step:.4g} Angstrom but the model was trained on "
-                                     f"steps of {lo:.4g}-{hi:.4g} Angstrom; a coarser scan cannot be refined: scan "
-                                     f"with a step <= {hi:.4g} Angstrom")
-    notes, new_step, positions = [], step, np.arange(n, dtype=np.float64)
-    if step < lo:
-        stride = math.ceil(lo / step - 1e-9)
-        if stride * step <= hi:
-            positions, new_step = np.arange(0, n, stride, dtype=np.float64), stride * step
-            notes.append(f"scan {name}: one position in {stride} (step {step:.4g} -> {new_step:.4g} Angstrom)")
-        else:
-            new_step = expect.step_A[0]  # the finest step the model saw
-            positions = np.arange(0.0, n - 1 + 1e-9, new_step / step)
-            notes.append(f"scan {name}: interpolated from step {step:.4g} to {new_step:.4g} Angstrom")
-    if len(positions) < need:
-        raise ExperimentalInputError(f"the scan has {n} positions along {name} at {step:.4g} Angstrom, which give "
-                                     f"{len(positions)} at the model's step {new_step:.4g} Angstrom; the model needs "
-                                     f"at least {need} (a field of view of >= {need * new_step:.4g} Angstrom)")
+    """Scan axis ``axis`` (0 = y, 1 = x) of ``n`` positions brought into the model's step range
+    (`_scan_positions`; `_scan_axis_problem` has passed). A negative step (the file's axis runs
+    against the calibrated direction) is read backwards, so that the maps run along +y / +x, and
+    the note says so: the map is never mirrored silently."""
+    name = "yx"[axis]
+    positions, new_step, note = _scan_positions(n, abs(signed_step), expect)
+    notes = [f"scan {name}: {note}"] if note else []
     if signed_step < 0:
         positions = (n - 1) - positions
         notes.append(f"scan {name}: the file's step is negative (the axis runs against +{name}); read backwards so "
@@ -189,34 +230,52 @@ def _interpolate_axis(data: np.ndarray, axis: int, positions: np.ndarray) -> np.
 
 def _target_dk(dk_file: tuple[float, float], expect: ModelExpectation) -> float:
     """Detector pixel (1/Angstrom) the patterns are brought to: the file's own when it lies in the
-    model's range, else the smallest whole multiple of it that does, else the finest the model saw."""
+    model's range, else the smallest whole multiple of it that does, else the finest the model saw
+    (`_detector_problems` has refused a coarser one)."""
     lo, hi = expect.dk_range_inv_A
     coarse = max(dk_file)
-    if coarse > hi:
-        raise ExperimentalInputError(f"the detector pixel is {coarse:.4g} 1/Angstrom but the model was trained on "
-                                     f"{lo:.4g}-{hi:.4g} 1/Angstrom; a coarser detector cannot be refined: use a "
-                                     f"longer camera length (or check --dk-inv-a / --dk-mrad)")
     if lo <= dk_file[0] <= hi and lo <= dk_file[1] <= hi and math.isclose(dk_file[0], dk_file[1], rel_tol=1e-6):
         return dk_file[0]
     multiple = math.ceil(lo / coarse - 1e-9) * coarse
     return multiple if multiple <= hi else expect.dk_inv_A[0]
 
 
+def _detector_problems(shape: tuple[int, ...], dk_file: tuple[float, float] | None,
+                       expect: ModelExpectation) -> list[str]:
+    """Why the detector of a scan of ``shape`` with pixel ``dk_file`` (1/Angstrom, (y, x); None: not
+    known yet) cannot give the model's patterns: a pixel coarser than the model's range, or an axis
+    not reaching the model's pattern from k = 0 (fewer pixels than the pattern never do)."""
+    p = expect.pattern_px
+    if dk_file is None:
+        return [f"the detector has {shape[axis]} px along {'ky' if axis == 2 else 'kx'}, fewer than the model's "
+                f"{p} px patterns at any pixel size; use a larger detector region" for axis in (2, 3) if shape[axis] < p]
+    lo, hi = expect.dk_range_inv_A
+    if max(dk_file) > hi:
+        return [f"the detector pixel is {max(dk_file):.4g} 1/Angstrom but the model was trained on {lo:.4g}-{hi:.4g} "
+                "1/Angstrom; a coarser detector cannot be refined: use a longer camera length (or check --dk-inv-a / "
+                "--dk-mrad)"]
+    target = _target_dk(dk_file, expect)
+    problems = []
+    for axis in (2, 3):
+        n, dk = shape[axis], dk_file[axis - 2]
+        reach_file = (min(n // 2, n - 1 - n // 2) + 0.5) * dk
+        reach_model = (min(p // 2, p - 1 - p // 2) + 0.5) * target
+        if reach_file < reach_model * (1 - 1e-9) or (dk == target and n < p):
+            problems.append(f"the detector reaches {reach_file:.4g} 1/Angstrom along {'ky' if axis == 2 else 'kx'} "
+                            f"({n} px of {dk:.4g}) but the model needs {reach_model:.4g} 1/Angstrom ({p} px of "
+                            f"{target:.4g}); use a shorter camera length or a larger detector region")
+    return problems
+
+
 def _fit_detector_axis(n: int, axis: int, dk: float, target_dk: float,
                        pattern_px: int) -> tuple[np.ndarray | None, int, str]:
     """How detector axis ``axis`` (2 = ky, 3 = kx) of ``n`` pixels of ``dk`` becomes ``pattern_px``
-    pixels of ``target_dk`` (k = 0 at index P // 2): (None, start, note) for a centred crop when
-    the pixel size already fits, else (weights, 0, note) for an intensity-conserving rebin
-    (namsa.detector.overlap_matrix)."""
+    pixels of ``target_dk`` (k = 0 at index P // 2; `_detector_problems` has passed): (None, start,
+    note) for a centred crop when the pixel size already fits, else (weights, 0, note) for an
+    intensity-conserving rebin (namsa.detector.overlap_matrix)."""
     from namsa.detector import overlap_matrix
 
     p = pattern_px
-    reach_file = (min(n // 2, n - 1 - n // 2) + 0.5) * dk
-    reach_model = (min(p // 2, p - 1 - p // 2) + 0.5) * target_dk
-    if reach_file < reach_model * (1 - 1e-9):
-        raise ExperimentalInputError(f"the detector reaches {reach_file:.4g} 1/Angstrom ({n} px of {dk:.4g}) but the "
-                                     f"model needs {reach_model:.4g} 1/Angstrom ({p} px of {target_dk:.4g}); use a "
-                                     "shorter camera length or a larger detector region")
     name = "ky" if axis == 2 else "kx"
     if dk == target_dk:
         return None, n // 2 - p // 2, "" if n == p else f"detector {name}: centred crop {n} -> {p} px"

@@ -13,6 +13,10 @@
 3. `check_before_inference(scan, given)` (checks.py, with autocal.py): the file against itself (a
    CBED disc, its radius, counts, saturation) and the calibration fitted from the data.
 
+4. `write_scan(path, data, calibrations)` (writers.py): the other way, a scan written in a format
+   `read_scan` reads (.hspy, .zspy, .emd, EMPAD, Merlin, Arina), for microscope-like test data
+   (namsa.camera records namsa's patterns as a detector would).
+
 Fitting the scan to a model (expectation, resampling, the checks against its card, tiles) is
 models.scan_fit; writing the maps is workflow.reconstruct_maps, the driver workflow.reconstruct.
 Nothing here imports lmdb or torch. Axis conventions: a file's data is (scan_y, scan_x, ky, kx).
@@ -26,9 +30,11 @@ from .datacube import as_raw_scan, from_datacube
 from .errors import ExperimentalInputError, MicroscopeFileError
 from .files import read_scan
 from .formats import FORMATS
+from .formats.base import ScanCalibrations
 from .safety import check_values
 from .scan import LazyScan, RawScan
+from .writers import write_scan
 
 __all__ = ["read_scan", "RawScan", "LazyScan", "FORMATS", "from_datacube", "as_raw_scan", "resolve_calibrations",
            "Calibrations", "FLAGS", "check_values", "ExperimentalInputError", "MicroscopeFileError",
-           "check_before_inference", "DataCalibration"]
+           "check_before_inference", "DataCalibration", "write_scan", "ScanCalibrations"]

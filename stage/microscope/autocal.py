@@ -9,7 +9,9 @@ the whole of it is never loaded.
 Fitted from the data, each with an uncertainty:
 
 - the direct-beam centre of every pattern (centroid of its thresholded bright-field disc, px);
-- the descan: a least-squares plane of that centre against the scan position, with its residual;
+- the descan: a least-squares plane of that centre against the scan position, each pattern weighted
+  by its bright-field counts (a pattern without a count, which has no centre, left out), with its
+  residual; `recentred_mean` is the mean pattern with that descan undone;
 - the rotation (degrees) and flip of the patterns against the scan: the one that makes the
   centre-of-mass field curl-free (py4DSTEM's criterion), its 180-degree twin told apart by the
   sign of its divergence against the dark-field signal (atoms attract the beam: the CoM field
@@ -18,7 +20,8 @@ Fitted from the data, each with an uncertainty:
 
 `DataCalibration.recentre(block, y0, x0)` applies the descan plane and the rotation/flip to a
 block ``data[y0:y0+h, x0:x0+w]`` so every pattern has its direct beam at index k // 2, the
-convention the model was trained on. Axis order everywhere: (scan_y, scan_x, ky, kx).
+convention the model was trained on. The disc itself is stage.microscope.disc (`find_disc`,
+`Disc`, imported here for the callers that ask autocal). Axis order everywhere: (scan_y, scan_x, ky, kx).
 """
 from __future__ import annotations
 
@@ -30,6 +33,9 @@ import numpy as np
 from scipy import ndimage
 
 from namsa.constants import wavelength_A
+
+from .disc import Disc, find_disc  # noqa: F401  (find_disc: callers ask autocal for it)
+from .disc import window as _window
 
 #: patterns read (strided over the scan) for the mean pattern: enough to average out the specimen
 SUBSAMPLE_PATTERNS = 256
@@ -48,32 +54,12 @@ MIN_BLOCK_BYTES = 2**20
 def block_bytes_within(budget_bytes: int) -> int:
     """Bytes of one scan block such that `scan_scalars` stays within ``budget_bytes`` of memory."""
     return max(MIN_BLOCK_BYTES, budget_bytes // BLOCK_TEMPORARIES)
-#: disc thresholds, as fractions between the background and the disc's level (py4DSTEM's
-#: get_probe_size averages the radius over a band of thresholds the same way)
-THRESHOLDS = (0.3, 0.4, 0.5, 0.6, 0.7)
-#: a bright-field disc smaller than this (px) is a spot: parallel illumination, not CBED
-MIN_DISC_RADIUS_PX = 1.5
-#: second-moment aspect (minor / major axis) a disc must reach to count as round
-MIN_ROUNDNESS = 0.7
-#: a second bright region with more than this fraction of the disc's intensity: not one disc
-MAX_SECOND_SPOT = 0.25
 
 
 #: a direct beam this far (detector px) off the centre at a scan corner is recentred before inference
 RECENTRE_TOL_PX = 0.25
-
-@dataclass
-class Disc:
-    """The bright-field disc of a mean pattern: centre (ky, kx) px, radius px with its spread
-    over thresholds, roundness (minor / major axis), and the share of the second bright region."""
-
-    centre_px: tuple[float, float]
-    radius_px: float
-    radius_err_px: float
-    roundness: float
-    second_spot: float
-    background: float
-    level: float
+#: ... when that is also this many standard errors of the fitted centre (low dose: a noisy fit)
+RECENTRE_SIGMAS = 3.0
 
 
 @dataclass
@@ -94,13 +80,34 @@ class ScanScalars:
 def subsample(data: Any, n: int = SUBSAMPLE_PATTERNS) -> np.ndarray:
     """At most ``n`` patterns on a regular stride over the scan, float64 (m, ky, kx), read by slicing;
     fewer when ``n`` of them would exceed `SUBSAMPLE_BYTES` (a large detector: memory stays bounded)."""
-    sy, sx, ky, kx = data.shape
+    step_y, step_x = _subsample_steps(data.shape, n)
+    block = np.asarray(data[::step_y, ::step_x], dtype=np.float64)
+    return block.reshape(-1, *block.shape[2:])
+
+
+def _subsample_steps(shape: tuple[int, ...], n: int) -> tuple[int, int]:
+    """The (y, x) strides of `subsample`: rows x columns <= n (and within SUBSAMPLE_BYTES)."""
+    sy, sx, ky, kx = shape
     n = max(1, min(n, SUBSAMPLE_BYTES // (ky * kx * 8)))
     stride = max(1, math.ceil(math.sqrt(sy * sx / n)))
     step_x = max(stride, math.ceil(sx / n))  # at most n columns ...
     step_y = max(stride, math.ceil(sy / max(1, n // math.ceil(sx / step_x))))  # ... and rows x columns <= n
+    return step_y, step_x
+
+
+def recentred_mean(data: Any, descan: "DescanPlane", n: int = SUBSAMPLE_PATTERNS) -> np.ndarray:
+    """The mean of `subsample`'s patterns, each first shifted by whole pixels so that its fitted
+    direct beam (``descan``) sits where the first pattern's does: a descan smears the plain mean's
+    disc edge over its whole range, this mean keeps it as sharp as one pattern's."""
+    step_y, step_x = _subsample_steps(data.shape, n)
     block = np.asarray(data[::step_y, ::step_x], dtype=np.float64)
-    return block.reshape(-1, *block.shape[2:])
+    ys, xs = np.meshgrid(np.arange(0, data.shape[0], step_y), np.arange(0, data.shape[1], step_x), indexing="ij")
+    shifts = np.rint(descan.at(ys, xs) - descan.at(np.zeros(1), np.zeros(1))[0]).astype(int)
+    total = np.zeros(block.shape[2:])
+    for i in range(block.shape[0]):
+        for j in range(block.shape[1]):
+            total += np.roll(block[i, j], (-shifts[i, j, 0], -shifts[i, j, 1]), axis=(0, 1))
+    return total / (block.shape[0] * block.shape[1])
 
 
 def scan_blocks(shape: tuple[int, ...], block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[int, int, int, int]]:
@@ -112,47 +119,6 @@ def scan_blocks(shape: tuple[int, ...], block_bytes: int = BLOCK_BYTES) -> Itera
     for y0 in range(0, sy, rows):
         for x0 in range(0, sx, cols):
             yield y0, min(sy, y0 + rows), x0, min(sx, x0 + cols)
-
-
-def find_disc(mean_pattern: np.ndarray) -> Disc | None:
-    """The bright-field disc of a (ky, kx) mean pattern, or None when nothing stands out of the
-    background. The radius is sqrt(area / pi) of the thresholded region holding the brightest
-    pixel, averaged over `THRESHOLDS`; its error is their spread (at least 0.3 px, the
-    quantisation of a pixel edge)."""
-    p = np.asarray(mean_pattern, dtype=np.float64)
-    background = float(np.percentile(p, 20))
-    peak = np.unravel_index(int(np.argmax(p)), p.shape)
-    level = float(np.percentile(p[_window(p.shape, peak, 2.0)], 50))  # robust to one hot pixel
-    if not level > background:
-        return None
-    radii, shapes = [], []
-    for t in THRESHOLDS:
-        labels, _ = ndimage.label(p > background + t * (level - background))
-        region = labels == labels[peak] if labels[peak] else None
-        if region is None:
-            continue
-        radii.append(math.sqrt(region.sum() / math.pi))
-        shapes.append((region, labels))
-    if not radii:
-        return None
-    region, labels = shapes[len(shapes) // 2]
-    weights = np.clip(p - background, 0.0, None)
-    disc_sum = float(weights[region].sum())
-    others = [float(weights[labels == i].sum()) for i in range(1, labels.max() + 1) if not region[labels == i].any()]
-    ys, xs = np.nonzero(region)
-    cov = np.cov(np.stack([ys, xs])) if len(ys) > 2 else np.eye(2)
-    eig = np.linalg.eigvalsh(cov)
-    roundness = float(math.sqrt(max(eig[0], 0.0) / eig[1])) if eig[1] > 0 else 0.0
-    return Disc(centre_px=(float(ys.mean()), float(xs.mean())), radius_px=float(np.mean(radii)),
-                radius_err_px=max(float(np.std(radii)), 0.3), roundness=roundness,
-                second_spot=max(others, default=0.0) / disc_sum if disc_sum > 0 else 1.0,
-                background=background, level=level)
-
-
-def _window(shape: tuple[int, ...], centre: tuple[float, ...], radius: float) -> np.ndarray:
-    """Boolean (ky, kx) mask of the pixels within ``radius`` px of ``centre``."""
-    yy, xx = np.ogrid[: shape[0], : shape[1]]
-    return (yy - centre[0]) ** 2 + (xx - centre[1]) ** 2 <= radius ** 2
 
 
 def scan_scalars(data: Any, disc: Disc, block_bytes: int = BLOCK_BYTES) -> ScanScalars:
@@ -209,21 +175,42 @@ class DescanPlane:
         """Fitted centres (..., 2) px at scan indices ``ys``, ``xs`` (broadcast together)."""
         return np.stack([self.origin[k] + self.slope_y[k] * ys + self.slope_x[k] * xs for k in (0, 1)], -1)
 
+    def error_at(self, ys: np.ndarray, xs: np.ndarray) -> np.ndarray:
+        """Standard errors (..., 2) px of the fitted centres at scan indices ``ys``, ``xs`` (the
+        coefficients' errors added in quadrature: their correlations are left out, which errs large)."""
+        e = self.errors
+        return np.stack([np.sqrt(e["origin"][k] ** 2 + (e["slope_y"][k] * ys) ** 2 + (e["slope_x"][k] * xs) ** 2)
+                         for k in (0, 1)], -1)
 
-def fit_descan(centre: np.ndarray) -> DescanPlane:
-    """Least-squares plane of the (scan_y, scan_x, 2) direct-beam centres against scan position."""
+
+def fit_descan(centre: np.ndarray, weights: np.ndarray | None = None) -> DescanPlane:
+    """Least-squares plane of the (scan_y, scan_x, 2) direct-beam centres against scan position,
+    each pattern weighted by ``weights`` (scan_y, scan_x): its bright-field counts, so that a pattern
+    of few electrons counts little and one of none (whose centre is undefined) not at all."""
     sy, sx = centre.shape[:2]
     ys, xs = np.mgrid[:sy, :sx].astype(np.float64)
     design = np.stack([np.ones(sy * sx), ys.ravel(), xs.ravel()], -1)
-    coef, *_ = np.linalg.lstsq(design, centre.reshape(-1, 2), rcond=None)
-    resid = centre.reshape(-1, 2) - design @ coef
-    dof = max(sy * sx - 3, 1)
+    w = np.ones(sy * sx) if weights is None else np.clip(np.asarray(weights, np.float64).ravel(), 0.0, None)
+    used = w > 0
+    if used.sum() < 3:  # no pattern holds the beam: nothing to fit, and nothing to correct (see descan_correction)
+        return _no_descan(sy, sx, centre.reshape(-1, 2).mean(axis=0))
+    root = np.sqrt(w[used] / w[used].mean())[:, None]
+    coef, *_ = np.linalg.lstsq(design[used] * root, centre.reshape(-1, 2)[used] * root, rcond=None)
+    resid = (centre.reshape(-1, 2)[used] - design[used] @ coef) * root
+    dof = max(int(used.sum()) - 3, 1)
     sigma2 = (resid ** 2).sum(axis=0) / dof
-    cov_diag = np.diag(np.linalg.pinv(design.T @ design))
+    cov_diag = np.diag(np.linalg.pinv((design[used] * root).T @ (design[used] * root)))
     err = np.sqrt(np.outer(cov_diag, sigma2))  # (3 coefficients, 2 components)
     return DescanPlane(origin=_pair(coef[0]), slope_y=_pair(coef[1]), slope_x=_pair(coef[2]),
                        errors={"origin": _pair(err[0]), "slope_y": _pair(err[1]), "slope_x": _pair(err[2])},
                        residual_rms_px=float(np.sqrt((resid ** 2).sum(axis=1).mean())))
+
+
+def _no_descan(sy: int, sx: int, centre: np.ndarray) -> DescanPlane:
+    """A flat plane at ``centre`` with unbounded errors: what a scan without counts says."""
+    inf = (math.inf, math.inf)
+    return DescanPlane(origin=_pair(centre), slope_y=(0.0, 0.0), slope_x=(0.0, 0.0),
+                       errors={"origin": inf, "slope_y": inf, "slope_x": inf}, residual_rms_px=math.inf)
 
 
 def _pair(row: np.ndarray) -> tuple[float, float]:
@@ -322,8 +309,9 @@ class DataCalibration:
 
     def descan_correction(self, scan_shape: tuple[int, int]) -> Callable[[np.ndarray, int, int], np.ndarray] | None:
         """The pattern transform the reconstruction applies before inference: `recentre` with the
-        rotation left out when the direct beam sits more than RECENTRE_TOL_PX off the detector
-        centre at a corner of the scan (descan, or a mis-centred detector); None otherwise, so the
+        rotation left out when the direct beam sits more than RECENTRE_TOL_PX (and RECENTRE_SIGMAS
+        standard errors of the fit) off the detector centre at a corner of the scan (descan, or a
+        mis-centred detector); None otherwise, so the
         patterns go to the model untouched (no interpolation blur). A fitted rotation or flip is
         reported, never applied here: a flip the file's metadata states (a negative scan scale) is
         already undone by reading that axis backwards, and the fit sees the file's own order."""
@@ -331,7 +319,8 @@ class DataCalibration:
         ys = np.array([0.0, 0.0, scan_shape[0] - 1.0, scan_shape[0] - 1.0])
         xs = np.array([0.0, scan_shape[1] - 1.0, 0.0, scan_shape[1] - 1.0])
         off = np.abs(self.descan.at(ys, xs) - np.array([ky // 2, kx // 2], dtype=np.float64))
-        if off.max() <= RECENTRE_TOL_PX:
+        # a shift within the fit's own noise (few counts per pattern) is not corrected: it is not measured
+        if not np.any((off > RECENTRE_TOL_PX) & (off > RECENTRE_SIGMAS * self.descan.error_at(ys, xs))):
             return None
         r = self.rotation
         return replace(self, rotation=Rotation(0.0, False, r.curl_fraction, r.error_deg)).recentre
@@ -343,12 +332,12 @@ class DataCalibration:
             "disc_centre_px": {"value": list(d.centre_px), "unit": "px [ky, kx]", "uncertainty": d.radius_err_px},
             "disc_radius_px": {"value": d.radius_px, "unit": "px", "uncertainty": d.radius_err_px},
             "descan_origin_px": {"value": list(p.origin), "unit": "px [ky, kx] at scan (0, 0)",
-                                 "uncertainty": list(p.errors["origin"])},
+                                 "uncertainty": _known(p.errors["origin"])},
             "descan_slope_y_px": {"value": list(p.slope_y), "unit": "px per scan row [ky, kx]",
-                                  "uncertainty": list(p.errors["slope_y"])},
+                                  "uncertainty": _known(p.errors["slope_y"])},
             "descan_slope_x_px": {"value": list(p.slope_x), "unit": "px per scan column [ky, kx]",
-                                  "uncertainty": list(p.errors["slope_x"])},
-            "descan_residual_rms_px": {"value": p.residual_rms_px, "unit": "px"},
+                                  "uncertainty": _known(p.errors["slope_x"])},
+            "descan_residual_rms_px": {"value": _known([p.residual_rms_px])[0], "unit": "px"},
             "rotation_deg": {"value": r.angle_deg, "unit": "degrees", "uncertainty": r.error_deg},
             "flip": {"value": r.flip, "unit": "ky <-> kx swapped before the rotation"},
             "curl_fraction": {"value": r.curl_fraction, "unit": "remaining / largest curl energy"},
@@ -359,6 +348,11 @@ class DataCalibration:
         return out
 
 
+def _known(values: Any) -> list[float | None]:
+    """Numbers for JSON: an unbounded error (no counts to fit) is null, not Infinity."""
+    return [float(v) if math.isfinite(v) else None for v in values]
+
+
 def semiangle_from_disc(disc: Disc, dk_inv_A: float, energy_kv: float) -> tuple[float, float]:
     """(semi-angle, its error) in mrad from the disc radius: radius_px * dk_inv_A * wavelength * 1000."""
     dk_mrad = dk_inv_A * wavelength_A(energy_kv) * 1e3
@@ -367,10 +361,11 @@ def semiangle_from_disc(disc: Disc, dk_inv_A: float, energy_kv: float) -> tuple[
 
 def calibrate(data: Any, disc: Disc, scalars: ScanScalars) -> DataCalibration:
     """Descan plane and rotation/flip of a scan from its per-pattern scalars."""
-    descan = fit_descan(scalars.centre)
+    descan = fit_descan(scalars.centre, weights=scalars.total - scalars.dark)  # the bright-field counts
     sy, sx = scalars.total.shape
     ys, xs = np.mgrid[:sy, :sx].astype(np.float64)
-    com = scalars.com - descan.at(ys, xs)
+    # a pattern without counts has no centre of mass: it counts as undeflected, not as one at pixel (0, 0)
+    com = np.where((scalars.total > 0)[..., None], scalars.com - descan.at(ys, xs), 0.0)
     notes = []
     if sy < 3 or sx < 3:
         rotation = Rotation(0.0, False, 1.0, 180.0)

@@ -131,6 +131,21 @@ def resolve_calibrations(found: Mapping[str, Any], given: Mapping[str, Any],
     given keys: energy_kv, semiangle_mrad, dk_inv_A, dk_mrad, step_A (scalars or (y, x) pairs).
     A detector pixel in mrad is converted to 1/Angstrom with the beam energy (k = theta / lambda).
     """
+    known = known_calibrations(found, given, fitted)
+    missing = missing_calibrations(known)
+    if missing:
+        raise ExperimentalInputError(missing)
+    check_energy(found, given)
+    return Calibrations(energy_kv=known["energy_kv"], semiangle_mrad=known["semiangle_mrad"],
+                        dk_inv_A=known["dk_inv_A"], step_A=known["step_A"], sources=known["sources"])
+
+
+def known_calibrations(found: Mapping[str, Any], given: Mapping[str, Any],
+                       fitted: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What `resolve_calibrations` would use, for the calibrations that are there (the others are
+    absent): energy_kv (kV), semiangle_mrad (mrad), dk_inv_A ((y, x) 1/Angstrom), step_A ((y, x)
+    Angstrom, signed), and ``sources`` (name -> where it came from). A value that is no number is
+    refused in one line naming its flag."""
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for name in ("energy_kv", "semiangle_mrad", "dk_inv_A", "dk_mrad", "step_A"):
@@ -142,17 +157,33 @@ def resolve_calibrations(found: Mapping[str, Any], given: Mapping[str, Any],
             values[name], sources[name] = fitted[name], "from the data (fit)"
     if "dk_inv_A" in values and "dk_mrad" in values and sources["dk_inv_A"] != sources["dk_mrad"]:
         values.pop("dk_mrad" if sources["dk_inv_A"] == "command line" else "dk_inv_A")
-    _require_all(values)
-    check_energy(found, given)
-    if "dk_inv_A" not in values:
-        lam = wavelength_A(float(values["energy_kv"]))
-        values["dk_inv_A"] = tuple(v * 1e-3 / lam for v in _pair(values["dk_mrad"], "--dk-mrad"))
-        sources["dk_inv_A"] = f"{sources['dk_mrad']} (mrad, converted at {float(values['energy_kv']):g} kV)"
-    return Calibrations(energy_kv=_scalar(values["energy_kv"], "--energy-kv"),
-                        semiangle_mrad=_scalar(values["semiangle_mrad"], "--semiangle-mrad"),
-                        dk_inv_A=_pair(values["dk_inv_A"], "--dk-inv-a"),
-                        step_A=_signed_step(values["step_A"], sources, found.get("step_A")),
-                        sources={k: v for k, v in sources.items() if k != "dk_mrad"})
+    known: dict[str, Any] = {}
+    for name, flag in (("energy_kv", "--energy-kv"), ("semiangle_mrad", "--semiangle-mrad")):
+        if name in values:
+            known[name] = _scalar(values[name], flag)
+    if "dk_inv_A" in values:
+        known["dk_inv_A"] = _pair(values["dk_inv_A"], "--dk-inv-a")
+    elif "dk_mrad" in values and "energy_kv" in known:
+        lam = wavelength_A(known["energy_kv"])
+        known["dk_inv_A"] = tuple(v * 1e-3 / lam for v in _pair(values["dk_mrad"], "--dk-mrad"))
+        sources["dk_inv_A"] = f"{sources['dk_mrad']} (mrad, converted at {known['energy_kv']:g} kV)"
+    if "step_A" in values:
+        known["step_A"] = _signed_step(values["step_A"], sources, found.get("step_A"))
+    known["sources"] = {k: v for k, v in sources.items() if k in known}
+    known["dk_mrad_given"] = "dk_mrad" in values  # a pixel in mrad waits for the energy to be converted
+    return known
+
+
+def missing_calibrations(known: Mapping[str, Any]) -> str | None:
+    """Every calibration `known_calibrations` lacks, named in one line with its flag so one run
+    tells all; None when none is missing."""
+    have = set(known) | ({"dk_inv_A"} if known.get("dk_mrad_given") else set())
+    missing = [name for name in FLAGS if name not in have]
+    if not missing:
+        return None
+    listed = "; ".join(f"{FLAGS[n][0]} ({FLAGS[n][1]})" for n in missing)
+    return (f"the file's metadata lacks {len(missing)} calibration(s): {listed}; give "
+            f"{'it' if len(missing) == 1 else 'them'} on the command line")
 
 
 def _signed_step(value: Any, sources: dict[str, str], in_file: Any) -> tuple[float, float]:
@@ -182,16 +213,6 @@ def check_energy(found: Mapping[str, Any], given: Mapping[str, Any]) -> None:
         hint = f" (is it in V? that is {kv / 1e3:g} kV)" if kv > high else ""
         raise ExperimentalInputError(f"the beam energy {kv:g} kV ({source}) is outside the {low:g}-{high:g} kV "
                                      f"electron microscopes use{hint}; give the right one with --energy-kv")
-
-
-def _require_all(values: Mapping[str, Any]) -> None:
-    """Every missing calibration named in one line with its flag, so one run tells all."""
-    have = set(values) | ({"dk_inv_A"} if "dk_mrad" in values else set())
-    missing = [name for name in FLAGS if name not in have]
-    if missing:
-        listed = "; ".join(f"{FLAGS[n][0]} ({FLAGS[n][1]})" for n in missing)
-        raise ExperimentalInputError(f"the file's metadata lacks {len(missing)} calibration(s): {listed}; give "
-                                     f"{'it' if len(missing) == 1 else 'them'} on the command line")
 
 
 def _scalar(value: Any, flag: str) -> float:

@@ -20,7 +20,10 @@ import numpy as np
 from ..errors import ExperimentalInputError, MicroscopeFileError, parser_message
 from ..safety import check_hdf5_self_contained, refuse_companion_link
 from ..scan import LazyScan, RawScan, check_declared_size
-from .base import FileFormat
+from .base import FileFormat, ScanCalibrations
+
+#: frames per data file of `write_arina` (DECTRIS writes a fixed number per file; 100 by default)
+FRAMES_PER_FILE = 100
 
 
 def check_arina(master: Path) -> None:
@@ -138,4 +141,30 @@ def read_arina(path: Path) -> RawScan:
     return RawScan(data=data, found=arina_calibrations(path), path=str(path))
 
 
-FORMAT = FileFormat(name="Arina", module=__name__, name_ends="_master.h5", read=read_arina, check=check_arina)
+def write_arina(master: Path, data: Any, cal: ScanCalibrations) -> Path:
+    """A DECTRIS Arina master file as its software writes one: ``/entry/data/data_NNNNNN`` external
+    links to ``<stem>_data_NNNNNN.h5`` beside it, each ``/entry/data/data`` an (n, ky, kx) stack of
+    `FRAMES_PER_FILE` frames in scan order, and ``/STEM Metadata``'s ``Pixel Size`` (nm) when the
+    scan step is known. The scan must be square with one step (what the reader assumes)."""
+    import h5py
+
+    sy, sx, ky, kx = data.shape
+    if sy != sx or (cal.step_A is not None and not math.isclose(abs(cal.step_A[0]), abs(cal.step_A[1]))):
+        raise ExperimentalInputError(f"an Arina file holds a square scan of one step; this one is {sy} x {sx} at "
+                                     f"{cal.step_A} Angstrom: write it as .hspy")
+    frames = np.asarray(data).reshape(sy * sx, ky, kx)
+    stem = master.name[: -len("_master.h5")]
+    with h5py.File(master, "w") as f:
+        if cal.step_A is not None:
+            f.create_group("STEM Metadata").attrs["Pixel Size"] = np.array([abs(cal.step_A[0]) / 10.0])
+        group = f.create_group("entry/data")
+        for i, start in enumerate(range(0, len(frames), FRAMES_PER_FILE)):
+            name = f"{stem}_data_{i + 1:06d}.h5"
+            with h5py.File(master.parent / name, "w") as d:
+                d.create_dataset("entry/data/data", data=frames[start: start + FRAMES_PER_FILE])
+            group[f"data_{i + 1:06d}"] = h5py.ExternalLink(name, "/entry/data/data")
+    return master
+
+
+FORMAT = FileFormat(name="Arina", module=__name__, name_ends="_master.h5", read=read_arina, check=check_arina,
+                    write=write_arina, records=("step_A",))

@@ -12,6 +12,23 @@ from ..errors import ExperimentalInputError, parser_message
 Opened = Any
 
 
+@dataclass(frozen=True)
+class ScanCalibrations:
+    """What a writer may record beside a scan, each None when unknown: beam energy (kV),
+    convergence semi-angle (mrad), detector pixel (1/Angstrom, both axes) and scan step ((y, x)
+    Angstrom). A format records those its layout has room for (`FileFormat.records`)."""
+
+    energy_kv: float | None = None
+    semiangle_mrad: float | None = None
+    dk_inv_A: float | None = None
+    step_A: tuple[float, float] | None = None
+
+
+#: a format's writer: (the path `namsa reconstruct` is given, the (scan_y, scan_x, ky, kx) data, the
+#: calibrations) -> that path, written
+Writer = Callable[[Path, Any, ScanCalibrations], Path]
+
+
 def _no_check(path: Path) -> None:
     """A format whose file needs no check before it is read beyond `check_links`."""
 
@@ -38,6 +55,8 @@ class FileFormat:
     - ``folder``: the input is a folder (zarr), not a file.
     - ``declared_size``: whether `read_scan` compares the declared size with the bytes stored
       (False where ``check`` already holds the data file to the byte).
+    - ``write``: namsa's writer of the format (stage.microscope.writers.write_scan), None where it
+      has none; ``records``: the calibrations (`ScanCalibrations` fields) its files keep.
     """
 
     name: str
@@ -52,6 +71,8 @@ class FileFormat:
     companions: Callable[[Path], list[Path]] = _no_companions
     folder: bool = False
     declared_size: bool = True
+    write: Writer | None = None
+    records: tuple[str, ...] = ()
 
     def claims(self, path: Path) -> bool:
         """Whether ``path`` is a file of this format by its name rule or its extension."""

@@ -5,7 +5,22 @@ An .emd is HDF5: it may hold no external link, virtual dataset or external raw s
 """
 from __future__ import annotations
 
-from ..safety import check_hdf5_file
-from .base import FileFormat
+from pathlib import Path
+from typing import Any
 
-FORMAT = FileFormat(name="EMD", module=__name__, suffixes=(".emd",), reader="rsciio.emd", check=check_hdf5_file)
+from ..safety import check_hdf5_file
+from .base import FileFormat, ScanCalibrations
+from .zspy import ALL, signal_dict
+
+
+def write_emd(path: Path, data: Any, cal: ScanCalibrations) -> Path:
+    """A Berkeley/NCEM EMD 0.2 file through rosettasciio's own writer (axes stored reversed, as it
+    does), energy and semi-angle as attributes of its ``microscope`` group."""
+    from rsciio.emd import file_writer
+
+    file_writer(str(path), signal_dict(data, cal, tem_in_metadata=False))
+    return path
+
+
+FORMAT = FileFormat(name="EMD", module=__name__, suffixes=(".emd",), reader="rsciio.emd", check=check_hdf5_file,
+                    write=write_emd, records=ALL)

@@ -13,10 +13,20 @@ from typing import Any
 
 from ..errors import ExperimentalInputError, parser_message
 from ..safety import check_hdf5_file
-from .base import FileFormat, rsciio_read
-from .zspy import hyperspy_signal
+from .base import FileFormat, ScanCalibrations, rsciio_read
+from .zspy import ALL, hyperspy_signal, signal_dict
 
 READER = "rsciio.hspy"
+
+
+def write_hspy(path: Path, data: Any, cal: ScanCalibrations) -> Path:
+    """A HyperSpy HDF5 file of ``data`` (scan_y, scan_x, ky, kx) through rosettasciio's own writer:
+    scan axes in Angstrom, detector axes in 1/Angstrom, energy and semi-angle in ``metadata.
+    Acquisition_instrument.TEM`` (what HyperSpy's ``Signal2D.save`` writes)."""
+    from rsciio.hspy import file_writer
+
+    file_writer(str(path), signal_dict(data, cal))
+    return path
 
 
 def read_hspy(path: Path) -> list[dict[str, Any]]:
@@ -60,4 +70,4 @@ def _h5_groups(group: Any) -> list[str]:
 
 
 FORMAT = FileFormat(name="HyperSpy HDF5", module=__name__, suffixes=(".hspy", ".hdf5", ".h5"), reader=READER,
-                    read=read_hspy, check=check_hdf5_file)
+                    read=read_hspy, check=check_hdf5_file, write=write_hspy, records=ALL)

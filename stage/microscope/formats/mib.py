@@ -6,12 +6,13 @@ checked before rosettasciio reads it.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from ..errors import MicroscopeFileError
+from ..errors import ExperimentalInputError, MicroscopeFileError
 from ..safety import check_size
-from .base import FileFormat
+from .base import FileFormat, ScanCalibrations
 
 
 def mib_header(path: Path) -> Path:
@@ -53,5 +54,29 @@ def _hdr_frames(hdr: Path, parse) -> int | None:
         return None
 
 
+def write_mib(path: Path, data: Any, cal: ScanCalibrations) -> Path:
+    """A Quantum Detectors Merlin ``.mib`` + ``.hdr`` byte by byte: per frame a 384-byte ASCII header
+    (``MQ1,<frame>,00384,<chips>,<width>,<height>,U16,<geometry>,...``) then the frame as big-endian
+    counts (U16, or U32 above 65,535), rows stored bottom-up (the reader flips them); the ``.hdr``
+    gives the frames per trigger (scan_x) and in total. Merlin counts electrons: the data must be
+    whole counts >= 0. A .mib keeps no calibration (`namsa reconstruct` takes them as flags)."""
+    counts = np.asarray(data)
+    if counts.size and (counts.min() < 0 or not np.array_equal(counts, np.round(counts))):
+        raise ExperimentalInputError(f"{path}: a Merlin file holds counts; the data are not whole numbers >= 0 "
+                                     "(record them with a counting camera: namsa.camera, gain 1, no read noise)")
+    sy, sx, ky, kx = counts.shape
+    wide = counts.size and counts.max() > np.iinfo(np.uint16).max
+    kind, dtype = ("U32", ">u4") if wide else ("U16", ">u2")
+    chunks = []
+    for i, frame in enumerate(counts.reshape(sy * sx, ky, kx)):
+        fields = ["MQ1", f"{i + 1:06d}", "00384", "01", f"{kx:05d}", f"{ky:05d}", kind, "   1x1", "01",
+                  "2026-01-01T00:00:00.000000000Z", "1000000ns", "0", ""]
+        chunks.append(",".join(fields).ljust(384).encode() + frame[::-1].astype(dtype).tobytes())
+    path.write_bytes(b"".join(chunks))
+    mib_header(path).write_text(f"HDR,\t\nFrames in Acquisition (Number):\t{sy * sx}\n"
+                                f"Frames per Trigger (Number):\t{sx}\nEnd\t\n")
+    return path
+
+
 FORMAT = FileFormat(name="Merlin", module=__name__, suffixes=(".mib",), reader="rsciio.quantumdetector",
-                    check=check_mib_size, companions=mib_companions)
+                    check=check_mib_size, companions=mib_companions, write=write_mib)

@@ -7,7 +7,8 @@ together. zarr 3 reads the zarr-2 format HyperSpy writes, so namsa reads the lay
 size, scale, offset, units, index_in_array) and ``metadata/...`` groups the metadata tree as
 attributes. The result is the signal dict rosettasciio's readers return (``data`` a zarr array,
 sliced lazily), so `calibrations_in` reads it like any other file. A symbolic link inside the
-folder is refused before it is read (`check_zspy_folder`).
+folder is refused before it is read (`check_zspy_folder`). `write_zspy` writes that layout, and
+`signal_dict` is the signal dict of a scan the HyperSpy writers (.hspy, .emd) share.
 """
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ExperimentalInputError, MicroscopeFileError, parser_message
-from .base import FileFormat
+from .base import FileFormat, ScanCalibrations
+
+#: every calibration: HyperSpy's layout keeps them all (axes' scales and units, the TEM metadata)
+ALL = ("energy_kv", "semiangle_mrad", "dk_inv_A", "step_A")
 
 
 def read_zspy(path: Path) -> list[dict[str, Any]]:
@@ -66,5 +70,58 @@ def _tree(group: Any, name: str, groups: Any) -> dict[str, Any]:
     return out
 
 
+def write_zspy(path: Path, data: Any, cal: ScanCalibrations) -> Path:
+    """A HyperSpy .zspy folder in the zarr-2 layout rosettasciio's writer makes (tests/data/
+    hyperspy-written.zspy is one it made): root attributes ``file_format`` ZSpy 3.3,
+    ``Experiments/scan`` with ``axis-<i>`` groups, the ``data`` array chunked one scan row at a
+    time, and ``metadata`` groups; written with zarr 3 (rsciio's writer needs zarr 2)."""
+    import zarr
+
+    signal = signal_dict(data, cal)
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    root.attrs.update({"file_format": "ZSpy", "file_format_version": "3.3"})
+    group = root.create_group("Experiments").create_group("scan")
+    group.attrs.update(signal["package_info"])
+    for i, axis in enumerate(signal["axes"]):
+        group.create_group(f"axis-{i}").attrs.update(axis)
+    array = group.create_array("data", shape=data.shape, dtype=data.dtype, chunks=(1, *data.shape[1:]))
+    array[...] = data
+    _write_tree(group.create_group("metadata"), signal["metadata"])
+    for name in ("original_metadata", "learning_results", "attributes"):
+        group.create_group(name)
+    return path
+
+
+def signal_dict(data: Any, cal: ScanCalibrations, tem_in_metadata: bool = True) -> dict[str, Any]:
+    """The rosettasciio signal dict of a 4-D scan with ``cal``: an unknown scale gets no unit (no
+    calibration); ``tem_in_metadata`` False puts energy and semi-angle in ``original_metadata.
+    microscope`` instead (where EMD (NCEM) files keep them)."""
+    import numpy as np
+
+    step = cal.step_A or (None, None)
+
+    def axis(i: int, name: str, scale: float | None, unit: str) -> dict[str, Any]:
+        return {"name": name, "size": int(data.shape[i]), "offset": 0.0, "scale": 1.0 if scale is None else scale,
+                "units": "" if scale is None else unit, "navigate": i < 2, "index_in_array": i}
+
+    tem = {k: v for k, v in (("beam_energy", cal.energy_kv), ("convergence_angle", cal.semiangle_mrad)) if v}
+    return {"data": np.ascontiguousarray(data),
+            "axes": [axis(0, "y", step[0], "Å"), axis(1, "x", step[1], "Å"),
+                     axis(2, "ky", cal.dk_inv_A, "1/Å"), axis(3, "kx", cal.dk_inv_A, "1/Å")],
+            "metadata": {"General": {"title": "scan"}, "Signal": {"signal_type": ""},
+                         "Acquisition_instrument": {"TEM": tem if tem_in_metadata else {}}},
+            "original_metadata": {} if tem_in_metadata else {"microscope": tem}, "tmp_parameters": {},
+            "attributes": {"_lazy": False}, "learning_results": {}, "models": {},
+            "package_info": {"name": "namsa", "version": "0"}}
+
+
+def _write_tree(group: Any, tree: dict[str, Any]) -> None:
+    """Nested dicts as groups, their other values as the group's attributes (what `_tree` reads)."""
+    group.attrs.update({k: v for k, v in tree.items() if not isinstance(v, dict)})
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            _write_tree(group.create_group(key), value)
+
+
 FORMAT = FileFormat(name="HyperSpy zarr", module=__name__, suffixes=(".zspy",), read=read_zspy,
-                    check=check_zspy_folder, folder=True)
+                    check=check_zspy_folder, folder=True, write=write_zspy, records=ALL)
