@@ -55,6 +55,13 @@ class Variations(BaseModel):
     #: specimen thickness (Angstrom) drawn uniformly from [lo, hi] instead of ``thickness_A``;
     #: None = always ``thickness_A``. The box still holds whole beam repeats (>= the drawn value).
     thickness_range_A: tuple[float, float] | None = None
+    #: with ``thickness_range_A`` [lo, hi]: the share of samples whose thickness is drawn uniformly
+    #: below ``thin_below_A`` (from [lo, thin_below_A)), the others uniformly from [thin_below_A, hi];
+    #: each sample decides from its own seed (namsa.random_streams). None = uniform over [lo, hi]
+    #: (and so is a one-value range lo = hi: every sample that thick)
+    thin_fraction: float | None = Field(None, ge=0.0, le=1.0)
+    #: the thickness (Angstrom) below which a sample counts as thin for ``thin_fraction``
+    thin_below_A: float | None = Field(None, gt=0.0)
     #: expected electrons per Angstrom^2 of the scanned area; each pattern then holds Poisson counts
     #: (divided by the pattern's expected total, so the intensity scale is unchanged); None = no noise
     dose_e_per_A2: float | None = Field(None, gt=0.0)
@@ -75,6 +82,23 @@ class Variations(BaseModel):
                              "frozen phonons: set variations.frozen_phonon: true, or leave the fraction out")
         return self
 
+    @model_validator(mode="after")
+    def _thin_share_inside_the_range(self) -> "Variations":
+        if (self.thin_fraction is None) != (self.thin_below_A is None):
+            raise ValueError("thin_fraction (the share of thin samples) and thin_below_A (Angstrom) go together: "
+                             f"set both, or neither (got thin_fraction={self.thin_fraction}, "
+                             f"thin_below_A={self.thin_below_A})")
+        lo, hi = self.thickness_range_A or (None, None)
+        # a one-value range (a fixed thickness, e.g. a quick check) leaves no share to choose
+        if self.thin_below_A is None or (lo is not None and lo == hi):
+            return self
+        if lo is None or not lo < self.thin_below_A < hi:
+            raise ValueError(f"thin_below_A={self.thin_below_A:g} must lie inside variations.thickness_range_A "
+                             f"{list(self.thickness_range_A) if self.thickness_range_A else '(not set)'}: set a "
+                             "range [lo, hi] with lo < thin_below_A < hi, or leave thin_fraction and thin_below_A "
+                             "out (null)")
+        return self
+
     @property
     def any(self) -> bool:
         return (self.frozen_phonon or self.tilt_mrad > 0 or self.defocus_range_A[0] != self.defocus_range_A[1]
@@ -83,7 +107,8 @@ class Variations(BaseModel):
 
 
 #: Variations fields added after stores were first written (left out of physics_hash while None)
-_LATER_VARIATIONS: tuple[str, ...] = ("thickness_range_A", "dose_e_per_A2", "frozen_phonon_fraction")
+_LATER_VARIATIONS: tuple[str, ...] = ("thickness_range_A", "dose_e_per_A2", "frozen_phonon_fraction", "thin_fraction",
+                                      "thin_below_A")
 
 
 class SimulationConfig(BaseModel):

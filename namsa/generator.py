@@ -10,6 +10,9 @@ percent.
 Templates may also be the checked AFLOW prototypes of `namsa.prototypes` (``sources: [library,
 aflow]``; ids ``"AB_cF8_225_a_b:Sr,S:1.2699"``), and ``substitution: oxidation`` replaces the
 any-element draw by `namsa.substitution`'s charge-preserving rule with the bonds re-checked.
+``light_fraction`` draws that share of the materials from the light pool (`LIGHT_ELEMENTS`, Z <= 14)
+on a stream of its own, and ``light_family_weights`` draws their templates of the named families
+(`namsa.families`: oxide, nitride, carbonate, ..., layered) that many times as often.
 
 Every generated material has an id that *is* its recipe, e.g. ``"NaCl-rocksalt:K,Br:1.0731"``:
 template library id, the replacement of each distinct template element in order of first
@@ -24,18 +27,20 @@ J. Chem. Phys. 41, 3199 (1964).
 """
 from __future__ import annotations
 
+import math
 from functools import lru_cache
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pymatgen.core import Element, Structure
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pymatgen.core import Composition, Element, Structure
 
 from . import library, prototypes
-from .element_pool import DEFAULT_ELEMENTS
+from .element_pool import DEFAULT_ELEMENTS, LIGHT_ELEMENTS
 from .errors import UserError
+from .families import LAYERED, Family, chemical_family, is_layered
 from .material_id import GENERATED_FORM, generated_id, is_generated_id, split_generated_id
-from .random_streams import MAX_SEED
+from .random_streams import MAX_SEED, GeneratorStream, generator_rng
 
 #: lattice scale factors outside this range are refused (a typo or a broken recipe)
 SCALE_LIMITS: tuple[float, float] = (0.5, 2.5)
@@ -62,6 +67,17 @@ class GeneratorConfig(BaseModel):
     elements:       substitution pool (element symbols); None = `DEFAULT_ELEMENTS`.
     lattice_jitter: the radius-scaled lattice constant is multiplied by 1 + U(-j, j) (fraction).
     seed:           the draw of the recipes; the same seed gives the same list of ids.
+    light_fraction: share of the materials drawn from the pool's light elements (Z <= 14,
+                    `LIGHT_ELEMENTS`) with the oxidation rule, so charge balanced: material k is light
+                    when floor((k + 1) f) > floor(k f), so any count holds floor(count f) of them and a
+                    longer list still extends a shorter one. They draw on a stream of their own
+                    (`GeneratorStream.LIGHT_MATERIALS`), the others as without them. 0 = none.
+    light_family_weights: {family: weight} for the template draw of the light materials: a template
+                    of a named family (`namsa.families`: its chemical family, e.g. oxide, nitride,
+                    carbide, boride, carbonate, silicate, or ``layered``) is drawn weight times as
+                    often as one of no named family (the largest weight when it has two); {} = every
+                    template alike. The other materials draw every template alike, so the structure
+                    types (the prototype splits' held-out units) stay as many as without light ones.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -73,6 +89,9 @@ class GeneratorConfig(BaseModel):
     elements: list[str] | None = None
     lattice_jitter: float = Field(0.04, ge=0.0, le=0.3)
     seed: int = Field(0, ge=0, le=MAX_SEED)
+    light_fraction: float = Field(0.0, ge=0.0, le=1.0)
+    light_family_weights: dict[Family, Annotated[float, Field(gt=0.0, le=1000.0, allow_inf_nan=False)]] = Field(
+        default_factory=dict)
 
     @field_validator("count")
     @classmethod
@@ -109,6 +128,23 @@ class GeneratorConfig(BaseModel):
                                  "with a known atomic radius, e.g. [Mg, O, Si, Ga, As]")
         return value
 
+    @model_validator(mode="after")
+    def _light_draws_possible(self) -> "GeneratorConfig":
+        if self.light_fraction == 0:
+            if self.light_family_weights:
+                raise ValueError("light_family_weights weights the templates of the light materials, and "
+                                 "light_fraction is 0: set generator.light_fraction > 0, or leave the weights out")
+            return self
+        if self.substitution != "oxidation":
+            raise ValueError(f"light_fraction={self.light_fraction} draws charge-balanced light materials by "
+                             "namsa.substitution's rule: set generator.substitution: oxidation")
+        light = [s for s in self.elements or DEFAULT_ELEMENTS if s in LIGHT_ELEMENTS]
+        if len(light) < 3:
+            raise ValueError(f"light_fraction={self.light_fraction} draws from the pool's light elements (Z <= 14), "
+                             f"and generator.elements holds {light or 'none'}: add at least 3 of "
+                             f"{', '.join(LIGHT_ELEMENTS)}")
+        return self
+
 
 def _duration(seconds: float) -> str:
     """``seconds`` as the largest sensible unit, e.g. '46 days'."""
@@ -123,35 +159,82 @@ def generated_ids(cfg: GeneratorConfig) -> list[str]:
     with the same prototype and formula as a library structure)."""
     templates = _source_templates(cfg.sources) if cfg.templates == "all" else list(cfg.templates)
     pool = list(cfg.elements or DEFAULT_ELEMENTS)
+    # the light materials draw on a stream of their own, so the others are drawn as without them
+    draws = {False: (None, pool, np.random.default_rng(cfg.seed)),
+             True: (_draw_weights(templates, cfg.light_family_weights) if cfg.light_fraction else None,
+                    [s for s in pool if s in LIGHT_ELEMENTS], generator_rng(cfg.seed, GeneratorStream.LIGHT_MATERIALS))}
     taken = {_chemistry(t, _template_elements(t)) for t in _source_templates(["library", *cfg.sources])}
-    rng = np.random.default_rng(cfg.seed)
     ids: list[str] = []
     # Every template with more distinct elements than the pool holds is skipped, so bound the draws.
     for _ in range(50 * cfg.count + 100):
         if len(ids) == cfg.count:
             break
-        template = templates[rng.integers(len(templates))]
-        old = _template_elements(template)
-        if len(old) > len(pool):
+        recipe = _draw_recipe(templates, *draws[is_light_slot(len(ids), cfg.light_fraction)], cfg)
+        chemistry = None if recipe is None else _chemistry(recipe[0], recipe[1])
+        if chemistry is None or chemistry in taken:
             continue
-        if cfg.substitution == "oxidation":
-            recipe = _plausible_recipe(template, pool, rng, cfg.lattice_jitter)
-            if recipe is None:
-                continue
-            new, scale = recipe
-        else:
-            new = [str(s) for s in rng.choice(pool, size=len(old), replace=False)]
-            jitter = 1.0 + rng.uniform(-cfg.lattice_jitter, cfg.lattice_jitter)
-            scale = float(np.clip(_radius_ratio(template, old, new) * jitter, *SCALE_LIMITS))
-        material_id = generated_id(template, new, scale)
-        if _chemistry(template, new) in taken:
-            continue
-        taken.add(_chemistry(template, new))
-        ids.append(material_id)
+        taken.add(chemistry)
+        ids.append(generated_id(*recipe))
     if len(ids) < cfg.count:
-        raise GeneratorError(f"could draw only {len(ids)} of generator.count={cfg.count} distinct materials from "
-                             f"{len(templates)} templates and {len(pool)} elements; add templates or elements")
+        light = f" ({cfg.light_fraction:g} of them light)" if cfg.light_fraction else ""
+        raise GeneratorError(f"could draw only {len(ids)} of generator.count={cfg.count} distinct materials{light} "
+                             f"from {len(templates)} templates and {len(pool)} elements; add templates or elements")
     return ids
+
+
+def is_light_slot(index: int, light_fraction: float) -> bool:
+    """Whether generated material ``index`` (0-based) is drawn from the light pool: floor((k + 1) f) >
+    floor(k f), so the first n materials hold floor(n f) light ones for every n."""
+    # the small offset keeps products such as 0.55 * 20 = 11.000000000000002 on their whole number
+    return math.floor((index + 1) * light_fraction + 1e-9) > math.floor(index * light_fraction + 1e-9)
+
+
+def _draw_recipe(templates: list[str], weights: np.ndarray | None, pool: list[str], rng: np.random.Generator,
+                 cfg: GeneratorConfig) -> tuple[str, list[str], float] | None:
+    """(template, new elements, lattice scale) of one draw, or None when the template cannot take it."""
+    index = rng.integers(len(templates)) if weights is None else rng.choice(len(templates), p=weights)
+    template = templates[int(index)]
+    old = _template_elements(template)
+    if len(old) > len(pool):
+        return None
+    if cfg.substitution == "oxidation":
+        recipe = _plausible_recipe(template, pool, rng, cfg.lattice_jitter)
+        return None if recipe is None else (template, *recipe)
+    new = [str(s) for s in rng.choice(pool, size=len(old), replace=False)]
+    jitter = 1.0 + rng.uniform(-cfg.lattice_jitter, cfg.lattice_jitter)
+    return template, new, float(np.clip(_radius_ratio(template, old, new) * jitter, *SCALE_LIMITS))
+
+
+def _draw_weights(templates: list[str], family_weights: dict[str, float]) -> np.ndarray | None:
+    """Probability of each template under ``family_weights`` (None: every template alike)."""
+    if not family_weights:
+        return None
+    weights = np.array([max((family_weights[f] for f in _weighted_families(t, LAYERED in family_weights)
+                             if f in family_weights), default=1.0) for t in templates])
+    return weights / weights.sum()
+
+
+def _weighted_families(template: str, with_layers: bool) -> set[str]:
+    # the layered test (Larsen's algorithm, ~35 ms a template) only where a weight asks for it
+    return {_template_family(template), *([LAYERED] if with_layers and _template_layered(template) else [])}
+
+
+@lru_cache(maxsize=None)
+def _template_family(template: str) -> str:
+    return chemical_family(_template_structure(template))
+
+
+@lru_cache(maxsize=None)
+def _template_layered(template: str) -> bool:
+    return is_layered(_template_structure(template))
+
+
+def material_families(material_id: str) -> frozenset[str]:
+    """The families of a library or generated material: its own chemical family (a substitution may
+    change it: S to O makes a sulphide an oxide), ``layered`` when its template is layered."""
+    template = _parse(material_id)[0] if is_generated_id(material_id) else material_id
+    structure = build(material_id) if is_generated_id(material_id) else library.get(material_id)
+    return frozenset({chemical_family(structure), *([LAYERED] if _template_layered(template) else [])})
 
 
 def _source_templates(sources: list[str]) -> list[str]:
@@ -231,14 +314,26 @@ def _template_elements(template: str) -> list[str]:
 
 def _chemistry(template: str, elements: list[str]) -> tuple[str, str]:
     """(prototype, reduced formula): two materials with the same pair are the same material."""
+    rename = dict(zip(_template_elements(template), elements))
+    formula = Composition({rename[e]: n for e, n in _template_composition(template)}).reduced_formula
+    return _template_kind(template), formula
+
+
+@lru_cache(maxsize=None)
+def _template_composition(template: str) -> tuple[tuple[str, float], ...]:
+    return tuple((e.symbol, float(n)) for e, n in _template_structure(template).composition.items())
+
+
+@lru_cache(maxsize=None)
+def _template_kind(template: str) -> str:
+    """The template's structure type; library tags as AFLOW labels, so NaCl on the AFLOW rocksalt is
+    the library's NaCl-rocksalt."""
     from .structure_type import LIBRARY_AFLOW
 
-    structure = _template_structure(template)
-    structure.replace_species(dict(zip(_template_elements(template), elements)))
-    # library tags as AFLOW labels, so NaCl on the AFLOW rocksalt is the library's NaCl-rocksalt
-    kind = (LIBRARY_AFLOW.get(library.info(template)["prototype"], library.info(template)["prototype"])
-            if template in library.list_ids() else prototypes.aflow_label(template))
-    return kind, structure.composition.reduced_formula
+    if template not in library.list_ids():
+        return prototypes.aflow_label(template)
+    tag = library.info(template)["prototype"]
+    return LIBRARY_AFLOW.get(tag, tag)
 
 
 def _radius(symbol: str) -> float | None:

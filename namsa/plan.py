@@ -1,7 +1,8 @@
 """Planning: which samples a config asks for (SampleSpec, Plan, plan_samples); a structure that
-cannot be planned is recorded with its reason, never fatal."""
+cannot be planned is recorded with its reason, never fatal; what a plan holds (summarize_plan)."""
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,3 +86,53 @@ def plan_samples(cfg: SimulationConfig) -> Plan:
             for variant in range(variants):
                 plan.specs.append(SampleSpec(material_id, tuple(int(i) for i in axis), variant))
     return plan
+
+
+@dataclass(frozen=True)
+class PlanSummary:
+    """What a plan holds, counted in samples: light ones (every element Z <= 14,
+    `namsa.kirkland.is_light`), thin ones (requested thickness below ``thin_below_A``, Angstrom; the
+    box holds whole beam repeats, so the simulated one can be up to one repeat more) and each family
+    of `namsa.families` (a sample counts once for its chemical family, and again under ``layered``)."""
+
+    samples: int
+    light: int
+    thin: int
+    thin_below_A: float
+    families: dict[str, int]
+
+    def __str__(self) -> str:
+        families = ", ".join(f"{name} {n}" for name, n in sorted(self.families.items(), key=lambda kv: -kv[1]))
+        return (f"{self.samples} samples: {self.light} light ({self.light / max(self.samples, 1):.0%}), {self.thin} "
+                f"thinner than {self.thin_below_A:g} A ({self.thin / max(self.samples, 1):.0%}); {families}")
+
+
+def summarize_plan(plan: Plan, cfg: SimulationConfig, thin_below_A: float = 50.0) -> PlanSummary:
+    """Count the light, thin and per-family samples of ``plan`` (built from ``cfg``) without simulating."""
+    from .variations import sample_seed, specimen_thickness_A
+
+    facts = {material_id: _material_facts(material_id, plan.sources[material_id])
+             for material_id in dict.fromkeys(spec.material_id for spec in plan.specs)}
+    family_counts: Counter[str] = Counter()
+    light = thin = 0
+    for spec in plan.specs:
+        is_light, families = facts[spec.material_id]
+        light += is_light
+        family_counts.update(families)
+        thickness = specimen_thickness_A(cfg, sample_seed(cfg, spec.material_id, spec.zone_axis, spec.variant))
+        thin += thickness < thin_below_A
+    return PlanSummary(len(plan.specs), light, thin, float(thin_below_A), dict(family_counts))
+
+
+def _material_facts(material_id: str, source: str) -> tuple[bool, frozenset[str]]:
+    """(light, families) of one planned material (`namsa.generator.material_families` for library and
+    generated ids, the structure's own families for a CIF)."""
+    from . import generator, library
+    from .families import families
+    from .kirkland import is_light
+    from .structure_io import load_structure
+
+    structure = load_structure(source)
+    known = is_generated_id(material_id) or material_id in library.list_ids()
+    return (is_light([e.symbol for e in structure.composition]),
+            generator.material_families(material_id) if known else families(structure))

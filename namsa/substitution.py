@@ -4,10 +4,14 @@ The rule: pymatgen's most likely oxidation states of the template's formula
 (`namsa.prototypes.oxidation_states`) give every distinct element a charge q; its replacement must
 take that charge, i.e. q is one of the replacement's common oxidation states
 (``Element.common_oxidation_states``; for a mixed-valence q such as Fe 8/3 in Fe3O4, q lies between
-two of them), and a metal or metalloid replaces a metal or metalloid, a non-metal a non-metal
-(so no Se2+ on calcium's site in CaO). Since every replacement carries its predecessor's charge on the same sites, the
-substituted formula stays charge balanced. Templates without an oxidation-state guess (metals,
-intermetallics) keep only that metal / non-metal rule.
+two of them; an anion's charge must be the replacement's most negative common state, its own anion
+charge: C-4 takes a carbide's carbon site, never a halide's -1 or an oxide's -2), and a metal or
+metalloid replaces a metal or metalloid, a non-metal a non-metal (so no Se2+ on calcium's site in
+CaO). Since every replacement carries its predecessor's charge on the same sites, the substituted
+formula stays charge balanced. Templates without an oxidation-state guess (metals, intermetallics,
+borides, covalent networks) are neutral: a metal's site takes a metal, and a non-metal's or
+metalloid's site only a non-metal or metalloid of its own group (isovalent: carbon's site in graphite
+keeps four bonds, boron's in MgB2 stays boron; no O or F network on a carbon site).
 
 The lattice is scaled so that the template's closest contacts keep their length relative to the
 atoms' radii (Shannon radii of the charged ions, Slater atomic radii for q = 0 or where pymatgen has
@@ -16,7 +20,6 @@ bonds come out implausible is not used.
 """
 from __future__ import annotations
 
-import math
 import warnings
 from typing import Sequence
 
@@ -37,12 +40,17 @@ def can_take(candidate: str, old: str, charge: float) -> bool:
     element = Element(candidate)
     if _metallic(element) != _metallic(Element(old)):   # a metal's site takes a metal, a non-metal's a non-metal
         return False
-    if charge == 0:
-        return True
+    if charge == 0:   # no guess: a metal's site takes a metal; a covalent network's atom only its own group
+        before = Element(old)
+        if before.is_metal:
+            return bool(element.is_metal)
+        return element.group == before.group and bool(element.is_metalloid) == bool(before.is_metalloid)
     common = [float(q) for q in element.common_oxidation_states]
+    if charge < 0:   # an anion takes its own anion charge only: C-4 of a carbide, never C-1 on a halide's site
+        return float(charge) == min(common)
     if float(charge).is_integer():
         return float(charge) in common
-    return any(lo < charge < hi for lo in common for hi in common if math.copysign(1, lo) == math.copysign(1, charge))
+    return any(0 < lo < charge < hi for lo in common for hi in common)   # mixed valence between two cation states
 
 
 def _metallic(element: Element) -> bool:

@@ -19,11 +19,17 @@ def sample_seed(cfg: SimulationConfig, material_id: str, zone_axis: Sequence[int
 
 def specimen_thickness_A(cfg: SimulationConfig, seed: int) -> float:
     """The requested specimen thickness (Angstrom): ``thickness_A``, or a uniform draw from
-    ``variations.thickness_range_A`` on a stream of its own (namsa.random_streams)."""
-    lo_hi = cfg.variations.thickness_range_A
-    if lo_hi is None:
+    ``variations.thickness_range_A`` on a stream of its own (namsa.random_streams); with
+    ``thin_fraction`` that draw is from [lo, thin_below_A) for the thin share of the samples (decided
+    on a further stream of its own) and from [thin_below_A, hi] for the others."""
+    var = cfg.variations
+    if var.thickness_range_A is None:
         return cfg.thickness_A
-    return float(sample_rng(seed, SampleStream.THICKNESS).uniform(*lo_hi))
+    lo, hi = var.thickness_range_A
+    if var.thin_fraction is not None and lo < hi:
+        thin = sample_rng(seed, SampleStream.THIN_SHARE).uniform() < var.thin_fraction
+        lo, hi = (lo, var.thin_below_A) if thin else (var.thin_below_A, hi)
+    return float(sample_rng(seed, SampleStream.THICKNESS).uniform(lo, hi))
 
 
 def uses_frozen_phonon(cfg: SimulationConfig, seed: int) -> bool:
