@@ -52,16 +52,25 @@ def test_run_trains_on_what_exists_when_the_deadline_stops_the_rest(tmp_path, ca
 
 
 def test_keys_added_later_leave_a_finished_runs_stage_hashes_alone_at_their_defaults():
-    """training.max_wall_s and data.dose_augmentation.on_device (issue 28) came after runs were made: at
-    their defaults the quickstart's stage hashes are the ones of the commit before them (0958660), so a
-    finished run is not retrained; set, they count."""
+    """training.max_wall_s and data.dose_augmentation.on_device (issue 28) and the study's data mix
+    (issue 30: generator.light_fraction / light_family_weights, variations.thin_fraction / thin_below_A)
+    came after runs were made: at their defaults the quickstart's stage hashes are the ones of the
+    commit before them (0958660) but for model.padding_mode, whose scan-preset default changed the
+    model (zeros -> circular): the quickstart retrains once; set, the other keys count."""
     from workflow import model_runners
     from workflow.config import load_config
 
     quickstart = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml")
     cfg = load_config(quickstart, [])
     assert model_runners.section_hash(cfg, *model_runners.TRAIN_SECTIONS) == \
-        "89e898999c788b6318f87accc19fb6a951d89e6adf62c0126565fee1d357cc0a"
+        "812b2f6d33163868e851e11e05cbb3e8fdc71ddd625e982855fbbb9fb5987681"
+    ranged = ["simulation.variations.thickness_range_A=[10, 150]"]
+    for base, later in (([], ["simulation.generator.light_fraction=0.5", "simulation.generator.substitution=oxidation"]),
+                        (ranged, ranged + ["simulation.variations.thin_fraction=0.3",
+                                           "simulation.variations.thin_below_A=50"])):
+        before, after = load_config(quickstart, base), load_config(quickstart, later)
+        assert model_runners.section_hash(after, *model_runners.TRAIN_SECTIONS) != \
+            model_runners.section_hash(before, *model_runners.TRAIN_SECTIONS), later
     walled = load_config(quickstart, ["training.max_wall_s=60"])
     assert model_runners.section_hash(walled, *model_runners.TRAIN_SECTIONS) != \
         model_runners.section_hash(cfg, *model_runners.TRAIN_SECTIONS)
