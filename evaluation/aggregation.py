@@ -76,7 +76,7 @@ def headline_of(aggregates: dict[str, dict[str, Any]]) -> dict[str, dict[str, di
 
 
 def class_aggregates(records: list[dict], target: str, cfg: EvaluationConfig) -> dict[str, Any]:
-    """by_class[element class][method][units][metric], as `aggregate`, for each element class
+    """by_class[element class][method][view][metric], as `aggregate`, for each element class
     (`scoring.ELEMENT_CLASSES`) that holds samples: what the per-class verdicts are decided on."""
     return {name: aggregate(rows, target, cfg) for name in ELEMENT_CLASSES
             if (rows := [r for r in records if r.get("element_class") == name])}

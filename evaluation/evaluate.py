@@ -117,7 +117,7 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
     timings = compute_seconds(records)
     missing = missing_metrics(records, targets)
     csv_path = _find_metrics_csv(train_metrics_csv, Path(model_dir), rec.card.metrics_csv)
-    figs = figures.draw_all(fig_dir, records, kept, targets, eval_cfg,
+    figs = figures.draw_all(fig_dir, records, kept, targets, aggregates, by_class,
                             first=[r["index"] for r in records[: eval_cfg.n_panels]],
                             worst=worst, metrics_csv=csv_path)
     doc = {

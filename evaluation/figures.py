@@ -103,7 +103,12 @@ def class_intervals(records: list[dict], target: str, cfg: Any) -> dict[str, dic
     """{group: {method: field-view relative L2 {value, low, high, n, ...}}} for `ALL_SAMPLES` and each
     element class: the same `aggregation` calls, hence the same numbers, as metrics.json's
     ``aggregates`` and ``class_aggregates``."""
-    groups = {ALL_SAMPLES: aggregate(records, target, cfg), **class_aggregates(records, target, cfg)}
+    return intervals_of(aggregate(records, target, cfg), class_aggregates(records, target, cfg))
+
+
+def intervals_of(overall: dict[str, Any], by_class: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """`class_intervals` from one target's `aggregation.aggregate` and `aggregation.class_aggregates`."""
+    groups = {ALL_SAMPLES: overall, **by_class}
     return {name: {m: entry[HEADLINE]["rel_l2"] for m, entry in agg.items() if HEADLINE in entry}
             for name, agg in groups.items()}
 
@@ -289,17 +294,19 @@ def scaling_curve(path: Path, n_train: Sequence[int], value: Sequence[float | No
     return save(fig, path)
 
 
-def draw_all(fig_dir: Path, records: list[dict], kept: dict[int, dict], targets: list[str], cfg: Any,
+def draw_all(fig_dir: Path, records: list[dict], kept: dict[int, dict], targets: list[str],
+             aggregates: dict[str, Any], by_class: dict[str, Any],
              first: list[int], worst: dict[str, list[int]], metrics_csv: Path | None) -> dict[str, Path]:
     """Every evaluation figure; returns {name: path}. Names are stable (the report uses them).
-    cfg: the `EvaluationConfig` (the error chart's intervals are aggregated as metrics.json's)."""
+    aggregates, by_class: metrics.json's ``aggregates`` and ``class_aggregates`` (per target), which the
+    overview and the error chart read."""
     by_index = {r["index"]: r for r in records}
     out: dict[str, Path] = {}
     for t in targets:
-        intervals = class_intervals(records, t, cfg)
+        intervals = intervals_of(aggregates[t], by_class[t])
         # None: a panel without information (one value), left out; the report says so in words.
         drawn = {f"overview_{t}": overview(fig_dir / f"overview_{t}.png", records, kept, t,
-                                           aggregate(records, t, cfg), worst.get(t, [])),
+                                           aggregates[t], worst.get(t, [])),
                  f"class_chart_{t}": class_chart(fig_dir / f"rel_l2_by_class_{t}.png", intervals, t),
                  f"hist_rel_l2_{t}": error_histograms(fig_dir / f"hist_rel_l2_{t}.png", records, t),
                  f"hist_ssim_{t}": error_histograms(fig_dir / f"hist_ssim_{t}.png", records, t, "ssim"),

@@ -161,7 +161,7 @@ def generated_ids(cfg: GeneratorConfig) -> list[str]:
     pool = list(cfg.elements or DEFAULT_ELEMENTS)
     # the light materials draw on a stream of their own, so the others are drawn as without them
     draws = {False: (None, pool, np.random.default_rng(cfg.seed)),
-             True: (_draw_weights(templates, cfg.light_family_weights) if cfg.light_fraction else None,
+             True: (_draw_weights(templates, cfg.light_family_weights),
                     [s for s in pool if s in LIGHT_ELEMENTS], generator_rng(cfg.seed, GeneratorStream.LIGHT_MATERIALS))}
     taken = {_chemistry(t, _template_elements(t)) for t in _source_templates(["library", *cfg.sources])}
     ids: list[str] = []

@@ -21,7 +21,7 @@ from evaluation.methods import NETWORK, baselines, in_panel_order
 from evaluation.views import HEADLINE
 from evaluation.report import render_scaling, write_html
 
-#: metrics a scaling curve can plot: every physical-units aggregate of `evaluate`
+#: metrics a scaling curve can plot: every headline-view (field) aggregate of `evaluate`
 SCALING_METRICS: tuple[str, ...] = (*IMAGE_METRICS, *COLUMN_METRICS)
 
 

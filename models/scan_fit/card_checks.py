@@ -156,7 +156,7 @@ def check_training_distribution(report: dict[str, Any], cbed: np.ndarray, card: 
     stats = current_statistics(card)
     disc = bright_field_disc(cbed)
     thicker = _check_scattering(report, cbed, disc, stats)
-    _check_defocus(report, cbed, card, calibration, judged=not thicker)
+    _check_defocus(report, cbed, disc, card, calibration, judged=not thicker)
 
 
 def current_statistics(card: ModelCard) -> TrainingStatistics | None:
@@ -221,11 +221,12 @@ NOT_JUDGED = {"thick": "not judged: the specimen scatters more than any training
               "no range": "not judged: the card records neither training statistics nor a training config"}
 
 
-def _check_defocus(report: dict[str, Any], cbed: np.ndarray, card: ModelCard, calibration: Any, judged: bool) -> None:
+def _check_defocus(report: dict[str, Any], cbed: np.ndarray, disc: Any, card: ModelCard, calibration: Any,
+                   judged: bool) -> None:
     """The parallax focus of ``cbed`` against `trained_defocus_range`. Without the input's probe step
     (``calibration``) it is read at each end of the training steps' span: a range, warned about only
     when all of it lies outside the trained one by more than the estimate's tolerance."""
-    found = _read_defocus(cbed, card, calibration)
+    found = _read_defocus(cbed, disc, card, calibration)
     if isinstance(found, str):
         add_measurement(report, "defocus_A", None, DEFOCUS_UNIT, note=found)
         return
@@ -250,15 +251,16 @@ def _check_defocus(report: dict[str, Any], cbed: np.ndarray, card: ModelCard, ca
                                    f"on {trained[0]:.0f}..{trained[1]:.0f} A ({trained[2]}): {NOT_TRUSTWORTHY}")
 
 
-def _read_defocus(cbed: np.ndarray, card: ModelCard, calibration: Any
+def _read_defocus(cbed: np.ndarray, disc: Any, card: ModelCard, calibration: Any
                   ) -> tuple[tuple[float, float], tuple[float, float], float, float] | str:
     """((low, high) focus Angstrom, the (dy, dx) step read at, the factor to the step span's other end,
-    the +-Angstrom searched), or a note saying why there is no estimate."""
+    the +-Angstrom searched), or a note saying why there is no estimate; ``disc``: the stack's
+    `bright_field_disc`, found once for both checks."""
     scan_shape, steps, semiangle = _scan_geometry(card, len(cbed), calibration)
     if scan_shape is None or steps is None or semiangle is None:
         return "not estimated: the card gives no scan shape, probe step or semi-angle and no calibration was passed"
     step, scale = steps
-    estimate = parallax_defocus(cbed, scan_shape, step, semiangle)
+    estimate = parallax_defocus(cbed, scan_shape, step, semiangle, disc)
     if estimate.value_A is None:
         return f"not estimated: {estimate.reason}"
     low, high = sorted((estimate.value_A, estimate.value_A * scale))  # the focus read scales with the step
@@ -270,8 +272,6 @@ def _scan_geometry(card: ModelCard, patterns: int, calibration: Any
     """(scan shape, ((dy, dx) probe step Angstrom to read the defocus at, factor to the span's other
     end), semi-angle mrad) of a stack of ``patterns``: the step from ``calibration`` (factor 1), else
     the lower end of the training data's steps (`TrainingStatistics.step_A`, or the card's sampling)."""
-    if isinstance(calibration, (list, tuple)):  # predict's one calibration per stack: the report reads the first
-        calibration = calibration[0] if calibration else None
     cal = calibration.to_dict() if hasattr(calibration, "to_dict") else dict(calibration or {})
     e, stats = card.expects_input, current_statistics(card)
     shapes = [cal.get("scan_shape"), e.scan_shape if e else None, card.architecture.scan_shape,

@@ -142,11 +142,8 @@ def _disc_or_refuse(mean: np.ndarray, path: str, complete: bool = False) -> Disc
 
 def _nominal(mean: np.ndarray, scan: Any, given: Mapping[str, Any]) -> Disc:
     """The window of a scan too sparse to show its disc: the radius its calibrations give, if known."""
-    known = known_calibrations(scan.found, given)
-    radius = None
-    if {"semiangle_mrad", "dk_inv_A", "energy_kv"} <= set(known):
-        radius = known["semiangle_mrad"] / (float(np.mean(known["dk_inv_A"])) * wavelength_A(known["energy_kv"]) * 1e3)
-    return nominal_disc(mean, radius)
+    expected = _expected_radius(known_calibrations(scan.found, given))
+    return nominal_disc(mean, expected[0] if expected else None)
 
 
 def _pick(found: Mapping[str, Any], given: Mapping[str, Any], name: str) -> float | None:
