@@ -187,20 +187,34 @@ def high_angle_loss(cbed: np.ndarray) -> float:
     return 1.0 - float(np.asarray(cbed).sum(axis=(1, 2), dtype=np.float64).mean())
 
 
+#: above this dose (electrons/Angstrom^2; ~1e7 electrons per pattern at the study's 0.375 A step) shot
+#: noise is below a part in 3,000 of a pattern's total: the data count as noise-free
+NOISE_FREE_DOSE_E_PER_A2 = 1e8
+#: a quantum below float16's smallest normal number (6.1e-5 of the incident probe, i.e. more than 16,384
+#: electrons a pattern) is float16 storage's own step, not a count: every float16 value is a multiple of
+#: 2^-24, so noise-free float16 stores (the study's) read as 7e7-8e9 e/Angstrom^2 without this rule
+MIN_QUANTUM = float(np.finfo(np.float16).smallest_normal)
+
+
 def dose_from_quanta(cbed: np.ndarray, step_A: float) -> tuple[float, float] | None:
     """(electrons/Angstrom^2, electrons per pattern) of counted patterns, or None when the values are
-    not multiples of one quantum (noise-free or not counted) or hold too few levels to tell (a flat
-    pattern). Counted patterns divided by their incident count are multiples of 1 / that count; the
-    dose is the count over the probe step's area ``step_A`` ** 2."""
+    not multiples of one quantum (noise-free or not counted), hold too few levels to tell (a flat
+    pattern), or the quantum is below `MIN_QUANTUM` or implies at least `NOISE_FREE_DOSE_E_PER_A2`
+    (noise-free float data; a dose above the trained range needs no warning anyway). Counted
+    patterns divided by their incident count are multiples of 1 / that count; the dose is the count
+    over the probe step's area ``step_A`` ** 2."""
     positive = cbed[cbed > 0]
     if positive.size == 0:
         return None
     quantum = float(positive.min())
+    if quantum < MIN_QUANTUM:
+        return None
     steps = cbed / quantum
     if not np.allclose(steps, np.round(steps), rtol=0.0, atol=1e-2) or np.unique(np.round(steps)).size < 3:
         return None
     electrons = float(cbed.sum(axis=(1, 2), dtype=np.float64).mean()) / quantum
-    return electrons / step_A ** 2, electrons
+    dose = electrons / step_A ** 2
+    return None if dose >= NOISE_FREE_DOSE_E_PER_A2 else (dose, electrons)
 
 
 def stack_statistics(cbed: np.ndarray, scan_shape: Sequence[int], step_A: Sequence[float],

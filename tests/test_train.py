@@ -117,6 +117,7 @@ def test_model_card_states_the_resolved_model_config_and_what_bounded_training(b
     assert training["stopped_by"] == "max_steps" and base_run.stopped_by == "length"
     assert training["length"].startswith(f"max_steps={BASE_STEPS} set the length (it wins over epochs=")
     assert card.train_config["epochs"] > training["epochs_completed"]   # why the card must say which bound
+    assert training["device"] == "cpu"   # what it was trained on (a GPU's own name there)
 
 
 def test_model_card_says_when_epochs_bounded_training(tiny_data_dir, tmp_path):
@@ -291,6 +292,7 @@ def test_cuda_bf16_channels_last_training_and_prediction(tiny_data_dir, tmp_path
     assert len(rows) == 4 and all(int(r["skipped_steps"]) == 0 for r in rows)
     rec = models.load_reconstructor(result.model_dir)
     assert rec.device.type == "cuda"
+    assert rec.card.training["device"] == torch.cuda.get_device_name(0)   # the card says which GPU
     import stage
 
     with stage.open_stores(stage.find_stores(tiny_data_dir)) as stores:

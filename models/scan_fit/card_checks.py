@@ -13,8 +13,9 @@ import numpy as np
 from stage.microscope import autocal
 from stage.microscope.checks import (NORMALISED_TOTAL, RADIUS_ATOL_PX, RADIUS_RTOL, add_measurement, add_warning,
                                      new_report)
-from stage.scan_statistics import (DEFOCUS_TOL_A, DEFOCUS_TOL_REL, STATISTICS_VERSION, bright_field_disc,
-                                   dose_from_quanta, high_angle_loss, parallax_defocus, scattered_fraction)
+from stage.scan_statistics import (DEFOCUS_TOL_A, DEFOCUS_TOL_REL, NOISE_FREE_DOSE_E_PER_A2, STATISTICS_VERSION,
+                                   bright_field_disc, dose_from_quanta, high_angle_loss, parallax_defocus,
+                                   scattered_fraction)
 
 from ..card import ModelCard, TrainingStatistics
 
@@ -22,10 +23,6 @@ from ..card import ModelCard, TrainingStatistics
 MAP_SIGMAS = 6.0
 #: more than this fraction of negative pixels: a potential / density no specimen has
 NEGATIVE_FRACTION = 0.5
-#: above this dose (electrons/Angstrom^2; ~1e7 electrons per pattern at the study's 0.375 A step) shot
-#: noise is below a part in 3,000 of a pattern's total: the data count as noise-free and no dose
-#: warning is given (a quantum found in synthetic or rescaled float data implies absurd doses)
-NOISE_FREE_DOSE_E_PER_A2 = 1e8
 #: a scattering statistic above its training range by more than this fraction of the range's top plus
 #: `SCATTERING_ATOL` (fractions of the intensity) is outside it: the ranges come from at most 64
 #: training stacks (`stage.scan_statistics.MAX_SPLIT_SAMPLES`), so their ends are not sharp
@@ -85,7 +82,8 @@ def trained_dose_range(card: ModelCard) -> tuple[float, float] | None:
 
 def _check_dose(report: dict[str, Any], dose: float, card: ModelCard) -> None:
     """Warn when a measured dose (e/Angstrom^2) lies below what the model was trained at; above the
-    noise-free threshold, or inside the trained range, there is nothing to say."""
+    noise-free threshold (`stage.scan_statistics.NOISE_FREE_DOSE_E_PER_A2`), or inside the trained
+    range, there is nothing to say."""
     trained = trained_dose_range(card)
     if dose >= NOISE_FREE_DOSE_E_PER_A2 or (trained is not None and dose >= trained[0]):
         return

@@ -42,12 +42,18 @@ def card_extra(source: Path, *, out: Path, pos: Position, cfg: TrainConfig, data
                          "exported": "best" if pos.best_step is not None else "final",
                          "checkpoint": source.name, "sustained_tflops": (timing.total_ops /
                          timing.total_s / 1e12 if timing.total_s else None),
-                         "peak_tflops": timing.peak_tflops or None},
+                         "peak_tflops": timing.peak_tflops or None, "device": device_name(model)},
             "data": {"dirs": [str(p) for p in data.store_paths], "train_samples": data.train_total,
                      "dev_samples": data.dev_total, "node_local_dir": data.data_cfg.node_local_dir,
                      "input_shape": list(data.cbed_shape)},
             "parameters": count_parameters(model),
             "forward_conv_ops_per_sample": timing.ops_forward_per_sample}
+
+
+def device_name(model: torch.nn.Module) -> str:
+    """What the model was trained on, as its card says it: the GPU's name (``"NVIDIA H200"``) or ``"cpu"``."""
+    device = next(model.parameters()).device
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
 
 
 def _length_facts(cfg: TrainConfig, steps: int, per_epoch: int, total_steps: int,
