@@ -40,7 +40,7 @@ VIEW_NOTES: dict[str, str] = {
 
 
 def views_section(doc: dict[str, Any], target: str) -> str:
-    """The field's table, the network's level error, where the full study stands (`verdict.study_reference`)
+    """The field's table, the network's level error, where the study flagship stands (`verdict.study_reference`)
     and the field's table per element class, then the other views'."""
     study = study_reference(target)
     parts = [f"<h2>Headline: {esc(target)}, {esc(VIEW_TITLES[HEADLINE])}</h2>", view_table(doc, target, HEADLINE),

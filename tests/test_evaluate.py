@@ -67,8 +67,10 @@ def test_report_names_baselines_and_links_figures(evaluated):
     # held-out materials are named in the manifest section
     for material in doc["data"]["materials"]["test"]:
         assert material in html
-    # and it says where the full study's held-out result stands, read from the shipped model's card
-    assert "For scale, the full study" in html and "pretrained:study-scan" in html
+    # and it says where the study flagship's held-out result stands, read from its shipped card
+    from evaluation.verdict import STUDY_PRETRAINED
+
+    assert "For scale, the study's flagship" in html and f"pretrained:{STUDY_PRETRAINED}" in html
 
 
 def test_per_sample_metrics_match_an_independent_recomputation(evaluated, tiny_trained_model, tiny_data_dir):

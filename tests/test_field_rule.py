@@ -225,19 +225,20 @@ def test_the_closing_lines_say_the_field_first_then_structure_level_and_legacy(e
 
 
 def test_a_cards_held_out_scores_are_labelled_with_the_rule_they_were_scored_by():
-    """The shipped card holds the legacy rule's aggregates under "physical": they still read, and every
-    place that shows them says which rule; a new card's field-view aggregates say the field's rule."""
+    """The first study card (pretrained:study-scan) holds the legacy rule's aggregates under "physical":
+    they still read, and every place that shows them says which rule; a new card's field-view
+    aggregates (the flagship's) say the field's rule."""
     from evaluation.card_view import held_out_rows
-    from evaluation.verdict import STUDY_PRETRAINED, study_reference
+    from evaluation.verdict import study_reference
     from models import pretrained_card
 
-    card = pretrained_card(STUDY_PRETRAINED).to_json()
+    card = pretrained_card("study-scan").to_json()
     shipped = card["held_out_evaluation"]["aggregates"]["potential"]
     rows = {label: value for _, label, value in held_out_rows(card)}
     label = next(k for k in rows if k.startswith("potential relative L2 (test split)"))
     assert label.endswith("legacy rule (network as predicted, baselines least-squares scaled and offset to the truth)")
     assert f"network {shipped['network']['physical']['rel_l2']['value']:.4g}" in rows[label]
-    assert "under the legacy rule (network as predicted" in study_reference("potential")
+    assert "under the field's rule" in study_reference("potential")
     new = {"held_out_evaluation": {"split": "test", "aggregates": {"potential": {
         "network": {FIELD: {"rel_l2": _ci(0.3)}, LEGACY: {"rel_l2": _ci(0.2)}}, "icom": {FIELD: {"rel_l2": _ci(0.4)}}}}}}
     (_, label, value), = held_out_rows(new)

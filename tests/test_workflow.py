@@ -279,7 +279,7 @@ def test_changed_model_config_retrains_and_keeps_the_old_model(tmp_path):
 
 def test_summary_prints_the_evaluation_verdict_for_every_baseline():
     """The closing lines repeat evaluation.verdict's sentences: a lower mean rel. L2 alone is no win."""
-    from evaluation.verdict import all_verdicts, study_reference
+    from evaluation.verdict import STUDY_PRETRAINED, all_verdicts, study_reference
     from workflow.summary import headline_lines
 
     def ci(value: float) -> dict:
@@ -306,8 +306,8 @@ def test_summary_prints_the_evaluation_verdict_for_every_baseline():
                      "not used by the verdict: network 0.600, mean 0.580",
                      "  the network does NOT beat the mean training target: better on rel. L2 and PSNR but intervals "
                      "overlap; worse on SSIM and Pearson r (intervals overlap)",
-                     study_reference()]   # and where the full study's result is (the shipped model's card)
-    assert "pretrained:study-scan" in lines[-1]
+                     study_reference()]   # and where the study flagship stands (its shipped card)
+    assert f"pretrained:{STUDY_PRETRAINED}" in lines[-1]
     # an eval-summary.json of before the field's rule: its flat headline is the legacy rule's, and says so
     old = headline_lines({"density": {"network": {"rel_l2": 0.9}, "mean": {"rel_l2": 0.7}}}, None)
     assert old[0].startswith("density relative L2 on held-out samples, legacy rule (network as predicted")
