@@ -30,14 +30,17 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 PRETRAINED = "pretrained:"
 
 
 def rescore_config(simulation: dict[str, Any], data: dict[str, Any], materials: list[str]) -> dict[str, Any]:
-    """The pipeline config: the given physics with ``materials`` (the test split) as the whole plan, on
-    this machine's CPU (the plan's own device and memory settings may name a GPU node's)."""
-    sim = {k: v for k, v in simulation.items() if k not in ("memory_budget_gb", "host_threads")}
-    sim.update(materials=sorted(materials), generator={"count": 0}, device="cpu")
+    """The pipeline config: the given physics with ``materials`` (the test split) as the whole plan, with
+    this machine's defaults for device and memory (the plan's own may name a GPU node's)."""
+    from namsa.config import MACHINE_FIELDS
+
+    sim = {k: v for k, v in simulation.items() if k not in MACHINE_FIELDS}
+    sim.update(materials=sorted(materials), generator={"count": 0})
     data = {k: v for k, v in data.items() if k in ("split_by", "split_fractions", "split_seed", "cbed_dtype",
                                                    "transform")}
     return {"name": "study-rescore", "simulation": sim, "data": {**data, "num_workers": 0},
@@ -56,7 +59,6 @@ def card_test_split(model: str) -> tuple[dict[str, Any], dict[str, Any], list[st
 
 def plan_test_split(config_path: Path) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """(simulation, data, test materials) of a config's whole plan, split as the study splits it."""
-    sys.path.insert(0, str(ROOT))
     from namsa.plan import plan_samples
     from namsa.structure_type import prototype_label
     from stage.splits import split_of

@@ -111,6 +111,12 @@ _LATER_VARIATIONS: tuple[str, ...] = ("thickness_range_A", "dose_e_per_A2", "fro
                                       "thin_below_A")
 
 
+#: the fields of a simulation config that describe the machine it runs on, not the samples: left out of
+#: the physics hash, and of a published card's config (workflow.pretrained), so that a card written on a
+#: GPU node re-simulates its samples anywhere
+MACHINE_FIELDS = ("device", "memory_budget_gb", "workers", "host_threads")
+
+
 class SimulationConfig(BaseModel):
     """Physics of one 4D-STEM sample and the plan of which samples to simulate.
 
@@ -213,9 +219,8 @@ class SimulationConfig(BaseModel):
 
     def physics_hash(self) -> str:
         """sha256 over every field that changes a sample (not device, memory, workers, host_threads or the plan)."""
-        payload = self.model_dump(mode="json", exclude={"device", "memory_budget_gb", "workers", "host_threads", "materials",
-                                                        "cif_dir", "generator", "zone_axes", "max_zone_axes",
-                                                        "variants"})
+        payload = self.model_dump(mode="json", exclude={*MACHINE_FIELDS, "materials", "cif_dir", "generator",
+                                                        "zone_axes", "max_zone_axes", "variants"})
         # Keys added later enter the hash only when set, so earlier stores keep their ids.
         for key in _LATER_VARIATIONS:
             if payload["variations"][key] is None:

@@ -13,6 +13,7 @@ from _models_fixture import tiny_trained_model  # noqa: F401  (session fixture)
 from evaluation import EvaluationConfig, evaluate
 from evaluation.views import FIELD
 from models.reconstructor import ReconstructorInputError
+from namsa.config import MACHINE_FIELDS
 from namsa.errors import UserError
 from workflow import pretrained
 from workflow.config import PipelineConfig, dump_config
@@ -38,6 +39,8 @@ def test_publish_a_run_and_load_it_back(tiny_trained_model, tiny_data_dir, tiny_
     assert set(card["held_out_evaluation"]["headline"]["potential"]) >= {"network", "mean", "icom"}
     assert absolute_paths(card) == []                           # no paths of the machine it was made on
     assert card["simulation_config"]["scan_shape"] == [8, 8] and "dose_augmentation" in card["trained_on"]
+    # the physics, not the machine: a card published from a GPU node re-simulates on any machine
+    assert not set(MACHINE_FIELDS) & set(card["simulation_config"])
     checks = card["check_samples"]   # the thinnest held-out samples of each element class, with their figures
     assert checks and len(checks) <= 2 * len({c["element_class"] for c in checks})
     assert all(0 < c["network_rel_l2"]["potential"] < 10 for c in checks)

@@ -25,9 +25,7 @@ def test_a_shipped_model_scores_its_cards_figures_on_re_simulated_held_out_sampl
     card = pretrained_card(name)
     checks = card.check_samples
     assert checks, f"pretrained:{name} has no check_samples: publish it with namsa publish"
-    # on this machine's CPU, whatever device the card's data were simulated on (not part of the physics hash)
-    simulation = {k: v for k, v in card.simulation_config.items() if k not in ("memory_budget_gb", "host_threads")}
-    cfg = namsa.SimulationConfig.model_validate({**simulation, "device": "cpu"})
+    cfg = namsa.SimulationConfig.model_validate(card.simulation_config)   # portable: no machine fields
     data_cfg = stage.DataConfig.model_validate(card.data_config)
     with stage.StoreWriter(tmp_path / "data" / "store-0", config_hash=cfg.physics_hash(), data_cfg=data_cfg) as writer:
         for check in checks:

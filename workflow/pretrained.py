@@ -26,7 +26,7 @@ from models import checkpoint as ckpt
 from models.card import CARD_FILE, open_regular, validate_card
 from models.card_writer import write_card
 from models.reconstructor import PRETRAINED_DIR, load_reconstructor
-from namsa.config import SimulationConfig
+from namsa.config import MACHINE_FIELDS, SimulationConfig
 from namsa.errors import UserError
 from namsa.sampling import sampling_fields
 
@@ -58,7 +58,8 @@ def publish(run_dir: str | Path, name: str, root: str | Path) -> Path:
 
 
 def _provenance(config: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
-    sim = config["simulation"]
+    # the samples' physics and plan, not the machine that simulated them (a GPU node's device and memory)
+    sim = {k: v for k, v in config["simulation"].items() if k not in MACHINE_FIELDS}
     return {"expects_input": sampling_fields(SimulationConfig.model_validate(sim)),
             # the whole simulation and data sections: what held-out samples are re-made and stored with
             "simulation_config": sim, "data_config": config["data"],
