@@ -12,15 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-LIGHT = "light (every element Z <= 14)"
-#: these studies were chosen by the rule before issue 30 (network as predicted, baselines least-squares
-#: fitted): metrics.json keeps it as this view (evaluation.views.LEGACY); files written before call it "physical"
-LEGACY_VIEW = "legacy_network_as_predicted_baselines_fitted"
-
-
-def legacy(entry: dict) -> dict:
-    """The legacy-rule scores of one method's aggregate or headline entry, new file or old."""
-    return entry.get(LEGACY_VIEW) or entry.get("physical") or entry
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from evaluation.scoring import LIGHT_CLASS as LIGHT  # noqa: E402
+# these studies were chosen by the rule before issue 30 (network as predicted, baselines least-squares fitted)
+from evaluation.views import legacy_scores as legacy  # noqa: E402
 
 
 def row(metrics: dict) -> list[float]:

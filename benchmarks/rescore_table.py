@@ -21,11 +21,14 @@ from statistics import median
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from evaluation.methods import NETWORK  # noqa: E402
 from evaluation.metrics import bootstrap_ci  # noqa: E402
+from evaluation.scoring import HEAVY_CLASS, LIGHT_CLASS  # noqa: E402
+from evaluation.views import FIELD, LEVEL  # noqa: E402
 
 GROUPS = {"all": lambda s: True,
-          "light": lambda s: s["element_class"].startswith("light"),
-          "heavy": lambda s: s["element_class"].startswith("heavy"),
+          "light": lambda s: s["element_class"] == LIGHT_CLASS,
+          "heavy": lambda s: s["element_class"] == HEAVY_CLASS,
           "< 50 A": lambda s: s["thickness_A"] < 50.0,
           "50-100 A": lambda s: 50.0 <= s["thickness_A"] < 100.0,
           ">= 100 A": lambda s: s["thickness_A"] >= 100.0}
@@ -38,7 +41,7 @@ def _columns(runs: dict[str, dict], target: str) -> list[tuple[str, str, dict[st
         by_id = {s["sample_id"]: s for s in metrics["samples"]}
         methods = next(iter(by_id.values()))["metrics"][target].keys() if by_id else []
         for method in methods:
-            if method == "network":
+            if method == NETWORK:
                 columns.append((f"network ({name})", method, by_id))
             elif method not in seen:
                 seen.add(method)
@@ -46,7 +49,7 @@ def _columns(runs: dict[str, dict], target: str) -> list[tuple[str, str, dict[st
     return columns
 
 
-def table(runs: dict[str, dict], target: str = "potential", view: str = "field") -> str:
+def table(runs: dict[str, dict], target: str = "potential", view: str = FIELD) -> str:
     """The markdown table (see the module docstring)."""
     columns = _columns(runs, target)
     common = set.intersection(*(set(by_id) for _, _, by_id in columns))
@@ -64,8 +67,8 @@ def table(runs: dict[str, dict], target: str = "potential", view: str = "field")
             cells.append(f"{ci.value:.3f} [{ci.low:.3f}, {ci.high:.3f}]")
         lines.append(f"| {group}: {len(ids)} ({len(set(materials))}) | " + " | ".join(cells) + " |")
     for column, method, by_id in columns:
-        if method == "network":
-            level = median(by_id[i]["metrics"][target][method]["level"]["level_error"] for i in common)
+        if method == NETWORK:
+            level = median(by_id[i]["metrics"][target][method][LEVEL]["level_error"] for i in common)
             lines.append(f"\n{column}: level error median {level:.3f} over {len(common)} samples")
     return "\n".join(lines)
 
@@ -74,7 +77,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("evals", nargs="+", type=Path)
     parser.add_argument("--target", default="potential")
-    parser.add_argument("--view", default="field")
+    parser.add_argument("--view", default=FIELD)
     args = parser.parse_args()
     runs = {path.name: json.loads((path / "metrics.json").read_text()) for path in args.evals}
     print(table(runs, args.target, args.view))

@@ -12,10 +12,10 @@ whole plan (e.g. configs/gpu-study.yaml: the study's new plan, of which a GPU ru
 the split a model trained on any part of that plan never saw.
 
 Writes OUT/config.yaml, OUT/data (the test materials' samples, simulated on --workers processes) and per
-model OUT/eval-<name> (<name>: the pretrained name, the folder's name, or a run's name for RUN/model) (network and iCoM on every test sample) and, with --ptycho-samples N,
-OUT/eval-ptycho-<name> (the same plus converged ptychography and network+ptycho on the first N test
-samples in store order; ptychography is cached in OUT/baseline-cache, so the second model reuses the
-first's). An evaluation whose metrics.json exists is not run again (rerun the command after a kill). The
+model OUT/eval-<name> (<name>: the pretrained name, the folder's name, or a run's name for RUN/model;
+network and iCoM on every test sample) and, with --ptycho-samples N, OUT/eval-ptycho-<name> (the same
+plus converged ptychography and network+ptycho on the first N test samples in store order; ptychography
+is cached in OUT/baseline-cache, so the second model reuses the first's). An evaluation whose metrics.json exists is not run again (rerun the command after a kill). The
 mean-image baseline needs the training split's targets, which are not re-simulated: it is off.
 """
 from __future__ import annotations

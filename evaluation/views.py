@@ -53,11 +53,11 @@ def field_map(est: np.ndarray, truth: np.ndarray) -> np.ndarray:
 def level_error(pred: np.ndarray, truth: np.ndarray) -> float:
     """``|mean(pred) - mean(truth)| / |mean(truth)|`` (dimensionless): how far a map's mean is off;
     ``inf`` for a truth of mean 0 unless the means agree (then 0)."""
-    gap = abs(float(np.mean(np.asarray(pred, dtype=np.float64))) - float(np.mean(np.asarray(truth, dtype=np.float64))))
-    ref = abs(float(np.mean(np.asarray(truth, dtype=np.float64))))
-    if ref == 0.0:
+    true_mean = float(np.mean(np.asarray(truth, dtype=np.float64)))
+    gap = abs(float(np.mean(np.asarray(pred, dtype=np.float64))) - true_mean)
+    if true_mean == 0.0:
         return 0.0 if gap == 0.0 else math.inf
-    return gap / ref
+    return gap / abs(true_mean)
 
 
 def view_maps(est: np.ndarray, truth: np.ndarray, legacy_fitted: bool
@@ -70,6 +70,13 @@ def view_maps(est: np.ndarray, truth: np.ndarray, legacy_fitted: bool
     est = np.asarray(est, dtype=np.float64)
     structure, fit = fit_to_truth(est, truth)
     return {FIELD: field_map(est, truth), STRUCTURE: structure, LEGACY: structure if legacy_fitted else est}, fit
+
+
+def legacy_scores(entry: dict[str, Any]) -> dict[str, Any]:
+    """One method's legacy-rule scores (aggregate, headline or per-sample entry), new file or old: its
+    `LEGACY` view, the same scores under `OLD_PHYSICAL` in files written before issue 30, or a flat old
+    headline entry itself."""
+    return entry.get(LEGACY) or entry.get(OLD_PHYSICAL) or entry
 
 
 def headline_scores(per_method: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -67,7 +67,8 @@ class Reconstructor:
 
     @torch.no_grad()
     def predict(self, cbed: Any, calibration: Any = None, refine: bool | RefineSettings = False,
-                refine_meta: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None) -> np.ndarray:
+                refine_meta: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+                check_dose: bool = True) -> np.ndarray:
         """Targets in physical units, numpy float32: (C, T, T) for one stack, (B, C, T, T) for a batch.
 
         ``calibration``: a `namsa.icom.ScanCalibration` (or its dict; `namsa.icom.calibration_from_meta(sample.meta)`)
@@ -80,7 +81,10 @@ class Reconstructor:
         that raises the data error); it needs ``refine_meta``, each stack's calibrations as a sample
         meta (scan_shape, scan_positions_A, fov_A, energy_kv, semiangle_mrad, aberrations,
         pattern_dk_inv_A; thickness_A for multislice): one dict for every stack or a list, one per
-        stack. What each refinement did is in ``rec.last_refinement`` (`RefineResult` per stack)."""
+        stack. What each refinement did is in ``rec.last_refinement`` (`RefineResult` per stack).
+
+        ``check_dose``: False where the caller measured the dose on the data as read (`namsa reconstruct`:
+        its fitted tiles are cropped and rebinned, so their counts no longer tell the dose)."""
         x = torch.as_tensor(np.asarray(cbed) if not torch.is_tensor(cbed) else cbed)
         single = x.ndim == 3
         if single:
@@ -94,7 +98,7 @@ class Reconstructor:
                                           f"inf); replace or mask the bad detector pixels before reconstructing")
         settings, metas = self._refine_request(refine, refine_meta, x.shape[0])
         cals = calibration if isinstance(calibration, list) else [calibration] * x.shape[0]
-        self.last_report = _input_report(x, self.card, self._warned, cals[0])
+        self.last_report = _input_report(x, self.card, self._warned, cals[0], check_dose)
         outs = [self._predict_batch(x[i: i + self.batch_size], cals[i: i + self.batch_size])
                 for i in range(0, x.shape[0], self.batch_size)]
         out = np.concatenate(outs)
@@ -160,7 +164,8 @@ class Reconstructor:
         return torch.stack(maps, dim=1).cpu().numpy().astype(np.float32, copy=False)
 
 
-def _input_report(x: torch.Tensor, card: ModelCard, warned: set[str], calibration: Any = None) -> dict[str, Any]:
+def _input_report(x: torch.Tensor, card: ModelCard, warned: set[str], calibration: Any = None,
+                  check_dose: bool = True) -> dict[str, Any]:
     """Cheap checks of the first stack of ``x`` against the card (`models.scan_fit.card_checks.input_report`:
     dose, total intensity, disc radius, and defocus and scattering against the training distribution,
     the defocus read at ``calibration``'s probe step when given); each kind of finding not in ``warned``
@@ -168,7 +173,7 @@ def _input_report(x: torch.Tensor, card: ModelCard, warned: set[str], calibratio
     says it once."""
     from .scan_fit.card_checks import input_report, warn_report
 
-    report = input_report(x[0].detach().float().cpu().numpy(), card, calibration)
+    report = input_report(x[0].detach().float().cpu().numpy(), card, calibration, check_dose)
     new = [w for w in report["warnings"] if w["code"] not in warned]
     warned.update(w["code"] for w in new)
     warn_report({"warnings": new}, stacklevel=4)  # _input_report <- predict <- torch.no_grad <- the caller

@@ -133,14 +133,14 @@ def _place(pattern: np.ndarray, d: int, s: CameraSettings, position_A: tuple[flo
     out = np.zeros((d, d))
     lo = d // 2 - p // 2
     out[lo: lo + p, lo: lo + p] = pattern
-    centre = np.array([d // 2, d // 2], dtype=np.float64)
     t = math.radians(s.scan_rotation_deg)
-    turn = np.array([[math.cos(t), -math.sin(t)], [math.sin(t), math.cos(t)]])  # R(t): the map back to the scan
     shift = np.asarray(s.descan_px_per_A, dtype=np.float64) @ np.asarray(position_A, dtype=np.float64)
-    # output pixel k shows input R(t) (k - centre - shift) + centre: vectors turned by R(-t), then shifted
-    offset = centre - turn @ (centre + shift)
     if t == 0.0 and not shift.any():
         return out
+    centre = np.array([d // 2, d // 2], dtype=np.float64)
+    turn = np.array([[math.cos(t), -math.sin(t)], [math.sin(t), math.cos(t)]])  # R(t): the map back to the scan
+    # output pixel k shows input R(t) (k - centre - shift) + centre: vectors turned by R(-t), then shifted
+    offset = centre - turn @ (centre + shift)
     return ndimage.affine_transform(out, turn, offset=offset, order=1, mode="constant", cval=0.0)
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -231,6 +231,18 @@ class ScanCalibration:
                                  "optionally k_sampling_invA, energy_kv, scan_step_A, shift_frac, periodic") from None
 
 
+def fov_is_one_period(meta: Mapping[str, Any]) -> bool | None:
+    """Whether a sample's field of view ``fov_A`` (y0, x0, height, width, Angstrom) is the whole supercell
+    ``cell_A`` = [Lx, Ly, Lz], i.e. its scan is one period of a periodic specimen; None when the meta holds
+    no cell (a microscope tile, or a sample stored without it)."""
+    cell = meta.get("cell_A")
+    if cell is None:
+        return None
+    fov = meta["fov_A"]
+    return math.isclose(float(fov[2]), float(cell[1]), rel_tol=1e-6) and math.isclose(float(fov[3]), float(cell[0]),
+                                                                                      rel_tol=1e-6)
+
+
 def calibration_from_meta(meta: dict[str, Any]) -> ScanCalibration:
     """The `ScanCalibration` of a sample from its meta (see `icom_from_sample` for the keys read).
 
@@ -240,9 +252,7 @@ def calibration_from_meta(meta: dict[str, Any]) -> ScanCalibration:
     scan_y, scan_x = (int(v) for v in meta["scan_shape"])
     y0, x0, height, width = (float(v) for v in meta["fov_A"])
     first = np.asarray(meta["scan_positions_A"], dtype=np.float64).reshape(-1, 2)[0]
-    cell = meta.get("cell_A")
-    periodic = cell is None or (math.isclose(height, float(cell[1]), rel_tol=1e-6)
-                                and math.isclose(width, float(cell[0]), rel_tol=1e-6))
+    periodic = fov_is_one_period(meta) is not False   # a sample without its cell: as simulated, periodic
     energy = meta.get("energy_kv")
     inv_a, mrad = meta.get(K_SAMPLING_KEY_INV_A), meta.get(K_SAMPLING_KEY_MRAD)
     k_unit = _k_sampling(inv_a, mrad, energy)[0] if inv_a is not None or mrad is not None else None

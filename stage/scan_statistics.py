@@ -45,7 +45,7 @@ import numpy as np
 from namsa.errors import UserError
 from namsa.optics import scan_step_A
 
-from .microscope.autocal import Disc, find_disc
+from .microscope.disc import Disc, find_disc
 
 #: bump when an estimate below changes: a card's ranges are compared only with the same version's estimates
 STATISTICS_VERSION = 1
@@ -89,7 +89,7 @@ class DefocusEstimate:
 
 
 def bright_field_disc(cbed: np.ndarray) -> Disc | None:
-    """The bright-field disc of the stack's mean pattern (`stage.microscope.autocal.find_disc`), or None."""
+    """The bright-field disc of the stack's mean pattern (`stage.microscope.disc.find_disc`), or None."""
     return find_disc(np.asarray(cbed).mean(axis=0, dtype=np.float64))
 
 

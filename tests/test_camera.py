@@ -12,6 +12,7 @@ from microscope_helpers import simulated_scan
 from namsa.camera import CameraSettings, CameraSettingsError, electrons_per_pattern, record
 from namsa.errors import UserError
 from stage.microscope import autocal
+from stage.microscope.disc import find_disc
 
 STEP = (0.5, 0.5)
 
@@ -94,7 +95,7 @@ def test_the_counting_mtf_is_the_pixel_aperture():
 def test_the_scan_rotation_is_the_one_autocal_fits(sim, angle):
     data, _ = sim
     frames = record(data, STEP, CameraSettings(dose_e_per_A2=1e6, scan_rotation_deg=angle, seed=5))
-    disc = autocal.find_disc(autocal.subsample(frames).mean(axis=0))
+    disc = find_disc(autocal.subsample(frames).mean(axis=0))
     cal = autocal.calibrate(frames, disc, autocal.scan_scalars(frames, disc))
     assert cal.rotation.flip is False
     assert (cal.rotation.angle_deg - angle + 180.0) % 360.0 - 180.0 == pytest.approx(0.0, abs=5.0), cal.rotation
@@ -105,7 +106,7 @@ def test_the_descan_is_a_shift_linear_in_the_scan_position_that_autocal_measures
     descan = ((0.5, -0.3), (0.2, 0.4))   # px per Angstrom: [[dky/dy, dky/dx], [dkx/dy, dkx/dx]]
     frames = record(data, STEP, CameraSettings(dose_e_per_A2=1e6, descan_px_per_A=descan, detector_px=40, seed=6))
     assert frames.shape == (8, 8, 40, 40)
-    disc = autocal.find_disc(autocal.subsample(frames).mean(axis=0))
+    disc = find_disc(autocal.subsample(frames).mean(axis=0))
     plane = autocal.calibrate(frames, disc, autocal.scan_scalars(frames, disc)).descan
     per_step = np.asarray(descan) * STEP[0]
     assert plane.slope_y == pytest.approx(tuple(per_step[:, 0]), abs=0.05)

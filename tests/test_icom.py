@@ -164,3 +164,13 @@ def test_icom_breaks_down_for_thick_heavy_crystal():
     scale, _ = fit_affine(out, blurred)
     assert scale > 2.0
     assert pearson_r(out, blurred) < 0.98
+
+
+def test_the_field_of_view_is_one_period_only_when_it_spans_the_cell():
+    """One rule for iCoM's calibration and the refinement's start (namsa.ptychography.refine)."""
+    from namsa.icom import fov_is_one_period
+
+    meta = {"fov_A": [0.0, 0.0, 12.0, 10.0], "cell_A": [10.0, 12.0, 50.0]}   # height = Ly, width = Lx
+    assert fov_is_one_period(meta) is True
+    assert fov_is_one_period({**meta, "fov_A": [0.0, 0.0, 6.0, 10.0]}) is False   # half the cell
+    assert fov_is_one_period({"fov_A": meta["fov_A"]}) is None                    # no cell: a microscope tile

@@ -194,6 +194,12 @@ def test_stack_statistics_of_a_counted_scan_measure_its_dose():
     stats = stack_statistics(counted, (32, 32), step, 20.0)
     # the electrons per pattern over the step's area (less the ~0.1% a 20 Angstrom Si crystal scatters past the edge)
     assert stats["dose_e_per_A2"] == pytest.approx(electrons / min(step) ** 2, rel=0.01)
+    # the model's input report measures it too, unless its caller measured it on the data as read
+    from models import pretrained_card
+
+    shipped = pretrained_card("study-scan")
+    assert "dose_e_per_A2" in card_checks.input_report(counted, shipped)["measured"]
+    assert "dose_e_per_A2" not in card_checks.input_report(counted, shipped, check_dose=False)["measured"]
     assert stack_statistics(sample.cbed, (32, 32), step, 20.0)["dose_e_per_A2"] is None
     # stored as float16 (the study's stores), noise-free values are all multiples of 2^-24: no dose either
     assert stack_statistics(sample.cbed.astype(np.float16), (32, 32), step, 20.0)["dose_e_per_A2"] is None

@@ -10,6 +10,7 @@ from scipy import ndimage
 from microscope_helpers import simulated_scan
 from namsa.constants import wavelength_A
 from stage.microscope import autocal
+from stage.microscope.disc import find_disc
 
 
 @pytest.fixture(scope="module")
@@ -18,13 +19,13 @@ def sim():
 
 
 def _calibrate(data):
-    disc = autocal.find_disc(autocal.subsample(data).mean(axis=0))
+    disc = find_disc(autocal.subsample(data).mean(axis=0))
     return autocal.calibrate(data, disc, autocal.scan_scalars(data, disc))
 
 
 def test_semiangle_recovered_from_the_disc(sim):
     data, meta = sim
-    disc = autocal.find_disc(autocal.subsample(data).mean(axis=0))
+    disc = find_disc(autocal.subsample(data).mean(axis=0))
     semi, err = autocal.semiangle_from_disc(disc, meta["pattern_dk_inv_A"], meta["energy_kv"])
     assert err > 0
     assert abs(semi - meta["semiangle_mrad"]) < 0.1 * meta["semiangle_mrad"], (semi, err)
@@ -97,7 +98,7 @@ class SliceOnly:
 def test_reads_are_bounded_slices(sim):
     data, _ = sim
     lazy = SliceOnly(data)
-    disc = autocal.find_disc(autocal.subsample(lazy, 16).mean(axis=0))
+    disc = find_disc(autocal.subsample(lazy, 16).mean(axis=0))
     assert lazy.largest <= 16 * 32 * 32  # the strided subsample: 16 patterns
     lazy.largest = 0
     pattern_bytes = 32 * 32 * 8

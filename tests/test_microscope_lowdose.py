@@ -14,6 +14,7 @@ from models.scan_fit import normalise_tile
 from namsa.camera import CameraSettings, electrons_per_pattern, record
 from stage.microscope import ExperimentalInputError, RawScan, autocal, check_before_inference
 from stage.microscope.counts import MIN_DISC_ELECTRONS
+from stage.microscope.disc import find_disc
 
 STEP = (0.5, 0.5)
 
@@ -67,7 +68,7 @@ def test_empty_patterns_neither_fake_a_descan_nor_hide_a_real_one(sim):
     data, _ = sim
     blanked = data.copy()
     blanked.reshape(64, 32, 32)[np.random.default_rng(0).choice(64, 20, replace=False)] = 0.0
-    disc = autocal.find_disc(autocal.subsample(data).mean(axis=0))
+    disc = find_disc(autocal.subsample(data).mean(axis=0))
     cal = autocal.calibrate(blanked, disc, autocal.scan_scalars(blanked, disc))
     assert cal.descan_correction((8, 8)) is None
     assert cal.descan.origin == pytest.approx((16.0, 16.0), abs=0.3)

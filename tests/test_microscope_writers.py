@@ -189,4 +189,6 @@ def test_a_scan_at_five_times_the_trained_defocus_is_reported_as_such_by_reconst
                               CameraSettings(dose_e_per_A2=1e5))
     predict = info["checks"]["predict"]
     assert [w["code"] for w in predict["warnings"]].count("defocus") == 1, predict["warnings"]
+    # the dose is the file's as read (checks.before), not re-read on the cropped, rebinned tiles
+    assert "dose_e_per_A2" not in predict["measured"] and "dose" not in [w["code"] for w in predict["warnings"]]
     assert predict["measured"]["defocus_A"]["value"] is not None  # the estimate, with its training range beside it

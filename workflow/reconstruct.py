@@ -102,18 +102,11 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     if refining is not None:
         info["refinement"] = refining.report()
     after = fit.check_after_inference(maps, rec.card, checks)
-    info.update(checks={"before": checks, "predict": _without_dose(rec.last_report), "after": after},
+    info.update(checks={"before": checks, "predict": rec.last_report, "after": after},
                 calibration_from_data=from_data.report())
     written = _write_and_swap(tmp, out, maps, pixel, info)
     return {"out": str(out), "files": written, "pixel_size_A": pixel, "shape": list(stitched.shape[1:]),
             "notes": notes, "warnings": [w["message"] for w in checks["warnings"] + after["warnings"]]}
-
-
-def _without_dose(report: Mapping[str, Any]) -> dict[str, Any]:
-    """The model's input report without its dose: predict measures it on the fitted tiles (cropped,
-    rebinned, at the model's step), the file's one dose figure is the one measured as read (checks.before)."""
-    measured = {k: v for k, v in (report.get("measured") or {}).items() if k != "dose_e_per_A2"}
-    return {**report, "measured": measured, "warnings": [w for w in report.get("warnings", []) if w.get("code") != "dose"]}
 
 
 def _tile_calibration(plan: Any, expect: Any, energy_kv: float) -> Any:
@@ -153,7 +146,10 @@ def _stream(scan: Any, plan: Any, grid: Any, rec: Any, budget: int, transform: A
             tiles.append(tile)
             scales.append(scale)
         options = refining.predict_options() if refining is not None else {}
-        for origin, maps in zip(block.origins, rec.predict(np.stack(tiles), calibration=tile_calibration, **options)):
+        # the file's one dose figure is the one measured as read (checks.before): the fitted tiles are
+        # cropped and rebinned, so their counts no longer tell it
+        for origin, maps in zip(block.origins, rec.predict(np.stack(tiles), calibration=tile_calibration,
+                                                           check_dose=False, **options)):
             stitcher.add(maps, origin)
         if refining is not None:
             refining.record(block.origins, rec.last_refinement)

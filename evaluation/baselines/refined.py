@@ -9,20 +9,22 @@ import numpy as np
 
 from namsa.ptychography.refine import RefineSettings, refine_from_sample
 
+from .cache import Baseline
 from .maps import at_target_resolution
 
 
 def refined_from_network(settings: RefineSettings, sample: Any,
-                         network_potential: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+                         network_potential: np.ndarray) -> Baseline:
     """(raw map, record) of ``network_potential`` (T, T, V * Angstrom, the network's prediction for
     ``sample``) refined by ptychography of ``sample.cbed``.
 
     The map is in V * Angstrom on the network's grid at the targets' resolution: a refined map
     (ptychography resolves finer than the targets) is convolved with the targets' Gaussian
     (``meta["target_fwhm_A"]``, `maps.at_target_resolution`), as the ptychography baselines are; the
-    network's own map, when kept, is already at that resolution and returned as is. Its mean is the network's (a uniform phase is invisible to the data). The record holds
-    ``seconds``, ``start_error``, ``final_error``, ``error`` (the data error of the map returned),
-    ``iterations``, ``converged``, ``kept_network`` and ``n_slices``. The truth is never read.
+    network's own map, when kept, is already at that resolution and returned as is. Its mean is the
+    network's (a uniform phase is invisible to the data). The record holds ``seconds``, ``start_error``,
+    ``final_error``, ``error`` (the data error of the map returned), ``iterations``, ``converged``,
+    ``kept_network`` and ``n_slices``. The truth is never read.
     """
     result = refine_from_sample(sample, network_potential, settings)
     raw = result.potential if result.kept_network else at_target_resolution(result.potential, sample.meta)

@@ -10,9 +10,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from stage.microscope import autocal
-from stage.microscope.checks import (NORMALISED_TOTAL, RADIUS_ATOL_PX, RADIUS_RTOL, add_measurement, add_warning,
-                                     new_report)
+from stage.microscope.checks import RADIUS_ATOL_PX, RADIUS_RTOL, add_measurement, add_warning, new_report
+from stage.microscope.counts import NORMALISED_TOTAL
+from stage.microscope.disc import find_disc
 from stage.scan_statistics import (DEFOCUS_TOL_A, DEFOCUS_TOL_REL, NOISE_FREE_DOSE_E_PER_A2, STATISTICS_VERSION,
                                    bright_field_disc, dose_from_quanta, high_angle_loss, parallax_defocus,
                                    scattered_fraction)
@@ -96,12 +96,13 @@ def _check_dose(report: dict[str, Any], dose: float, card: ModelCard) -> None:
     add_warning(report, "dose", message)
 
 
-def input_report(cbed: np.ndarray, card: ModelCard, calibration: Any = None) -> dict[str, Any]:
+def input_report(cbed: np.ndarray, card: ModelCard, calibration: Any = None, check_dose: bool = True) -> dict[str, Any]:
     """Cheap checks of a (S, P, P) stack given to `Reconstructor.predict` against the card: total
     intensity per pattern, the dose its quantisation implies, the disc radius vs the card's
     semi-angle and sampling (on at most 64 patterns), and the defocus and scattering against the
     training distribution (`check_training_distribution`; ``calibration``, a `namsa.icom.ScanCalibration`
-    or its dict, gives the probe step the defocus is read with)."""
+    or its dict, gives the probe step the defocus is read with; ``check_dose`` False skips the dose, for a
+    caller that measured it on the data as read)."""
     report = new_report()
     sample = np.asarray(cbed[:: max(1, len(cbed) // 64)], dtype=np.float64)
     total = float(sample.sum(axis=(1, 2)).mean())
@@ -109,7 +110,8 @@ def input_report(cbed: np.ndarray, card: ModelCard, calibration: Any = None) -> 
     if not NORMALISED_TOTAL[0] <= total <= NORMALISED_TOTAL[1]:
         add_warning(report, "total", f"the patterns carry {total:.4g} each but the model learned patterns carrying "
                                      "about 1 (the incident probe): divide each pattern by the incident intensity")
-    _dose_from_quanta(report, sample, card)
+    if check_dose:
+        _dose_from_quanta(report, sample, card)
     _disc_against_card(report, sample.mean(axis=0), card)
     check_training_distribution(report, np.asarray(cbed), card, calibration)
     return report
@@ -130,7 +132,7 @@ def _dose_from_quanta(report: dict[str, Any], sample: np.ndarray, card: ModelCar
 def _disc_against_card(report: dict[str, Any], mean: np.ndarray, card: ModelCard) -> None:
     """The disc radius (px) against semi-angle / detector pixel (mrad) of the card's expected input."""
     e = card.expects_input
-    disc = autocal.find_disc(mean)
+    disc = find_disc(mean)
     if e is None or disc is None:
         return
     expected = e.semiangle_mrad / e.sampling.dk_mrad[0]

@@ -10,7 +10,7 @@ training patterns were scaled (after the crop: the model's detector carries the 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -69,9 +69,7 @@ def plan_fit(shape: tuple[int, ...], cal: Calibrations, expect: ModelExpectation
     angle, a detector coarser than the model's or not reaching its extent, a scan step coarser than
     the model saw, too few scan points for one tile), every such problem in one line.
     """
-    problems = sampling_problems(shape, {"energy_kv": cal.energy_kv, "semiangle_mrad": cal.semiangle_mrad,
-                                         "dk_inv_A": cal.dk_inv_A, "step_A": cal.step_A, "sources": cal.sources},
-                                 expect)
+    problems = sampling_problems(shape, asdict(cal), expect)
     if problems:
         raise all_problems(problems)
     scan = tuple(_fit_scan_axis(shape[axis], axis, cal.step_A[axis], expect) for axis in (0, 1))

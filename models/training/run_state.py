@@ -192,9 +192,6 @@ class RunState:
                 "world_size": self.ctx.world_size, "code_version": code_version()}
 
 
-__all__ = ["RUN_FILE", "CHECKPOINTS_DIR", "RESUMABLE_CHANGES", "Position", "RunState"]
-
-
 def _as_today(architecture: Any) -> Any:
     """A checkpoint's architecture with the keys added since it was written at their defaults
     (`Architecture.from_dict`), so a run started before a new key resumes when nothing changed."""
@@ -204,3 +201,6 @@ def _as_today(architecture: Any) -> Any:
         return Architecture.from_dict(architecture).to_dict()
     except TypeError:  # keys this code does not know: compared as written, so the refusal names them
         return architecture
+
+
+__all__ = ["RUN_FILE", "CHECKPOINTS_DIR", "RESUMABLE_CHANGES", "Position", "RunState"]

@@ -14,6 +14,8 @@ from typing import Sequence
 
 import numpy as np
 
+from namsa.optics import scan_step_A
+
 
 def _offset_A(scan_A: np.ndarray, solver_A: np.ndarray) -> np.ndarray:
     """(y, x) Angstrom to add to a specimen coordinate to get its object-frame coordinate."""
@@ -21,9 +23,8 @@ def _offset_A(scan_A: np.ndarray, solver_A: np.ndarray) -> np.ndarray:
 
 
 def _pixel_A(meta: dict, shape: Sequence[int]) -> tuple[float, float]:
-    """Target pixel size (y, x) in Angstrom."""
-    fov = meta["fov_A"]
-    return float(fov[2]) / int(shape[0]), float(fov[3]) / int(shape[1])
+    """Target pixel size (y, x) in Angstrom: the endpoint-exclusive step over the field of view."""
+    return scan_step_A(meta["fov_A"], shape)
 
 
 def object_coordinates(meta: dict, shape: Sequence[int], scan_A: np.ndarray, solver_A: np.ndarray,

@@ -43,6 +43,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from namsa.constants import interaction_constant
+from namsa.icom import fov_is_one_period
 
 from .convergence import ConvergenceRule, iterate
 from .multislice import kz_arguments, multislice_solver, slicing
@@ -82,9 +83,7 @@ class RefineSettings(BaseModel):
         """Whether the start continues periodically beyond the scanned field (see the module docstring)."""
         if self.outside != "auto":
             return self.outside == "periodic"
-        cell, fov = meta.get("cell_A"), meta["fov_A"]
-        return cell is not None and all(math.isclose(float(f), float(c), rel_tol=1e-6)
-                                        for f, c in ((fov[2], cell[1]), (fov[3], cell[0])))
+        return fov_is_one_period(meta) is True   # a microscope tile (no cell) is a window, not a period
 
 
 @dataclass

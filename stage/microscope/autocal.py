@@ -21,7 +21,7 @@ Fitted from the data, each with an uncertainty:
 `DataCalibration.recentre(block, y0, x0)` applies the descan plane and the rotation/flip to a
 block ``data[y0:y0+h, x0:x0+w]`` so every pattern has its direct beam at index k // 2, the
 convention the model was trained on. The disc itself is stage.microscope.disc (`find_disc`,
-`Disc`, imported here for the callers that ask autocal). Axis order everywhere: (scan_y, scan_x, ky, kx).
+`Disc`). Axis order everywhere: (scan_y, scan_x, ky, kx).
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from scipy import ndimage
 
 from namsa.constants import wavelength_A
 
-from .disc import Disc, find_disc  # noqa: F401  (find_disc: callers ask autocal for it)
+from .disc import Disc
 from .disc import window as _window
 
 #: patterns read (strided over the scan) for the mean pattern: enough to average out the specimen

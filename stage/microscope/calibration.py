@@ -42,6 +42,12 @@ class Calibrations:
     step_A: tuple[float, float]
     sources: dict[str, str] = field(default_factory=dict)
 
+    @classmethod
+    def from_known(cls, known: Mapping[str, Any]) -> "Calibrations":
+        """The calibrations of a `known_calibrations` result that `missing_calibrations` passed."""
+        return cls(energy_kv=known["energy_kv"], semiangle_mrad=known["semiangle_mrad"],
+                   dk_inv_A=known["dk_inv_A"], step_A=known["step_A"], sources=known["sources"])
+
 
 def calibrations_in(signal: Mapping[str, Any]) -> dict[str, Any]:
     """Calibrations stored in an rsciio signal dict: beam energy (kV) and convergence semi-angle
@@ -136,8 +142,7 @@ def resolve_calibrations(found: Mapping[str, Any], given: Mapping[str, Any],
     if missing:
         raise ExperimentalInputError(missing)
     check_energy(found, given)
-    return Calibrations(energy_kv=known["energy_kv"], semiangle_mrad=known["semiangle_mrad"],
-                        dk_inv_A=known["dk_inv_A"], step_A=known["step_A"], sources=known["sources"])
+    return Calibrations.from_known(known)
 
 
 def known_calibrations(found: Mapping[str, Any], given: Mapping[str, Any],

@@ -21,7 +21,7 @@ from namsa.constants import wavelength_A
 
 from . import autocal
 from .calibration import Calibrations, check_energy, known_calibrations, missing_calibrations
-from .counts import MIN_DISC_ELECTRONS, NORMALISED_TOTAL, dose_record, is_counted, mean_pattern, nominal_disc
+from .counts import MIN_DISC_ELECTRONS, dose_record, is_counted, mean_pattern, nominal_disc
 from .disc import Disc, find_disc, not_cbed
 from .errors import ExperimentalInputError, all_problems
 
@@ -43,7 +43,7 @@ FIT_SOURCE = "from the data (fit)"
 ModelProblems = Callable[[Mapping[str, Any]], list[str]]
 
 __all__ = ["check_before_inference", "refuse_if_negative", "refuse_if_not_cbed", "new_report", "add_warning",
-           "add_measurement", "NORMALISED_TOTAL", "RADIUS_RTOL", "RADIUS_ATOL_PX", "FIT_SOURCE", "ModelProblems"]
+           "add_measurement", "RADIUS_RTOL", "RADIUS_ATOL_PX", "FIT_SOURCE", "ModelProblems"]
 
 
 def new_report() -> dict[str, Any]:
@@ -93,11 +93,10 @@ def check_before_inference(scan: Any, given: Mapping[str, Any], block_bytes: int
     problems += model_problems(known) if model_problems is not None else []
     if problems:
         raise all_problems(problems)
-    cal = Calibrations(energy_kv=known["energy_kv"], semiangle_mrad=known["semiangle_mrad"],
-                       dk_inv_A=known["dk_inv_A"], step_A=known["step_A"], sources=known["sources"])
+    cal = Calibrations.from_known(known)
     if not few:
         calib.semiangle_mrad = fitted or autocal.semiangle_from_disc(disc, float(np.mean(cal.dk_inv_A)), cal.energy_kv)
-        _measure_radius(report, disc, cal)
+        _measure_radius(report, disc, known)
     _check_counts(report, scalars, cal, counted)
     _check_saturation(report, scan.data, scalars, counted)
     return cal, report, calib
@@ -192,9 +191,8 @@ def _radius_problem(disc: Disc, known: Mapping[str, Any]) -> str | None:
             "(--dk-inv-a / --dk-mrad)")
 
 
-def _measure_radius(report: dict[str, Any], disc: Disc, cal: Calibrations) -> None:
-    dk_mrad = float(np.mean(cal.dk_inv_A)) * wavelength_A(cal.energy_kv) * 1e3
-    expected = cal.semiangle_mrad / dk_mrad
+def _measure_radius(report: dict[str, Any], disc: Disc, known: Mapping[str, Any]) -> None:
+    expected, _ = _expected_radius(known)  # type: ignore[misc]  (every calibration is known by now)
     add_measurement(report, "disc_radius_px", disc.radius_px, "px", uncertainty=disc.radius_err_px,
                     expected=expected, tolerance=RADIUS_RTOL * expected + RADIUS_ATOL_PX,
                     edge_px=disc.edge_px)
