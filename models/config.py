@@ -344,6 +344,9 @@ class TrainConfig(BaseModel):
     channels_last, compile, activation_checkpointing: GPU speed/memory knobs.
     max_nonfinite:    stop after this many Inf/NaN losses or gradients in a row (each is skipped).
     max_train_samples: use only the first N training samples (data-scaling studies); None = all.
+    init_from:        ``pretrained:NAME``, a model folder or a run folder: start from that model's
+                      weights and normaliser (fine-tuning on new data; `models.training.init_weights`);
+                      the model section must resolve to its architecture. None = fresh weights.
     progress, tensorboard: the progress bar and TensorBoard event files.
     """
 
@@ -382,6 +385,7 @@ class TrainConfig(BaseModel):
                                            "pass: less memory (larger batches), ~1 extra forward of compute")
     max_nonfinite: int = Field(5, ge=1)
     max_train_samples: int | None = Field(None, ge=1)
+    init_from: str | None = Field(None, min_length=1, max_length=4096)
     max_dev_batches: int | None = Field(None, ge=1)
     progress: bool = True
     tensorboard: bool = True

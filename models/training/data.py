@@ -33,15 +33,17 @@ class TrainingData:
     sample totals and ``cbed_shape``. Opening checks the shapes against the model."""
 
     def __init__(self, model_cfg: ModelConfig, cfg: TrainConfig, arch: Architecture, data_cfg: Any, ctx: Any,
-                 device: torch.device, data_dirs: Any):
+                 device: torch.device, data_dirs: Any, normalizer: Any = None):
         self.model_cfg, self.cfg, self.arch, self.data_cfg = model_cfg, cfg, arch, data_cfg
         self.ctx, self.device = ctx, device
-        self._open_data(data_dirs)
+        self._open_data(data_dirs, normalizer)
         self._check_data_shapes()
         #: the training loss's data term (training.loss_weighting), ``data_loss(pred, target, delta)``
         self.data_loss = data_loss(cfg.loss_weighting, self.normalizer, model_cfg.targets)
 
-    def _open_data(self, data_dirs: Any) -> None:
+    def _open_data(self, data_dirs: Any, normalizer: Any = None) -> None:
+        """``normalizer``: the one the weights were fitted to (training.init_from); None fits one on
+        the training split."""
         import stage
 
         dirs = _data_dir_list(data_dirs)
@@ -56,8 +58,8 @@ class TrainingData:
         with stage.open_stores(paths) as stores:
             self.data_hash = manifest_hash(stores.manifests)
             self.scan_shape = _scan_shape(stores)
-        self.normalizer = stage.Normalizer.fit(paths, self.data_cfg.transform,
-                                               physics_inputs=self.arch.physics_inputs)
+        self.normalizer = normalizer or stage.Normalizer.fit(paths, self.data_cfg.transform,
+                                                             physics_inputs=self.arch.physics_inputs)
         self.local_data = bool(self.data_cfg.node_local_dir)
         read_paths = self._stage_locally(dirs) if self.local_data else paths
         # On a GPU the loader ships float16 cbed as stored (half the host-to-device bytes) and the

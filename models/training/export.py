@@ -24,11 +24,14 @@ TARGET_UNITS = {"potential": "V*Angstrom", "density": "electrons/Angstrom^2"}
 
 def card_extra(source: Path, *, out: Path, pos: Position, cfg: TrainConfig, data: TrainingData,
                timing: Timing, model: torch.nn.Module, world_size: int, engine_name: str, steps_per_epoch: int,
-               total_steps: int, stopped_by_wall: bool = False) -> dict[str, Any]:
+               total_steps: int, stopped_by_wall: bool = False,
+               initialized_from: dict[str, Any] | None = None) -> dict[str, Any]:
     """The card's facts about the run that exported checkpoint ``source`` into ``out``: metrics,
     training length (`_length_facts`), data and parameters; ``engine_name``: the gradient engine
-    (``"none"`` with one rank); ``stopped_by_wall``: training.max_wall_s ended the run; times in
-    seconds, rates in TFLOP/s."""
+    (``"none"`` with one rank); ``stopped_by_wall``: training.max_wall_s ended the run;
+    ``initialized_from``: the model it was fine-tuned from (`InitialModel.facts`), recorded under
+    ``training.initialized_from``; times in seconds, rates in TFLOP/s."""
+    origin = {"initialized_from": initialized_from} if initialized_from else {}
     return {"metrics": {"best_dev_loss": pos.best_dev_loss, "best_step": pos.best_step,
                         "final_dev_loss": pos.last_dev_loss, "final_train_loss": pos.last_train_loss,
                         "dev_loss_definition": "mean squared error on standardised targets"},
@@ -42,7 +45,7 @@ def card_extra(source: Path, *, out: Path, pos: Position, cfg: TrainConfig, data
                          "exported": "best" if pos.best_step is not None else "final",
                          "checkpoint": source.name, "sustained_tflops": (timing.total_ops /
                          timing.total_s / 1e12 if timing.total_s else None),
-                         "peak_tflops": timing.peak_tflops or None, "device": device_name(model)},
+                         "peak_tflops": timing.peak_tflops or None, "device": device_name(model), **origin},
             "data": {"dirs": [str(p) for p in data.store_paths], "train_samples": data.train_total,
                      "dev_samples": data.dev_total, "node_local_dir": data.data_cfg.node_local_dir,
                      "input_shape": list(data.cbed_shape)},

@@ -29,6 +29,7 @@ from ..schedules import LRSchedule, huber_delta
 from .data import TrainingData
 from .errors import NonFiniteLossError, TrainingError
 from .export import MODEL_DIR, card_extra, export_model
+from .init_weights import InitialModel
 from .logs import METRICS_FILE, MetricsLog, Timing
 from .run_state import Position, RunState
 
@@ -99,8 +100,11 @@ class Trainer:
         self.logs = MetricsLog(self.out, self.ctx)
         try:
             self.device = self._pick_device()
+            #: the model this run starts from (training.init_from): its weights and normaliser
+            self.initial = (InitialModel(train_cfg.init_from, self.arch, self.data_cfg.transform)
+                            if train_cfg.init_from else None)
             self.data = TrainingData(model_cfg, train_cfg, self.arch, self.data_cfg, self.ctx, self.device,
-                                     data_dirs)
+                                     data_dirs, normalizer=self.initial.normalizer if self.initial else None)
             if self.data.dev_total == 0:  # said after the checks, so bad data gets one line only
                 self.ctx.notice("no dev samples: no dev-set evaluation; the final weights are exported")
             self.run_state = RunState(self.out, self.ctx, self.arch, model_cfg, train_cfg, self.data.normalizer,
@@ -139,6 +143,8 @@ class Trainer:
         if self.model.icom_residual is not None:  # start from iCoM's physical amplitude (a resume loads its own)
             norm = self.data.normalizer
             self.model.icom_residual.init_gain(norm.physics_stats["icom"][1], norm.targets["potential"][1])
+        if self.initial is not None:  # fine-tuning: every rank starts from the same trained weights
+            self.model.load_state_dict(self.initial.state)
         if cfg.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
         self.model.set_activation_checkpointing(cfg.activation_checkpointing)
@@ -339,7 +345,8 @@ class Trainer:
             facts = card_extra(best, out=self.out, pos=pos, cfg=self.cfg, data=self.data, timing=self.timing,
                                model=self.model, world_size=self.ctx.world_size, engine_name=engine,
                                steps_per_epoch=len(self.train_loader), total_steps=self.total_steps,
-                               stopped_by_wall=self.stopped_by_wall)
+                               stopped_by_wall=self.stopped_by_wall,
+                               initialized_from=self.initial.facts if self.initial else None)
             export_model(best, self.out / MODEL_DIR, facts)
         self.ctx.barrier()
         return TrainResult(model_dir=self.out / MODEL_DIR, best_checkpoint=best, metrics_csv=self.out / METRICS_FILE,
