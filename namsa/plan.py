@@ -107,9 +107,18 @@ class PlanSummary:
                 f"thinner than {self.thin_below_A:g} A ({self.thin / max(self.samples, 1):.0%}); {families}")
 
 
-def summarize_plan(plan: Plan, cfg: SimulationConfig, thin_below_A: float = 50.0) -> PlanSummary:
-    """Count the light, thin and per-family samples of ``plan`` (built from ``cfg``) without simulating."""
+#: "thin" where the config names no cut-off of its own (variations.thin_below_A): the evaluation's first
+#: thickness bin (evaluation.thickness_bins_A), where weak-phase ptychography is at its best
+DEFAULT_THIN_BELOW_A = 50.0
+
+
+def summarize_plan(plan: Plan, cfg: SimulationConfig, thin_below_A: float | None = None) -> PlanSummary:
+    """Count the light, thin and per-family samples of ``plan`` (built from ``cfg``) without simulating;
+    thin: below ``thin_below_A`` (Angstrom), by default the config's ``variations.thin_below_A``."""
     from .variations import sample_seed, specimen_thickness_A
+
+    if thin_below_A is None:
+        thin_below_A = cfg.variations.thin_below_A or DEFAULT_THIN_BELOW_A
 
     facts = {material_id: _material_facts(material_id, plan.sources[material_id])
              for material_id in dict.fromkeys(spec.material_id for spec in plan.specs)}

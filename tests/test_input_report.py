@@ -203,3 +203,14 @@ def test_stack_statistics_of_a_counted_scan_measure_its_dose():
     assert stack_statistics(sample.cbed, (32, 32), step, 20.0)["dose_e_per_A2"] is None
     # stored as float16 (the study's stores), noise-free values are all multiples of 2^-24: no dose either
     assert stack_statistics(sample.cbed.astype(np.float16), (32, 32), step, 20.0)["dose_e_per_A2"] is None
+
+
+def test_the_cards_statistic_names_are_the_estimators():
+    """A card's training_statistics may name exactly the statistics stage.scan_statistics estimates
+    (and gives units for): a new statistic cannot reach a card's ranges without the schema knowing it."""
+    from typing import get_args
+
+    from models.card import StatisticName
+    from stage.scan_statistics import UNITS
+
+    assert set(get_args(StatisticName)) == set(UNITS)

@@ -202,3 +202,19 @@ def test_generator_streams_never_meet_a_samples_streams() -> None:
     from namsa.random_streams import GeneratorStream, SampleStream
 
     assert min(GeneratorStream) > 100 > max(SampleStream)
+
+
+def test_a_plans_summary_counts_thin_by_the_configs_own_cut_off() -> None:
+    """summarize_plan's "thin" is the config's variations.thin_below_A (here 30 A), not a fixed 50 A; a
+    config without one counts below 50 A (the evaluation's first thickness bin)."""
+    from namsa.plan import DEFAULT_THIN_BELOW_A, plan_samples, summarize_plan
+
+    variations = dict(thickness_range_A=(10.0, 150.0), thin_fraction=0.5, thin_below_A=30.0)
+    cfg = SimulationConfig(materials=["Al-fcc", "Cu-fcc", "Fe-bcc", "Mg-hcp"], variants=3, variations=variations)
+    plan = plan_samples(cfg)
+    summary = summarize_plan(plan, cfg)
+    thicknesses = [specimen_thickness_A(cfg, sample_seed(cfg, s.material_id, s.zone_axis, s.variant)) for s in plan.specs]
+    assert summary.thin_below_A == 30.0 and summary.thin == sum(t < 30.0 for t in thicknesses) > 0
+    plain = SimulationConfig(materials=["Al-fcc", "Cu-fcc", "Fe-bcc", "Mg-hcp"], variants=3,
+                             variations=dict(thickness_range_A=(10.0, 150.0)))
+    assert summarize_plan(plan_samples(plain), plain).thin_below_A == DEFAULT_THIN_BELOW_A

@@ -203,12 +203,11 @@ class TileRefinement:
 
 def _expected_aberrations(card: Any) -> dict[str, float]:
     """The probe's start: the card's aberrations with C1 at the middle of its defocus range (0 without)."""
-    expects = card.expects_input
-    if expects is None:
+    if card.expects_input is None:
         return {"C1_A": 0.0, "C3_mm": 0.0}
-    ab = {"C1_A": 0.0, "C3_mm": 0.0, **(expects.aberrations or {})}
-    lo, hi = (expects.variations or {}).get("defocus_range_A", (0.0, 0.0))
-    return {**ab, "C1_A": float(ab["C1_A"]) + (float(lo) + float(hi)) / 2.0}
+    cfg = card.expects_input.simulation_config()   # the card read as the config it was trained with
+    lo, hi = cfg.variations.defocus_range_A
+    return {**cfg.aberrations.model_dump(), "C1_A": cfg.aberrations.C1_A + (lo + hi) / 2.0}
 
 
 def _icom(com: np.ndarray, plan: Any, energy_kv: float, shape: tuple[int, ...]) -> np.ndarray:
