@@ -55,3 +55,9 @@ def test_the_rehearsal_runs_every_step_and_its_outputs_come_back(tmp_path):
     assert study["simulate"] and study["train"]
     assert study["compare"]["samples"] >= 1 and "potential" in study["compare"]
     assert (out / "model.safetensors").is_file() and (out / "model_card.json").is_file()
+    # the study fine-tunes the flagship (training.init_from) and is scored beside it
+    from evaluation.verdict import STUDY_PRETRAINED
+
+    card = json.loads((out / "model_card.json").read_text())
+    assert card["training"]["initialized_from"]["model"] == f"pretrained:{STUDY_PRETRAINED}"
+    assert f"FLAGSHIP=pretrained:{STUDY_PRETRAINED} " in SCRIPT.read_text()
