@@ -57,8 +57,8 @@ def card_test_split(model: str) -> tuple[dict[str, Any], dict[str, Any], list[st
     return card["simulation_config"], card["data_config"], list(card["trained_on"]["data"]["materials"]["test"])
 
 
-def plan_test_split(config_path: Path) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
-    """(simulation, data, test materials) of a config's whole plan, split as the study splits it."""
+def plan_test_split(config_path: Path, split: str = "test") -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """(simulation, data, ``split`` materials) of a config's whole plan, split as the study splits it."""
     from namsa.plan import plan_samples
     from namsa.structure_type import prototype_label
     from stage.splits import split_of
@@ -70,7 +70,7 @@ def plan_test_split(config_path: Path) -> tuple[dict[str, Any], dict[str, Any], 
     plan = plan_samples(cfg.simulation)
     materials = {spec.material_id for spec in plan.specs
                  if split_of(prototype_label(spec.material_id), cfg.data.split_fractions,
-                             cfg.data.split_seed) == "test"}
+                             cfg.data.split_seed) == split}
     raw = yaml.safe_load(config_path.read_text())
     return raw["simulation"], raw["data"], sorted(materials)
 

@@ -39,11 +39,13 @@ class EvaluationConfig(BaseModel):
                        batch_size, kz_regularization_gamma, convergence}``: multislice
                        ptychography (py4DSTEM) on at most ``max_samples`` samples at least
                        ``min_thickness_A`` thick (the first ones in store order), scored only on those.
-    network_ptycho:    None (default: off) or ``{convergence, batch_size, multislice_from_A, max_slice_A,
-                       kz_regularization_gamma, outside, seed}``: the ``network+ptycho`` method, the
-                       network's potential refined by ptychography started from it
-                       (`namsa.ptychography.refine`; multislice at least ``multislice_from_A`` thick),
-                       kept where refining raises the solver's data error (never decided on the truth).
+    network_ptycho:    None (default: off) or ``{convergence, batch_size, refine_below_A,
+                       multislice_from_A, max_slice_A, kz_regularization_gamma, outside, seed,
+                       prior_weight}``: the ``network+ptycho`` method, the network's potential refined by
+                       ptychography started from it (`namsa.ptychography.refine`: only specimens thinner
+                       than ``refine_below_A``, default 50 A, chosen on dev; multislice at least
+                       ``multislice_from_A`` thick when refine_below_A allows it), kept where refining
+                       raises the solver's data error (never decided on the truth).
     baseline_cache:    None (default) or a directory where the model-independent ptychography and
                        multislice-ptychography maps are kept per sample and settings
                        (`evaluation.baselines.cache`): a second evaluation of the same data, e.g. of

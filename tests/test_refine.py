@@ -52,6 +52,36 @@ def test_the_refinement_never_reads_the_truth(graphite):
             (honest.start_error, honest.final_error, honest.errors)
 
 
+def test_specimens_from_refine_below_A_on_keep_the_networks_map(graphite):
+    """At least refine_below_A thick (default 50 A): the network's map comes back unrefined, saying why;
+    below it, or with no cut (None) or no known thickness, the stack is refined."""
+    start = np.random.default_rng(1).normal(100.0, 20.0, graphite.potential.shape).astype(np.float32)
+    thick = SimpleNamespace(cbed=graphite.cbed, meta={**graphite.meta, "thickness_A": 80.0})
+    kept = refine_from_sample(thick, start, FEW)
+    np.testing.assert_array_equal(kept.potential, start)
+    assert kept.kept_network and kept.iterations == 0 and "80 A thick, not below refine_below_A=50 A" in kept.skipped
+    assert RefineSettings().too_thick(graphite.meta) is None and RefineSettings().too_thick({}) is None
+    refined = refine_from_sample(thick, start, FEW.model_copy(update={"refine_below_A": None}))
+    assert not refined.kept_network and refined.skipped is None and refined.iterations > 0
+    assert not refine_from_sample(_blind(graphite), start, FEW).kept_network   # 6.7 A: refined
+
+
+def test_the_prior_weight_keeps_the_refined_map_nearer_the_networks(graphite):
+    """prior_weight w pulls the object back towards the start after every iteration: from the same
+    start, the larger w, the nearer the refined map stays to it; the data error still decides (the
+    refined map is kept only where its data error is below the start's)."""
+    start = np.random.default_rng(1).normal(100.0, 20.0, graphite.potential.shape).astype(np.float32)
+    distances = []
+    for weight in (0.0, 0.3, 0.7):
+        settings = FEW.model_copy(update={"prior_weight": weight})
+        result = refine_from_sample(_blind(graphite), start, settings)
+        assert not result.kept_network and result.final_error <= result.start_error
+        distances.append(float(np.linalg.norm(result.potential - start)))
+    assert distances[0] > distances[1] > distances[2] > 0, distances
+    with pytest.raises(ValueError, match="prior_weight"):
+        RefineSettings(prior_weight=1.0)
+
+
 def test_a_converged_start_is_not_made_worse_and_keeps_the_network_mean(graphite):
     converged = ptycho_from_sample(_blind(graphite), output_shape=graphite.potential.shape,
                                    convergence=ConvergenceRule(max_iterations=24))
@@ -159,7 +189,7 @@ def test_evaluation_gets_the_raw_map_at_the_targets_resolution_and_a_record(grap
     expected = to_target_resolution(direct.potential, graphite.meta["fov_A"], graphite.meta["target_fwhm_A"])
     np.testing.assert_allclose(raw, expected, rtol=1e-5, atol=1e-4)
     assert set(record) == {"seconds", "start_error", "final_error", "error", "iterations", "converged",
-                           "kept_network", "n_slices"}
+                           "kept_network", "n_slices", "skipped"}
     assert record["error"] == record["final_error"] == direct.final_error and not record["kept_network"]
     wild = RefineSettings(convergence=ConvergenceRule(step_size=1e4, min_step_size=1e4, max_iterations=2))
     kept, record = refined_from_network(wild, _blind(graphite), start + np.float32(7.0))

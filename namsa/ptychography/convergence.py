@@ -10,7 +10,7 @@ follows py4DSTEM's advice for gradient descent (lower it when the error rises): 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -48,13 +48,17 @@ class ConvergenceLog:
         return len(self.errors)
 
 
-def iterate(solver: Any, rule: ConvergenceRule, **reconstruct_kwargs: Any) -> ConvergenceLog:
+def iterate(solver: Any, rule: ConvergenceRule, after_iteration: Callable[[Any], None] | None = None,
+            **reconstruct_kwargs: Any) -> ConvergenceLog:
     """Run ``solver.reconstruct`` one iteration at a time (continuing the same reconstruction) until
-    ``rule`` says converged or ``rule.max_iterations``; ``reconstruct_kwargs`` go to every call."""
+    ``rule`` says converged or ``rule.max_iterations``; ``reconstruct_kwargs`` go to every call;
+    ``after_iteration(solver)`` runs after each (e.g. a prior's proximal step on the object)."""
     log = ConvergenceLog(step_size=rule.step_size)
     while log.iterations < rule.max_iterations:
         solver.reconstruct(num_iter=1, step_size=log.step_size, reset=log.iterations == 0, progress_bar=False,
                            **reconstruct_kwargs)
+        if after_iteration is not None:
+            after_iteration(solver)
         log.errors.append(float(solver.error))
         if len(log.errors) > 1 and log.errors[-1] > log.errors[-2]:
             # A rising data error means the step overshoots: halve it (py4DSTEM's advice), data only.

@@ -20,6 +20,12 @@ nearly exact, but it starts from nothing; the network's map is a far better star
    or (slices, p, q)); that shape is py4DSTEM's own, read from a first solver preprocessed without a
    guess (cheap: tens of ms), whose geometry the second solver then shares exactly.
 3. Iterate on the solver's own data error (`convergence.iterate`), the probe refined with the object.
+   With ``prior_weight`` w > 0, after every iteration the object moves back towards the start by
+   that fraction, O <- (1 - w) O + w O_start: the proximal step of a Gaussian prior centred on the
+   network's map (gradient steps on the data alternating with shrinkage towards the prior, as in
+   proximal-gradient MAP estimation). The data then refine the map where they speak clearly and the
+   network's answer holds where they do not (the weak-phase data of a light, thin specimen leave
+   whole patterns of the object nearly unconstrained). w = 0 is plain ptychography from the start.
 4. Judge: the data error of the start and of the result, each by one forward pass over every probe
    position that changes nothing: py4DSTEM's ``_return_self_consistency_errors`` (the per-position
    misfit sum |A - |F(P O)||^2 / mean intensity that its ``reconstruct`` sums during an iteration and
@@ -29,6 +35,14 @@ nearly exact, but it starts from nothing; the network's map is a far better star
    result's error is above the start's, or non-finite (diverged), **the network's map is returned
    unchanged** (``kept_network``). Decided on the data alone, never on a truth.
 5. A uniform phase does not change the data, so the refined map's mean is set to the network map's.
+
+Specimens at least ``refine_below_A`` thick (``meta["thickness_A"]``; default 50 A) are not refined: the
+network's map is returned (``skipped`` says why). There the single-slice forward model no longer holds
+and a lower data error is not a better map; on the study's dev split refining them made the maps worse
+than the network's at 50-100 A (0.202 against 0.122) and multislice did not rescue them at 100 A and more
+(0.246 against 0.116), while below 50 A refining beat both the network and ptychography
+(benchmarks/refine_dev.py; benchmarks/RESULTS.md, "network+ptycho's settings chosen on dev"). A stack
+of unknown thickness (a microscope file) is refined.
 
 Nothing here reads ``sample.potential`` or ``sample.density``.
 """
@@ -70,6 +84,12 @@ class RefineSettings(BaseModel):
         "auto", description="the start beyond the scanned field: auto = periodic when the field is one period of "
                             "the specimen (fov_A spans cell_A), else the map's mean")
     seed: int = Field(0, ge=0, description="py4DSTEM's batch-shuffling seed")
+    refine_below_A: float | None = Field(50.0, gt=0.0, description="refine only specimens thinner than this "
+                                         "(Angstrom, meta thickness_A; unknown thickness: refined); thicker ones "
+                                         "keep the network's map. None: refine every thickness")
+    prior_weight: float = Field(0.0, ge=0.0, lt=1.0, description="after every iteration the object moves this "
+                                "fraction back towards the network's start (a Gaussian prior's proximal step); "
+                                "0 = plain ptychography from the network's start")
 
     def slices(self, meta: Mapping[str, Any]) -> tuple[int, float]:
         """(slices, slice thickness in Angstrom): one slice below ``multislice_from_A`` or without a
@@ -78,6 +98,13 @@ class RefineSettings(BaseModel):
         if self.multislice_from_A is None or not thickness >= self.multislice_from_A:
             return 1, thickness
         return slicing(thickness, self.max_slice_A)
+
+    def too_thick(self, meta: Mapping[str, Any]) -> str | None:
+        """Why a specimen of ``meta["thickness_A"]`` is not refined (see the module docstring), or None."""
+        thickness = float(meta.get("thickness_A") or math.nan)
+        if self.refine_below_A is not None and thickness >= self.refine_below_A:
+            return f"{thickness:.0f} A thick, not below refine_below_A={self.refine_below_A:g} A"
+        return None
 
     def periodic(self, meta: Mapping[str, Any]) -> bool:
         """Whether the start continues periodically beyond the scanned field (see the module docstring)."""
@@ -100,6 +127,7 @@ class RefineResult:
     kept_network: the refinement raised the data error or diverged, so the network's map was returned.
     n_slices:     1 for single-slice ptychography, else the multislice slices.
     errors:       py4DSTEM's error after each iteration (accumulated while the object changes).
+    skipped:      why the stack was not refined at all (then ``kept_network``, no errors), or None.
     """
 
     potential: np.ndarray
@@ -111,6 +139,7 @@ class RefineResult:
     kept_network: bool
     n_slices: int = 1
     errors: list[float] = field(default_factory=list)
+    skipped: str | None = None
 
     def record(self) -> dict[str, Any]:
         """Everything but the map, JSON-ready (what reconstruction.json and the evaluation record)."""
@@ -142,6 +171,9 @@ def refine_from_sample(sample: Any, network_potential: np.ndarray,
     if missing:
         raise PtychoError(f"refining needs the scan's calibrations in its meta; missing: {', '.join(missing)}")
     cbed4d, positions = checked_stack(sample)
+    too_thick = settings.too_thick(meta)
+    if too_thick:
+        return RefineResult(network, 0.0, math.nan, math.nan, 0, False, True, 0, skipped=too_thick)
     n, dz = settings.slices(meta)
     started = time.perf_counter()
 
@@ -154,7 +186,8 @@ def refine_from_sample(sample: Any, network_potential: np.ndarray,
 
     solver = build(_start_phase(network, build(None), meta, positions, settings.periodic(meta), n))
     start_error = data_error(solver, settings.batch_size)
-    log = iterate(solver, settings.convergence, max_batch_size=settings.batch_size, seed_random=settings.seed,
+    log = iterate(solver, settings.convergence, after_iteration=_pull_towards_start(settings.prior_weight),
+                  max_batch_size=settings.batch_size, seed_random=settings.seed,
                   object_positivity=False, **(kz_arguments(settings.kz_regularization_gamma, n) if n > 1 else {}))
     final_error = data_error(solver, settings.batch_size)
     phase = np.asarray(solver.object, dtype=np.float64)
@@ -167,6 +200,19 @@ def refine_from_sample(sample: Any, network_potential: np.ndarray,
         potential = (potential + (network.mean(dtype=np.float64) - potential.mean(dtype=np.float64))).astype(np.float32)
     return RefineResult(potential, time.perf_counter() - started, start_error, final_error, log.iterations,
                         log.converged, kept, n, log.errors)
+
+
+def _pull_towards_start(weight: float) -> Any:
+    """The prior's proximal step O <- (1 - w) O + w O_start on py4DSTEM's object (``_object``, its
+    start ``_object_initial``: the network's phase, set by the first ``reconstruct(reset=True)``);
+    None for w = 0."""
+    if weight <= 0.0:
+        return None
+
+    def pull(solver: Any) -> None:
+        solver._object = (1.0 - weight) * solver._object + weight * solver._object_initial
+
+    return pull
 
 
 def data_error(solver: Any, batch_size: int) -> float:
