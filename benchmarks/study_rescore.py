@@ -4,7 +4,7 @@ re-simulate the test materials (same physics config, so the same sample ids and 
 
     python benchmarks/study_rescore.py [--model pretrained:study-scan | DIR ...] [--plan CONFIG]
         [--out runs/study-rescore]
-        [--workers 2] [--ptycho-samples N]
+        [--workers 2] [--ptycho-samples N] [--network-ptycho YAML]
 
 Without --plan the test materials are those the first (shipped) model's card lists, at its card's physics (the
 split it was scored on when published). With --plan CONFIG they are every test material of that config's
@@ -88,6 +88,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "study-rescore")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--ptycho-samples", type=int, default=0)
+    parser.add_argument("--network-ptycho", default="{}", metavar="YAML",
+                        help="evaluation.network_ptycho for the ptychography runs (default {}: RefineSettings' "
+                             "defaults; '{refine_below_A: null}' refines every thickness, as before 2026-11-26's "
+                             "dev choice)")
     args = parser.parse_args()
     models = args.model or [f"{PRETRAINED}study-scan"]
     namsa = str(Path(sys.executable).with_name("namsa"))
@@ -100,7 +104,7 @@ def main() -> None:
                                  "--worker", str(w), "--of", str(args.workers)]) for w in range(args.workers)]
     if any(w.wait() for w in workers):
         sys.exit("a simulation worker failed; rerun this command (finished samples are kept)")
-    ptycho = ["--set", "evaluation.ptycho=true", "--set", "evaluation.network_ptycho={}", "--set",
+    ptycho = ["--set", "evaluation.ptycho=true", "--set", f"evaluation.network_ptycho={args.network_ptycho}", "--set",
               f"evaluation.max_samples={args.ptycho_samples}", "--set",
               f"evaluation.baseline_cache={args.out / 'baseline-cache'}"]
     for model in models:
