@@ -8,7 +8,9 @@ field's rule, for each named setting.
 Default settings: ``all-thicknesses`` (every specimen refined, multislice from 100 A), ``prior-0.05`` /
 ``prior-0.2`` (the same with {prior_weight: w}: after every iteration the object moves back towards the
 network's map by w), ``tight`` (the same iterated into the plateau: {convergence: {rel_tol: 0.005,
-max_iterations: 128}}) and ``below-50`` (only specimens thinner than 50 A refined: the default it chose). Simulates the first N dev materials
+max_iterations: 128}}), ``below-50`` (only specimens thinner than 50 A refined) and ``below-50-phase-P``
+(those, and only where the network's map spans less than P rad of phase, P in 0.5, 0.75, 1, 1.5; the
+defaults it chose: 50 A and 0.75 rad). Simulates the first N dev materials
 (sorted ids) of the plan into OUT/data (kept: a rerun skips what is stored), then per setting `namsa evaluate
 --split dev` with iCoM, ptychography (cached in OUT/baseline-cache after the first) and network+ptycho into
 OUT/eval-NAME (a finished one is not run again), and prints each one's table (`rescore_table.table`) and its
@@ -33,11 +35,13 @@ from study_rescore import plan_test_split, rescore_config  # noqa: E402
 
 
 #: name -> evaluation.network_ptycho (YAML); each names refine_below_A, whose default is what this chose
-DEFAULT_SETTINGS = ("all-thicknesses={refine_below_A: null}",
-                    "prior-0.05={refine_below_A: null, prior_weight: 0.05}",
-                    "prior-0.2={refine_below_A: null, prior_weight: 0.2}",
-                    "tight={refine_below_A: null, convergence: {rel_tol: 0.005, max_iterations: 128}}",
-                    "below-50={refine_below_A: 50}")
+DEFAULT_SETTINGS = ("all-thicknesses={refine_below_A: null, max_phase_rad: null}",
+                    "prior-0.05={refine_below_A: null, max_phase_rad: null, prior_weight: 0.05}",
+                    "prior-0.2={refine_below_A: null, max_phase_rad: null, prior_weight: 0.2}",
+                    "tight={refine_below_A: null, max_phase_rad: null, convergence: {rel_tol: 0.005, "
+                    "max_iterations: 128}}",
+                    "below-50={refine_below_A: 50, max_phase_rad: null}",
+                    *(f"below-50-phase-{p:g}={{refine_below_A: 50, max_phase_rad: {p}}}" for p in (0.5, 0.75, 1.0, 1.5)))
 
 
 def main() -> None:

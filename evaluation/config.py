@@ -39,11 +39,12 @@ class EvaluationConfig(BaseModel):
                        batch_size, kz_regularization_gamma, convergence}``: multislice
                        ptychography (py4DSTEM) on at most ``max_samples`` samples at least
                        ``min_thickness_A`` thick (the first ones in store order), scored only on those.
-    network_ptycho:    None (default: off) or ``{convergence, batch_size, refine_below_A,
+    network_ptycho:    None (default: off) or ``{convergence, batch_size, refine_below_A, max_phase_rad,
                        multislice_from_A, max_slice_A, kz_regularization_gamma, outside, seed,
                        prior_weight}``: the ``network+ptycho`` method, the network's potential refined by
                        ptychography started from it (`namsa.ptychography.refine`: only specimens thinner
-                       than ``refine_below_A``, default 50 A, chosen on dev; multislice at least
+                       than ``refine_below_A``, default 50 A, whose network map spans less than
+                       ``max_phase_rad``, default 0.75 rad, both chosen on dev; multislice at least
                        ``multislice_from_A`` thick when refine_below_A allows it), kept where refining
                        raises the solver's data error (never decided on the truth).
     baseline_cache:    None (default) or a directory where the model-independent ptychography and

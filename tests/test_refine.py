@@ -66,6 +66,20 @@ def test_specimens_from_refine_below_A_on_keep_the_networks_map(graphite):
     assert not refine_from_sample(_blind(graphite), start, FEW).kept_network   # 6.7 A: refined
 
 
+def test_a_strong_phase_keeps_the_networks_map(graphite):
+    """A network map spanning max_phase_rad (default 0.75 rad) or more is not refined; None refines it."""
+    from namsa.constants import interaction_constant
+
+    sigma = interaction_constant(float(graphite.meta["energy_kv"]))
+    weak = graphite.potential - graphite.potential.min()
+    strong = (weak * (2.0 / (sigma * float(np.ptp(weak))))).astype(np.float32)   # spans 2 rad
+    assert sigma * np.ptp(weak) < 0.75 and RefineSettings().too_strong(weak, graphite.meta) is None   # graphite: weak
+    kept = refine_from_sample(_blind(graphite), strong, FEW)
+    np.testing.assert_array_equal(kept.potential, strong)
+    assert kept.kept_network and "spans 2.00 rad of phase, not below max_phase_rad=0.75" in kept.skipped
+    assert refine_from_sample(_blind(graphite), strong, FEW.model_copy(update={"max_phase_rad": None})).skipped is None
+
+
 def test_the_prior_weight_keeps_the_refined_map_nearer_the_networks(graphite):
     """prior_weight w pulls the object back towards the start after every iteration: from the same
     start, the larger w, the nearer the refined map stays to it; the data error still decides (the

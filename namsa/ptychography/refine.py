@@ -42,7 +42,11 @@ and a lower data error is not a better map; on the study's dev split refining th
 than the network's at 50-100 A (0.202 against 0.122) and multislice did not rescue them at 100 A and more
 (0.246 against 0.116), while below 50 A refining beat both the network and ptychography
 (benchmarks/refine_dev.py; benchmarks/RESULTS.md, "network+ptycho's settings chosen on dev"). A stack
-of unknown thickness (a microscope file) is refined.
+of unknown thickness (a microscope file) is refined. Nor is a map whose phase spans ``max_phase_rad`` or
+more (sigma * (max - min) of the network's own map; default 0.75 rad): beyond the weak-phase regime the
+solver's gradient descent from a strong phase lands in wrong minima (thin specimens of In, Eu, W, Hg
+compounds on dev: refined 0.13-0.36 against the network's 0.05-0.15), and the network's map is kept. Both
+rules read only the meta and the network's map, never the truth.
 
 Nothing here reads ``sample.potential`` or ``sample.density``.
 """
@@ -87,6 +91,9 @@ class RefineSettings(BaseModel):
     refine_below_A: float | None = Field(50.0, gt=0.0, description="refine only specimens thinner than this "
                                          "(Angstrom, meta thickness_A; unknown thickness: refined); thicker ones "
                                          "keep the network's map. None: refine every thickness")
+    max_phase_rad: float | None = Field(0.75, gt=0.0, description="refine only where the network's map spans "
+                                        "less phase than this, sigma * (max - min) in rad (a weak phase object); "
+                                        "None: any phase")
     prior_weight: float = Field(0.0, ge=0.0, lt=1.0, description="after every iteration the object moves this "
                                 "fraction back towards the network's start (a Gaussian prior's proximal step); "
                                 "0 = plain ptychography from the network's start")
@@ -104,6 +111,14 @@ class RefineSettings(BaseModel):
         thickness = float(meta.get("thickness_A") or math.nan)
         if self.refine_below_A is not None and thickness >= self.refine_below_A:
             return f"{thickness:.0f} A thick, not below refine_below_A={self.refine_below_A:g} A"
+        return None
+
+    def too_strong(self, network: np.ndarray, meta: Mapping[str, Any]) -> str | None:
+        """Why the network's map (V * Angstrom) is too strong a phase to refine (see the module
+        docstring), or None."""
+        span = interaction_constant(float(meta["energy_kv"])) * float(np.ptp(network))
+        if self.max_phase_rad is not None and span >= self.max_phase_rad:
+            return f"the network's map spans {span:.2f} rad of phase, not below max_phase_rad={self.max_phase_rad:g}"
         return None
 
     def periodic(self, meta: Mapping[str, Any]) -> bool:
@@ -171,9 +186,9 @@ def refine_from_sample(sample: Any, network_potential: np.ndarray,
     if missing:
         raise PtychoError(f"refining needs the scan's calibrations in its meta; missing: {', '.join(missing)}")
     cbed4d, positions = checked_stack(sample)
-    too_thick = settings.too_thick(meta)
-    if too_thick:
-        return RefineResult(network, 0.0, math.nan, math.nan, 0, False, True, 0, skipped=too_thick)
+    skipped = settings.too_thick(meta) or settings.too_strong(network, meta)
+    if skipped:
+        return RefineResult(network, 0.0, math.nan, math.nan, 0, False, True, 0, skipped=skipped)
     n, dz = settings.slices(meta)
     started = time.perf_counter()
 
