@@ -90,8 +90,8 @@ def main() -> None:
     parser.add_argument("--ptycho-samples", type=int, default=0)
     parser.add_argument("--network-ptycho", default="{}", metavar="YAML",
                         help="evaluation.network_ptycho for the ptychography runs (default {}: RefineSettings' "
-                             "defaults; '{refine_below_A: null}' refines every thickness, as before 2026-11-26's "
-                             "dev choice)")
+                             "defaults; '{refine_below_A: null, max_phase_rad: null}' refines every sample, as "
+                             "before 2026-11-26's dev choices)")
     args = parser.parse_args()
     models = args.model or [f"{PRETRAINED}study-scan"]
     namsa = str(Path(sys.executable).with_name("namsa"))
