@@ -23,9 +23,9 @@ nearly exact, but it starts from nothing; the network's map is a far better star
    With ``prior_weight`` w > 0, after every iteration the object moves back towards the start by
    that fraction, O <- (1 - w) O + w O_start: the proximal step of a Gaussian prior centred on the
    network's map (gradient steps on the data alternating with shrinkage towards the prior, as in
-   proximal-gradient MAP estimation). The data then refine the map where they speak clearly and the
-   network's answer holds where they do not (the weak-phase data of a light, thin specimen leave
-   whole patterns of the object nearly unconstrained). w = 0 is plain ptychography from the start.
+   proximal-gradient MAP estimation). w = 0 (the default) is plain ptychography from the start: on the
+   study's dev split every w > 0 tried made every class worse (benchmarks/refine_dev.py), as the probe,
+   refined with the object, absorbs what the object is held back from explaining.
 4. Judge: the data error of the start and of the result, each by one forward pass over every probe
    position that changes nothing: py4DSTEM's ``_return_self_consistency_errors`` (the per-position
    misfit sum |A - |F(P O)||^2 / mean intensity that its ``reconstruct`` sums during an iteration and
