@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from rescore_table import table  # noqa: E402
-from study_rescore import plan_test_split, rescore_config  # noqa: E402
+from study_rescore import plan_split, rescore_config  # noqa: E402
 
 
 #: name -> evaluation.network_ptycho (YAML); each names refine_below_A, whose default is what this chose
@@ -54,7 +54,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "plan-dev")
     args = parser.parse_args()
     namsa = str(Path(sys.executable).with_name("namsa"))
-    simulation, data_config, materials = plan_test_split(args.plan, split="dev")
+    simulation, data_config, materials = plan_split(args.plan, split="dev")
     config = rescore_config(simulation, data_config, materials[:args.materials])
     config.update(name="plan-dev")
     config["evaluation"]["split"] = "dev"
@@ -75,6 +75,7 @@ def main() -> None:
         print(f"\n{name}: network_ptycho={settings} ({out}); network+ptycho {seconds['mean']:.1f} s per sample "
               f"(median {seconds['median']:.1f})")
         print(table({out.name: metrics}))
+
 
 if __name__ == "__main__":
     main()

@@ -57,7 +57,7 @@ def card_test_split(model: str) -> tuple[dict[str, Any], dict[str, Any], list[st
     return card["simulation_config"], card["data_config"], list(card["trained_on"]["data"]["materials"]["test"])
 
 
-def plan_test_split(config_path: Path, split: str = "test") -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+def plan_split(config_path: Path, split: str = "test") -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """(simulation, data, ``split`` materials) of a config's whole plan, split as the study splits it."""
     from namsa.plan import plan_samples
     from namsa.structure_type import prototype_label
@@ -95,7 +95,7 @@ def main() -> None:
     args = parser.parse_args()
     models = args.model or [f"{PRETRAINED}study-scan"]
     namsa = str(Path(sys.executable).with_name("namsa"))
-    simulation, data_config, materials = plan_test_split(args.plan) if args.plan else card_test_split(models[0])
+    simulation, data_config, materials = plan_split(args.plan) if args.plan else card_test_split(models[0])
     args.out.mkdir(parents=True, exist_ok=True)
     config = args.out / "config.yaml"
     config.write_text(yaml.safe_dump(rescore_config(simulation, data_config, materials), sort_keys=False))

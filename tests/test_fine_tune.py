@@ -84,10 +84,18 @@ def test_fine_tuning_takes_the_models_normaliser_not_the_datas(source_model, tin
 
 
 def test_another_architecture_is_refused_in_one_line(source_model, tiny_data_dir, tmp_path):
-    with pytest.raises(TrainingError, match=r"another architecture than the config \(growth_rate: model"):
+    with pytest.raises(TrainingError, match=r"another model than the config's \(differs in: architecture.growth_rate\)"):
         _train(tmp_path / "run", tiny_data_dir, ModelConfig(preset="tiny", growth_rate=5),
                init_from=str(source_model), max_steps=1)
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_other_targets_are_refused(source_model, tiny_data_dir, tmp_path):
+    """The same network with another target in its one output channel would load potential weights as
+    a density head: refused, as a resume refuses it."""
+    with pytest.raises(TrainingError, match=r"differs in: targets"):
+        _train(tmp_path / "run", tiny_data_dir, ModelConfig(preset="tiny", targets=["density"]),
+               init_from=str(source_model), max_steps=1)
 
 
 def test_another_input_transform_is_refused(source_model, tiny_data_dir, tmp_path):

@@ -24,7 +24,8 @@ def refined_from_network(settings: RefineSettings, sample: Any,
     network's own map, when kept, is already at that resolution and returned as is. Its mean is the
     network's (a uniform phase is invisible to the data). The record holds ``seconds``, ``start_error``,
     ``final_error``, ``error`` (the data error of the map returned), ``iterations``, ``converged``,
-    ``kept_network``, ``n_slices`` and ``skipped`` (why it was not refined: too thick). The truth is never read.
+    ``kept_network``, ``n_slices`` and ``skipped`` (why it was not refined: too thick, or too strong a
+    phase). The truth is never read.
     """
     result = refine_from_sample(sample, network_potential, settings)
     raw = result.potential if result.kept_network else at_target_resolution(result.potential, sample.meta)

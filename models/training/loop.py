@@ -101,7 +101,7 @@ class Trainer:
         try:
             self.device = self._pick_device()
             #: the model this run starts from (training.init_from): its weights and normaliser
-            self.initial = (InitialModel(train_cfg.init_from, self.arch, self.data_cfg.transform)
+            self.initial = (InitialModel(train_cfg.init_from, self.arch, model_cfg.targets, self.data_cfg.transform)
                             if train_cfg.init_from else None)
             self.data = TrainingData(model_cfg, train_cfg, self.arch, self.data_cfg, self.ctx, self.device,
                                      data_dirs, normalizer=self.initial.normalizer if self.initial else None)

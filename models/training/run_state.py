@@ -54,12 +54,12 @@ class Position:
     wall_s: float = 0.0
 
 
-def _differences(a: Any, b: Any, prefix: str = "") -> list[str]:
+def differences(a: Any, b: Any, prefix: str = "") -> list[str]:
     """Dotted keys where two JSON-like values differ."""
     if isinstance(a, dict) and isinstance(b, dict):
         out: list[str] = []
         for key in sorted(set(a) | set(b)):
-            out += _differences(a.get(key), b.get(key), f"{prefix}{key}.")
+            out += differences(a.get(key), b.get(key), f"{prefix}{key}.")
         return out
     return [] if a == b else [prefix.rstrip(".") or "value"]
 
@@ -103,7 +103,7 @@ class RunState:
         if not resume:
             raise OutputDirError(f"{self.out} already holds a training run ({RUN_FILE}); pass --resume to "
                                  f"continue it or choose another --out")
-        diff = _differences(existing.get("identity", {}), self.identity)
+        diff = differences(existing.get("identity", {}), self.identity)
         if diff:
             raise OutputDirError(f"{self.out} holds a run with another configuration (differs in: "
                                  f"{', '.join(diff[:6])}); resume with the same config or choose another --out")
@@ -123,7 +123,7 @@ class RunState:
         mine = {"architecture": self.arch.to_dict(), "targets": list(self.model_cfg.targets)}
         theirs = {"architecture": _as_today(state.get("architecture")), "targets": state.get("targets")}
         if theirs != mine:
-            diff = _differences(theirs, mine)
+            diff = differences(theirs, mine)
             raise CheckpointMismatchError(f"checkpoint {path} was written for another model configuration "
                                           f"(differs in: {', '.join(diff[:6])}); use the model config it was "
                                           f"trained with or train into a new --out")
@@ -203,4 +203,4 @@ def _as_today(architecture: Any) -> Any:
         return architecture
 
 
-__all__ = ["RUN_FILE", "CHECKPOINTS_DIR", "RESUMABLE_CHANGES", "Position", "RunState"]
+__all__ = ["RUN_FILE", "CHECKPOINTS_DIR", "RESUMABLE_CHANGES", "Position", "RunState", "differences"]

@@ -101,14 +101,14 @@ class RefineSettings(BaseModel):
     def slices(self, meta: Mapping[str, Any]) -> tuple[int, float]:
         """(slices, slice thickness in Angstrom): one slice below ``multislice_from_A`` or without a
         known thickness, else `multislice.slicing`."""
-        thickness = float(meta.get("thickness_A") or math.nan)
+        thickness = _thickness_A(meta)
         if self.multislice_from_A is None or not thickness >= self.multislice_from_A:
             return 1, thickness
         return slicing(thickness, self.max_slice_A)
 
     def too_thick(self, meta: Mapping[str, Any]) -> str | None:
         """Why a specimen of ``meta["thickness_A"]`` is not refined (see the module docstring), or None."""
-        thickness = float(meta.get("thickness_A") or math.nan)
+        thickness = _thickness_A(meta)
         if self.refine_below_A is not None and thickness >= self.refine_below_A:
             return f"{thickness:.0f} A thick, not below refine_below_A={self.refine_below_A:g} A"
         return None
@@ -163,6 +163,11 @@ class RefineResult:
         return facts
 
 
+def _thickness_A(meta: Mapping[str, Any]) -> float:
+    """The specimen's thickness (Angstrom) from the meta; NaN when unknown (a microscope file)."""
+    return float(meta.get("thickness_A") or math.nan)
+
+
 def missing_meta(meta: Any) -> list[str]:
     """The calibrations a refinement needs that ``meta`` lacks (empty: it has them all)."""
     if not isinstance(meta, Mapping):
@@ -188,7 +193,8 @@ def refine_from_sample(sample: Any, network_potential: np.ndarray,
     cbed4d, positions = checked_stack(sample)
     skipped = settings.too_thick(meta) or settings.too_strong(network, meta)
     if skipped:
-        return RefineResult(network, 0.0, math.nan, math.nan, 0, False, True, 0, skipped=skipped)
+        return RefineResult(network, seconds=0.0, start_error=math.nan, final_error=math.nan, iterations=0,
+                            converged=False, kept_network=True, n_slices=0, skipped=skipped)
     n, dz = settings.slices(meta)
     started = time.perf_counter()
 
