@@ -157,6 +157,8 @@ def _duration(seconds: float) -> str:
 def generated_ids(cfg: GeneratorConfig) -> list[str]:
     """The ``cfg.count`` generated material ids, a pure function of ``cfg`` (no duplicates, none
     with the same prototype and formula as a library structure)."""
+    if cfg.count == 0:   # no templates to read: reading them costs tens of seconds (prototype verdicts)
+        return []
     templates = _source_templates(cfg.sources) if cfg.templates == "all" else list(cfg.templates)
     pool = list(cfg.elements or DEFAULT_ELEMENTS)
     # the light materials draw on a stream of their own, so the others are drawn as without them

@@ -11,8 +11,10 @@ and the level error are reported beside it.
 """
 from __future__ import annotations
 
+import csv
 import json
 import shutil
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -58,12 +60,33 @@ def compare(run: Path) -> dict[str, Any]:
     return table
 
 
+def train_timing(run: Path) -> dict[str, float]:
+    """Where a training step's time goes (medians over the logged steps of metrics.csv, seconds):
+    ``compute_s`` forward, backward and update on the device, ``other_s`` the rest of the step
+    (waiting for the loader, the batch's copy and its shot noise); ``outside_steps_s`` the run's
+    wall time that no step holds (start-up, dev evaluations, checkpoints, export). Empty without a log."""
+    try:
+        with open(run / "train" / "metrics.csv", newline="") as f:
+            rows = [r for r in csv.DictReader(f) if r.get("step_s")]
+    except OSError:
+        return {}
+    if not rows:
+        return {}
+    timing = {k: statistics.median(float(r[k]) for r in rows) for k in ("step_s", "compute_s", "other_s")}
+    summary = _json(run / "train" / "train-summary.json")
+    if summary.get("started_at") and summary.get("steps"):
+        wall = float(summary["finished_at"]) - float(summary["started_at"])
+        timing["outside_steps_s"] = wall - int(summary["steps"]) * timing["step_s"]
+    return timing
+
+
 def collect(run: Path, out: Path) -> list[Path]:
     """Write the figures and the model into ``out``; returns the files written (at most MAX_FILES)."""
     out.mkdir(parents=True, exist_ok=True)
     simulate = {p.name: _json(p) for p in sorted((run / "data").glob("simulate-*.json"))}
     figures = {"check": _json(run / "check.json"), "simulate": simulate,
-               "train": _json(run / "train" / "train-summary.json"), "compare": compare(run)}
+               "train": _json(run / "train" / "train-summary.json"), "train_timing": train_timing(run),
+               "compare": compare(run)}
     written = [out / "study.json"]
     written[0].write_text(json.dumps(figures, indent=1, default=str))
     model = run / "train" / "model"

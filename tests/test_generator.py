@@ -26,6 +26,16 @@ def test_ids_are_reproducible_and_distinct(ids):
     assert generator.generated_ids(GeneratorConfig(count=60, seed=3))[:40] == ids
 
 
+def test_no_materials_asked_reads_no_templates(monkeypatch):
+    # reading the AFLOW templates' verdicts takes tens of seconds, which once ran the GPU study's
+    # 30 s check (a config with generator.count=0) out of time
+    def unreadable(sources):
+        raise AssertionError(f"templates of {sources} read for count=0")
+
+    monkeypatch.setattr(generator, "_source_templates", unreadable)
+    assert generator.generated_ids(GeneratorConfig(count=0, sources=["library", "aflow"])) == []
+
+
 def test_structures_are_valid_and_keep_the_template_symmetry(ids):
     library_chemistry = {generator._chemistry(t, generator._template_elements(t)) for t in library.list_ids()}
     for material_id in ids[:15]:

@@ -53,6 +53,8 @@ def test_the_rehearsal_runs_every_step_and_its_outputs_come_back(tmp_path):
     study = json.loads((out / "study.json").read_text())
     assert study["check"]["cuda_ok"] is True   # the stand-in's CUDA path equals the CPU's
     assert study["simulate"] and study["train"]
+    timing = study["train_timing"]   # whether the loader or the device bounds a step, for the next run
+    assert 0 < timing["compute_s"] <= timing["step_s"] and timing["other_s"] >= 0 and "outside_steps_s" in timing
     assert study["compare"]["samples"] >= 1 and "potential" in study["compare"]
     assert (out / "model.safetensors").is_file() and (out / "model_card.json").is_file()
     # the study fine-tunes the flagship (training.init_from) and is scored beside it
