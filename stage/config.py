@@ -113,8 +113,8 @@ class DataConfig(BaseModel):
                        allocated shared memory; ``threads``: reader threads filling a fixed ring
                        of preallocated (pinned with CUDA) batch buffers, no allocation in steady
                        state; ``auto``: threads when one delivered cbed stack is at least
-                       ``stage.loader.THREADS_MIN_SAMPLE_BYTES`` (16 MiB; every paper-shaped
-                       sample), processes otherwise. See docs/store-format.md, "Loader".
+                       ``stage.loader.THREADS_MIN_SAMPLE_BYTES`` (128 KiB; every study- or
+                       paper-shaped sample), processes otherwise. See docs/store-format.md, "Loader".
     shard_mode:        ``unique``: each rank reads its own stores (node-local shards, the paper's
                        mode); ``shared``: all ranks read all stores through a DistributedSampler.
     node_local_dir:    node-local storage (e.g. ``$TMPDIR``, NVMe; variables expanded): set, each

@@ -34,10 +34,11 @@ def _worker_init(worker_id: int) -> None:
     torch.set_num_threads(1)
 
 
-#: delivered cbed bytes per sample from which ``loader: auto`` picks reader threads (one 1024 x
-#: 64 x 64 float16 stack is 8 MiB, every paper-shaped stack 128-512 MiB): above it, first-touching
-#: each item's fresh shared memory costs more than reading it (benchmarks/RESULTS.md, stage).
-THREADS_MIN_SAMPLE_BYTES = 16 << 20
+#: delivered cbed bytes per sample from which ``loader: auto`` picks reader threads: the smallest
+#: stack measured (1024 x 8 x 8 float16, 128 KiB). From there to the paper's 128-512 MiB stacks the
+#: ring delivered 3-6x a worker process's warm rate, which moves every item through freshly
+#: allocated shared memory (benchmarks/RESULTS.md, stage, "the loader at study sizes").
+THREADS_MIN_SAMPLE_BYTES = 128 << 10
 
 
 def choose_loader(dataset: SampleDataset, data_cfg: DataConfig) -> str:
