@@ -36,6 +36,9 @@ CONFIG=configs/gpu-study.yaml
 FLAGSHIP=pretrained:study-scan-gpu   # evaluation.verdict.STUDY_PRETRAINED
 # what this call changes in the config (training and deadlines only: the physics, splits and model stay)
 FINE_TUNE="--set training.init_from=$FLAGSHIP --set execution.simulate_deadline_s=200 --set training.max_wall_s=100"
+# the plan that scripts/gpu_wheels.sh stored on the build machine (read when namsa and the structure
+# libraries match; planned afresh otherwise, as without it)
+FINE_TUNE="$FINE_TUNE --set execution.plan_cache_dir=${NAMSA_PLAN_CACHE:-.gpu-wheels/plans}"
 FAILED=0
 T0=$SECONDS
 mkdir -p "$OUT"

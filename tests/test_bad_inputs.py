@@ -231,6 +231,8 @@ CASES: list[Case] = [
     Case("evaluate-model-not-a-model", ("evaluate", MICRO, "--data", "{data}", "--model", "{empty_dir}",
                                         "--out", "{tmp}/e"), "{empty_dir}"),
     Case("simulate-out-is-a-file", ("simulate", MICRO, "--out", "{file}", "--no-progress"), "{file}"),
+    Case("simulate-plan-cache-dir-is-a-file", sim("execution.plan_cache_dir={file}"),
+         "execution.plan_cache_dir={file}: cannot store the plan there"),
     Case("simulate-into-a-truncated-store", ("simulate", MICRO, "--out", "{truncated_parent}", "--no-progress"),
          "data.mdb is truncated"),
     Case("run-out-is-a-file", ("run", MICRO, "--out", "{file}", "--no-progress"), "{file}"),

@@ -40,9 +40,14 @@ def test_the_config_is_the_studys_physics_and_splits_with_a_larger_model_trained
 
 
 def test_the_rehearsal_runs_every_step_and_its_outputs_come_back(tmp_path):
-    out, run = tmp_path / "out", tmp_path / "run"
+    out, run, plans = tmp_path / "out", tmp_path / "run", tmp_path / "plans"
+    # the plan stored ahead, as scripts/gpu_wheels.sh does for the device (the rehearsal's own
+    # simulation settings are the machine's fields, which plan nothing, so its simulate reads it)
+    stored = subprocess.run([sys.executable, str(REPO / "scripts" / "store_plan.py"), str(REPO / "configs" / "gpu-study.yaml"),
+                             str(plans)], capture_output=True, text=True, timeout=600)
+    assert stored.returncode == 0 and "stored in" in stored.stdout, stored.stderr
     env = {**os.environ, "OUT": str(out), "NAMSA_STUDY_RUN": str(run), "PY": sys.executable,
-           "NAMSA_GPU_REHEARSAL": "1", "NAMSA_REHEARSAL_SIM_S": "100"}
+           "NAMSA_GPU_REHEARSAL": "1", "NAMSA_REHEARSAL_SIM_S": "100", "NAMSA_PLAN_CACHE": str(plans)}
     done = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=900)
     summary = (out / "summary.txt").read_text()
     log = (out / "study-log.txt").read_text() if (out / "study-log.txt").exists() else ""
@@ -53,6 +58,7 @@ def test_the_rehearsal_runs_every_step_and_its_outputs_come_back(tmp_path):
     study = json.loads((out / "study.json").read_text())
     assert study["check"]["cuda_ok"] is True   # the stand-in's CUDA path equals the CPU's
     assert study["simulate"] and study["train"]
+    assert "samples) read from " + str(plans) in log   # simulate read the stored plan, did not plan again
     timing = study["train_timing"]   # whether the loader or the device bounds a step, for the next run
     assert 0 < timing["compute_s"] <= timing["step_s"] and timing["other_s"] >= 0 and "outside_steps_s" in timing
     assert study["compare"]["samples"] >= 1 and "potential" in study["compare"]

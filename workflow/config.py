@@ -140,6 +140,10 @@ class ExecutionConfig(_Section):
                               not failed (a rerun simulates them), and training starts on what exists;
                               each worker takes its samples in an interleaved order, so a cut set still
                               spans the materials. None: no deadline.
+    plan_cache_dir:           where the plan of the simulation section is kept (`namsa.plan_cache`):
+                              read there when the config, the namsa package and the structure
+                              libraries are unchanged, else made and stored; None: planned afresh
+                              every time. Relative paths are relative to the working directory.
     """
 
     profile: str = "local"
@@ -149,6 +153,7 @@ class ExecutionConfig(_Section):
     train_processes_per_node: int = Field(1, ge=1)
     data_dir: str | None = None
     simulate_deadline_s: float | None = Field(None, gt=0.0)
+    plan_cache_dir: str | None = None
     local_htex: LocalHtexSite = LocalHtexSite()
     slurm: SlurmSite = SlurmSite()
     pbs: PBSSite = PBSSite()

@@ -104,10 +104,13 @@ def interleaved(specs: Sequence[Any]) -> list[Any]:
 
 
 def plan(cfg: "PipelineConfig"):
-    """`namsa.plan_samples` over the config's simulation section; an empty plan is bad input."""
-    import namsa
+    """`namsa.plan_samples` over the config's simulation section, or the plan kept in
+    execution.plan_cache_dir (`namsa.plan_cache`); an empty plan is bad input."""
+    from namsa.plan_cache import cached_plan
 
-    planned = namsa.plan_samples(cfg.simulation)
+    planned, read_from = cached_plan(cfg.simulation, cfg.execution.plan_cache_dir)
+    if read_from is not None:
+        print(f"namsa: the plan ({len(planned.specs)} samples) read from {read_from}", file=sys.stderr)
     if not planned.specs and not planned.failures:
         where = f"and {cfg.simulation.cif_dir} holds no .cif file" if cfg.simulation.cif_dir else "and no cif_dir is set"
         raise UserError(f"nothing to simulate: simulation.materials is empty {where}; list library ids in "

@@ -1,0 +1,53 @@
+"""Store a config's simulation plan in DIR (`namsa.plan_cache`) ahead of a run elsewhere that sets
+execution.plan_cache_dir to DIR, so that run reads the plan instead of spending a minute or two of
+one core on it (scripts/gpu_wheels.sh stores the GPU study's, which scripts/gpu_study.sh reads).
+
+    python scripts/store_plan.py CONFIG DIR [--wheels WHEELS] [--set KEY=VALUE ...]
+
+``--wheels``: the wheels the other machine installs; the plan is only read there when their
+pymatgen and spglib are this interpreter's versions, so a difference is reported.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from namsa.plan_cache import PLANNING_LIBRARIES, cached_plan, library_version, plan_key  # noqa: E402
+from workflow.config import load_config  # noqa: E402
+
+
+def wheel_versions(wheels: Path) -> dict[str, str]:
+    """{normalised distribution name: version} of the wheels in ``wheels``."""
+    out = {}
+    for wheel in wheels.glob("*.whl"):
+        name, version = wheel.name.split("-")[:2]
+        out[re.sub(r"[-_.]+", "-", name.lower())] = version
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("config")
+    parser.add_argument("dir", type=Path)
+    parser.add_argument("--wheels", type=Path)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args()
+    cfg = load_config(args.config, args.set).simulation
+    plan, read_from = cached_plan(cfg, args.dir)
+    print(f"{args.config}: {len(plan.specs)} samples, {len(plan.failures)} materials not planned; "
+          f"{'already stored' if read_from else 'stored'} in {args.dir} (key {plan_key(cfg)[:24]})")
+    if args.wheels:
+        carried = wheel_versions(args.wheels)
+        for name in PLANNING_LIBRARIES:
+            if name in carried and carried[name] != library_version(name):
+                print(f"warning: {args.wheels} carries {name} {carried[name]}, this interpreter has {library_version(name)}: "
+                      f"the other machine will not find this plan and will plan afresh", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""execution.plan_cache_dir (`namsa.plan_cache`): a stored plan is read instead of planned again only
+while everything the plan is a function of is unchanged; a bad or foreign file is planned over, never
+trusted; `namsa simulate` says when it read one and simulates the same samples."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from namsa import SimulationConfig, plan_cache, plan_samples
+from workflow.cli import main
+from workflow.data_runners import stored_ids
+
+MICRO = str(Path(__file__).resolve().parents[1] / "configs" / "micro.yaml")
+# one library material, one generated one (drawn from the library's templates) and one that cannot be
+# planned: the plan holds specs, sources and a failure
+CFG = SimulationConfig(materials=["Si-diamond", "NaCl-rocksalt", "no-such-material"], generator={"count": 1},
+                       max_zone_axes=2)
+
+
+def unplannable(cfg):
+    raise AssertionError("planned again although a stored plan of the same key exists")
+
+
+def test_a_stored_plan_is_read_back_whole_and_not_planned_again(tmp_path, monkeypatch):
+    made, read_from = plan_cache.cached_plan(CFG, tmp_path)
+    assert read_from is None and made == plan_samples(CFG)
+    assert made.specs and made.failures and made.sources
+    monkeypatch.setattr(plan_cache, "plan_samples", unplannable)
+    again, read_from = plan_cache.cached_plan(CFG, tmp_path)
+    assert again == made and read_from.parent == tmp_path
+
+
+def test_another_config_or_library_version_is_planned_afresh(tmp_path, monkeypatch):
+    plan_cache.cached_plan(CFG, tmp_path)
+    other = CFG.model_copy(update={"max_zone_axes": 1})
+    planned, read_from = plan_cache.cached_plan(other, tmp_path)
+    assert read_from is None and planned == plan_samples(other)
+    key = plan_cache.plan_key(CFG)
+    assert plan_cache.plan_key(other) != key
+    real = plan_cache.library_version
+    monkeypatch.setattr(plan_cache, "library_version", lambda name: "0.0" if name == "spglib" else real(name))
+    assert plan_cache.plan_key(CFG) != key   # another spglib may answer symmetry questions otherwise
+
+
+def test_a_changed_cif_changes_the_key(tmp_path):
+    cifs = tmp_path / "cifs"
+    cifs.mkdir()
+    (cifs / "x.cif").write_text("data_x\n")
+    cfg = SimulationConfig(materials=[], cif_dir=str(cifs))
+    before = plan_cache.plan_key(cfg)
+    (cifs / "x.cif").write_text("data_x\n_cell_length_a 4.0\n")
+    assert plan_cache.plan_key(cfg) != before
+
+
+@pytest.mark.parametrize("content", ["", "{not json", '{"key": "%s", "specs": [["Si", [0, 0]]]}', "[]"])
+def test_an_unreadable_or_foreign_file_is_planned_over(tmp_path, content):
+    _, _ = plan_cache.cached_plan(CFG, tmp_path)
+    (path,) = tmp_path.glob("plan-*.json")
+    path.write_text(content.replace("%s", plan_cache.plan_key(CFG)))
+    planned, read_from = plan_cache.cached_plan(CFG, tmp_path)
+    assert read_from is None and planned == plan_samples(CFG)
+    assert json.loads(path.read_text())["key"] == plan_cache.plan_key(CFG)   # stored again, whole
+
+
+def test_simulate_reads_the_stored_plan_and_simulates_the_same_samples(tmp_path, capsys):
+    cache = tmp_path / "plans"
+    args = ["--no-progress", "--set", f"execution.plan_cache_dir={cache}"]
+    assert main(["simulate", MICRO, "--out", str(tmp_path / "a"), *args]) == 0
+    assert "read from" not in capsys.readouterr().err and len(list(cache.glob("plan-*.json"))) == 1
+    assert main(["simulate", MICRO, "--out", str(tmp_path / "b"), *args]) == 0
+    assert "the plan (8 samples) read from" in capsys.readouterr().err
+    assert stored_ids(tmp_path / "a") == stored_ids(tmp_path / "b") and len(stored_ids(tmp_path / "a")) == 8
+
+
+def test_the_machines_fields_plan_nothing():
+    # the GPU study's CPU fallback simulates the same plan with device=cpu and one thread per worker
+    cpu = CFG.model_copy(update={"device": "cuda", "host_threads": 4, "memory_budget_gb": 40.0})
+    assert plan_cache.plan_key(cpu) == plan_cache.plan_key(CFG)
+
+
+def test_a_cache_dir_that_cannot_hold_the_plan_is_a_one_line_error(tmp_path, capsys):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the plans should go\n")
+    assert main(["simulate", MICRO, "--out", str(tmp_path / "d"), "--no-progress",
+                 "--set", f"execution.plan_cache_dir={blocker}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "execution.plan_cache_dir=" in err[0] and "writable folder" in err[0], err
+    assert not (tmp_path / "d").exists()   # nothing simulated, nothing written
