@@ -8,7 +8,7 @@ from pathlib import Path
 
 from namsa import SampleSpec
 from workflow.cli import main
-from workflow.data_runners import interleaved, stored_ids
+from workflow.data_runners import interleaved, stored_ids, worker_share
 
 MICRO = str(Path(__file__).resolve().parents[1] / "configs" / "micro.yaml")
 
@@ -21,6 +21,15 @@ def test_interleaved_spans_the_templates_first_and_keeps_each_ones_order():
     assert {m for m, _ in order[:2]} == {"Si-diamond", "NaCl-rocksalt"}   # one of each template first
     nacl = [x for x in order if x[0].startswith("NaCl-rocksalt")]
     assert nacl == [(s.material_id, s.variant) for s in specs if s.material_id.startswith("NaCl-rocksalt")]
+
+
+def test_workers_stopped_early_together_span_as_many_templates_as_samples():
+    specs = [SampleSpec(f"M{m}", (0, 0, 1), v) for m in range(8) for v in range(4)]   # 8 structure types
+    shares = [worker_share(specs, w, 2) for w in range(2)]
+    assert sorted(map(str, (s for share in shares for s in share))) == sorted(map(str, specs))   # every spec, once
+    # each worker takes its share in interleaved order (simulate_specs); two samples each before the deadline
+    first = [s.material_id for share in shares for s in interleaved(share)[:2]]
+    assert len(set(first)) == 4, first
 
 
 def test_a_deadline_stops_simulate_without_failures_and_a_rerun_finishes(tmp_path, capsys):

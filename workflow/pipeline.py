@@ -129,7 +129,7 @@ class Pipeline:
         n_tasks = min(len(missing), worker_slots(self.cfg.execution))
         if self.cfg.execution.profile in LOCAL_PROFILES:  # the tasks share this machine's memory
             check_fits(self.cfg.simulation, parallel=n_tasks)
-        chunks = [missing[i::n_tasks] for i in range(n_tasks)]
+        chunks = [data_runners.worker_share(missing, i, n_tasks) for i in range(n_tasks)]
         stores = self._free_store_names(n_tasks)
         deadline_s = self.cfg.execution.simulate_deadline_s
         deadline_at = None if deadline_s is None else started + deadline_s
