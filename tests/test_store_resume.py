@@ -181,7 +181,7 @@ def test_following_the_truncated_store_advice_completes_with_another_split(tmp_p
     for worker in range(3):
         assert simulate(out, "--worker", str(worker), "--of", "3") == 0
         summary = json.loads((out / f"simulate-{worker:03d}.json").read_text())
-        mine = {spec.sample_id(cfg.simulation) for spec in specs[worker::3]}
+        mine = {spec.sample_id(cfg.simulation) for spec in data_runners.worker_share(specs, worker, 3)}
         assert (summary["written"], summary["skipped"]) == (len(mine - kept), len(mine & kept))
     assert_complete(out)
 
