@@ -22,6 +22,7 @@ from pathlib import Path
 from .config import MACHINE_FIELDS, SimulationConfig
 from .errors import UserError
 from .plan import Plan, SampleSpec, plan_samples
+from .sample import config_hash
 
 #: the structure libraries whose answers a plan holds (symmetry, oxidation states, neighbours)
 PLANNING_LIBRARIES = ("pymatgen", "pymatgen-core", "spglib")
@@ -53,7 +54,7 @@ def plan_key(cfg: SimulationConfig) -> str:
     payload = {"simulation": cfg.model_dump(mode="json", exclude=set(MACHINE_FIELDS)), "namsa": _files_digest(_PACKAGE_DIR),
                "cif_dir": _files_digest(Path(cfg.cif_dir), "*.cif") if cfg.cif_dir else None,
                "libraries": {name: library_version(name) for name in PLANNING_LIBRARIES}}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+    return config_hash(payload)
 
 
 def _files_digest(root: Path, pattern: str = "*") -> str:

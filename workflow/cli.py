@@ -301,8 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refine", action="store_true",
                    help="refine each tile's potential by single-slice ptychography (py4DSTEM) started from the "
                         "network's map, kept only where it lowers the data error (slow: seconds to minutes per tile; "
-                        "a tile whose map spans 0.75 rad of phase or more keeps the network's; it helps on specimens "
-                        "thinner than about 50 Angstrom and hurts on thicker ones)")
+                        "a tile whose map spans 0.75 rad of phase or more keeps the network's: it helps on specimens "
+                        "thinner than about 50 Angstrom and leaves thicker ones nearly as the network made them)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="accepted for symmetry; no bar here")
     p.add_argument("--set", action=NoOverrides, help=argparse.SUPPRESS)
 

@@ -284,8 +284,9 @@ def _store_in_order(writer: Any, claims: Any, ids: Sequence[str], slots: Any, su
 def simulate(cfg: "PipelineConfig", out_dir: str | Path, *, worker: int = 0, num_workers: int = 1,
              progress: bool = True) -> SimulateSummary:
     """`namsa simulate`: plan the dataset, take this worker's `worker_share` of it (every
-    ``num_workers``-th sample of the plan's `interleaved` order, from ``worker``), and write them into ``<out_dir>/store-<worker>`` (or the next free
-    ``store-<worker>-<k>`` while another live writer holds it; see `simulate_specs`).
+    ``num_workers``-th sample of the plan's `interleaved` order, from ``worker``), and write them
+    into ``<out_dir>/store-<worker>`` (or the next free ``store-<worker>-<k>`` while another live
+    writer holds it; see `simulate_specs`).
 
     Samples already in any store below ``out_dir`` are skipped, so a rerun (even with another
     worker count) only simulates what is missing. Materials that fail to load are listed in the
