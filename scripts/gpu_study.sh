@@ -61,10 +61,8 @@ fi
 SETS="$FINE_TUNE $SETS"   # the rehearsal's own deadlines come later on the line, so they win
 export NAMSA SETS
 
-simulate_all() {  # on the GPU, or on every core when the check found cupy unusable; a check that
-  # wrote nothing (ran out of time: 2026-11-26's second run) is no evidence against cuda, so cuda it is
-  if "$PY" -c "import json, pathlib, sys; p = pathlib.Path('$RUN/check.json')
-sys.exit(0 if not p.is_file() or json.loads(p.read_text())['cuda_ok'] else 1)"; then
+simulate_all() {  # on the GPU, or on every core when the check found cupy unusable (cuda_usable)
+  if "$PY" scripts/gpu_study_check.py --cuda-usable "$RUN/check.json"; then
     $NAMSA simulate "$CONFIG" --out "$RUN/data" --no-progress $SETS
     return
   fi

@@ -4,6 +4,7 @@ read against, measured in the same run)? Writes JSON to --json and prints it; ex
 JSON's ``cuda_ok`` tells the script whether to fall back to simulating on the CPU.
 
     python scripts/gpu_study_check.py CONFIG --json OUT.json
+    python scripts/gpu_study_check.py --cuda-usable OUT.json   # exit 0: simulate on cuda (`cuda_usable`)
 """
 from __future__ import annotations
 
@@ -68,12 +69,26 @@ def bf16_matmul_tflops(n: int = 8192, repeats: int = 20) -> float | None:
     return 2 * n ** 3 * repeats / (time.perf_counter() - start) / 1e12
 
 
+def cuda_usable(check_json: Path) -> bool:
+    """Whether the study simulates on cuda: unless the check said ``cuda_ok: false``. A check that wrote
+    nothing (it ran out of its time once: RESULTS.md, the second device run) is no evidence against cuda."""
+    try:
+        return bool(json.loads(check_json.read_text())["cuda_ok"])
+    except FileNotFoundError:
+        return True
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("config")
-    parser.add_argument("--json", required=True)
+    parser.add_argument("config", nargs="?")
+    parser.add_argument("--json")
     parser.add_argument("--stand-in", action="store_true", help="rehearsal: the strict cupy stand-in, no GPU")
+    parser.add_argument("--cuda-usable", type=Path, metavar="CHECK_JSON", help="exit 0 when the study simulates on cuda")
     args = parser.parse_args()
+    if args.cuda_usable:
+        raise SystemExit(0 if cuda_usable(args.cuda_usable) else 1)
+    if not (args.config and args.json):
+        parser.error("CONFIG and --json are needed for the check")
     if args.stand_in:
         import sys
 

@@ -69,3 +69,19 @@ def test_the_rehearsal_runs_every_step_and_its_outputs_come_back(tmp_path):
     card = json.loads((out / "model_card.json").read_text())
     assert card["training"]["initialized_from"]["model"] == f"pretrained:{STUDY_PRETRAINED}"
     assert f"FLAGSHIP=pretrained:{STUDY_PRETRAINED} " in SCRIPT.read_text()
+
+
+def test_only_a_check_that_found_cuda_broken_sends_the_simulation_to_the_cpu(tmp_path):
+    def simulates_on_cuda(check: Path) -> bool:
+        done = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_study_check.py"), "--cuda-usable", str(check)],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode in (0, 1), done.stderr
+        return done.returncode == 0
+
+    check = tmp_path / "check.json"
+    assert simulates_on_cuda(check)   # the check wrote nothing (it ran out of its time once)
+    check.write_text(json.dumps({"cuda_ok": False, "reason": "CUDARuntimeError"}))
+    assert not simulates_on_cuda(check)
+    check.write_text(json.dumps({"cuda_ok": True}))
+    assert simulates_on_cuda(check)
+    assert '--cuda-usable "$RUN/check.json"' in SCRIPT.read_text()

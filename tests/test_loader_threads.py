@@ -104,10 +104,12 @@ def test_corruption_raises_or_is_skipped_in_the_threads(tmp_path):
     assert torch.equal(got[bad], got[(bad + 1) % 4])  # substituted by the next readable record
 
 
-def test_auto_picks_threads_for_paper_sized_samples(data_dir):
+def test_auto_picks_threads_for_study_and_paper_sized_samples(data_dir):
     ds = stage.SampleDataset(data_dir, None, None)
     auto = stage.DataConfig()
     assert choose_loader(ds, auto) == "processes"  # 2 x 2 x 8 x 8 float32: tiny
+    ds.stores.manifest["arrays"]["cbed"]["shape"] = [1024, 32, 32]   # the study's stacks: 4 MiB of float32
+    assert choose_loader(ds, auto) == "threads"   # the ring was 4x a worker process there (RESULTS.md, stage)
     ds.stores.manifest["arrays"]["cbed"]["shape"] = [1024, 256, 256]  # what auto looks at
     assert 1024 * 256 * 256 * 4 >= THREADS_MIN_SAMPLE_BYTES
     assert choose_loader(ds, auto) == "threads"
