@@ -16,7 +16,7 @@ import numpy as np
 from namsa.errors import UserError
 from namsa.sample import Sample
 
-from . import codec
+from . import codec, dir_swap
 from .config import DataConfig
 from .errors import NotAStoreError, SchemaError, StoreError, StoreFullError, StoreLockedError
 from .layout import DATA_NAME, LOCK_NAME, MANIFEST_NAME, is_store
@@ -42,6 +42,14 @@ def _scaled_float16(cbed: np.ndarray, scale: np.float32, chunk_values: int = 1 <
         codec.check_float16_safe("cbed", part)
         out[start: start + step] = part
     return out
+
+
+def _same_file(fh: Any, path: Path) -> bool:
+    """Whether the open file ``fh`` is still the file at ``path`` (not unlinked or replaced)."""
+    try:
+        return os.path.samestat(os.fstat(fh.fileno()), os.stat(path))
+    except FileNotFoundError:
+        return False
 
 
 class StoreWriter:
@@ -121,6 +129,10 @@ class StoreWriter:
             who = f"pid {holder[0]} on {holder[1]}" if holder else "pid unknown"
             raise StoreLockedError(f"store {self.path} is already open by another writer ({who}); "
                                    f"give every writer its own store directory") from None
+        if not _same_file(fh, self.path / LOCK_NAME):  # locked a lock file a writer removing its empty store unlinked
+            fh.close()
+            raise StoreLockedError(f"store {self.path} is being removed by its writer (it stored nothing); "
+                                   f"write into another store directory")
         try:
             fh.seek(0)
             fh.truncate()
@@ -328,6 +340,32 @@ class StoreWriter:
                 fcntl.flock(self._lock_fh, fcntl.LOCK_UN)
                 self._lock_fh.close()
                 self._lock_fh = None
+
+    def close_removing_if_empty(self) -> bool:
+        """Close the store; when it holds no sample, delete it first (True), so that a writer whose
+        whole share was stored by other writers, or failed, leaves no EMPTY store behind for
+        ``namsa inspect --verify`` to flag. The lock is held until the files are gone, and data.mdb
+        goes after the other files: another writer trying this directory meanwhile finds it locked
+        or still a store (never a stray file), and a reader never finds half a store."""
+        if self._env is None or self._index:
+            self.close()
+            return False
+        self._env.sync(True)
+        _release_env(self.path, self._entry)
+        self._env = None
+        keep = (DATA_NAME, "lock.mdb", LOCK_NAME)
+        for item in self.path.iterdir():
+            if item.name not in keep:
+                dir_swap.remove(item)
+        for name in keep:
+            (self.path / name).unlink(missing_ok=True)
+        self._lock_fh.close()  # unlinked above while locked: a writer that opened it now sees it gone
+        self._lock_fh = None
+        try:
+            self.path.rmdir()
+        except OSError:  # another writer has made the directory its store meanwhile: it is theirs
+            pass
+        return True
 
     def __enter__(self) -> "StoreWriter":
         return self

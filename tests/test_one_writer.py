@@ -244,6 +244,36 @@ def test_a_claim_of_a_live_writer_is_respected_and_a_stale_one_taken_over(tmp_pa
     assert (summary.written, summary.skipped) == (0, 1)  # stored in store-000 now
 
 
+def test_a_writer_whose_share_is_all_stored_elsewhere_leaves_no_empty_store(tmp_path):
+    """What CI once caught as a race (`--of 1` stored `--of 2`'s whole share first): the second
+    writer's new store held nothing, and `namsa inspect --verify` flagged it EMPTY."""
+    cfg = load_config(MICRO, [])
+    planned = data_runners.plan(cfg)
+    specs = planned.specs[:2]
+    out = tmp_path / "data"
+    first = data_runners.simulate_specs(cfg.simulation, cfg.data, out / "store-000", specs, planned.sources,
+                                        progress=False)
+    assert first.written == 2 and first.store == str(out / "store-000")
+    again = data_runners.simulate_specs(cfg.simulation, cfg.data, out / "store-001", specs, planned.sources,
+                                        progress=False)
+    assert (again.written, again.skipped) == (0, 2) and "removed: it stored no sample" in again.store
+    assert not (out / "store-001").exists() and (out / "store-000").is_dir()
+    rc, report, err = finish(namsa("inspect", "--verify", str(out)))
+    assert rc == 0 and "EMPTY" not in report, report + err
+
+
+def test_an_empty_store_is_removed_on_close_and_a_store_with_samples_kept(tmp_path):
+    empty, full = tmp_path / "store-000", tmp_path / "store-001"
+    writer = stage.StoreWriter(empty, config_hash=CONFIG_HASH)
+    assert writer.close_removing_if_empty() and not empty.exists()
+    writer = stage.StoreWriter(full, config_hash=CONFIG_HASH)
+    writer.put(make_samples(1, scan=(2, 2), px=8)[0])
+    assert not writer.close_removing_if_empty()
+    assert len(stage.open_store(full)) == 1
+    with stage.StoreWriter(empty, config_hash=CONFIG_HASH) as again:  # the name is free for a new store
+        assert len(again) == 0
+
+
 def _two_overlapping_stores(root: Path) -> Path:
     samples = make_samples(3, variants=2, scan=(2, 2), px=8)
     for name, part in (("store-000", samples[:4]), ("store-001", samples[2:])):

@@ -175,7 +175,8 @@ def simulate_specs(sim_cfg: "SimulationConfig", data_cfg: "DataConfig", store_di
     another live writer holds ``store_dir`` itself, the next free name (``store-000-1``, ...) is
     used: a lock clash is never a sample failure. A sample whose simulation raises is recorded in
     ``failed`` with a one-line reason and skipped (a store failure, e.g. a full disk, is not a
-    sample failure and propagates). ``progress_path`` gets a small JSON after every sample so a
+    sample failure and propagates). A store that ends up holding no sample (every id of its share
+    stored by another writer, or failed) is removed, not left EMPTY. ``progress_path`` gets a small JSON after every sample so a
     driver can show live progress across processes. ``deadline_at`` (epoch seconds): no sample is
     started after it, and ``specs`` are taken in `interleaved` order so that what is done by then
     spans the materials.
@@ -191,10 +192,16 @@ def simulate_specs(sim_cfg: "SimulationConfig", data_cfg: "DataConfig", store_di
     from .plansize import check_disk
 
     check_disk(sim_cfg, data_cfg, len(specs), store_dir)   # a full disk is found now, not at sample 9000
-    with open_free_writer(store_dir, sim_cfg.physics_hash(), data_cfg) as writer, \
-            progress_bar(len(specs), Path(store_dir).name, "sample", progress) as bar:
-        summary.store = str(writer.path)
-        _simulate_into(writer, sim_cfg, specs, sources, summary, bar, progress_path, stop, deadline_at)
+    writer = open_free_writer(store_dir, sim_cfg.physics_hash(), data_cfg)
+    summary.store = str(writer.path)
+    try:
+        with progress_bar(len(specs), Path(store_dir).name, "sample", progress) as bar:
+            _simulate_into(writer, sim_cfg, specs, sources, summary, bar, progress_path, stop, deadline_at)
+    except BaseException:
+        writer.close()
+        raise
+    if writer.close_removing_if_empty():  # its whole share was stored by other writers (or failed)
+        summary.store += " (removed: it stored no sample)"
     summary.finished_at = time.time()
     if progress_path is not None:
         write_summary_json(progress_path, summary.to_dict())
