@@ -44,6 +44,22 @@ DEFAULT_SETTINGS = ("all-thicknesses={refine_below_A: null, max_phase_rad: null}
                     *(f"below-50-phase-{p:g}={{refine_below_A: 50, max_phase_rad: {p}}}" for p in (0.5, 0.75, 1.0, 1.5)))
 
 
+def dev_data(plan: Path, n_materials: int, out: Path) -> tuple[Path, Path]:
+    """(OUT/config.yaml, OUT/data): the first ``n_materials`` dev materials (sorted ids) of ``plan``
+    at its physics, evaluating the dev split, simulated into OUT/data (a rerun skips what is stored)."""
+    simulation, data_config, materials = plan_split(plan, split="dev")
+    config = rescore_config(simulation, data_config, materials[:n_materials])
+    config.update(name="plan-dev")
+    config["evaluation"]["split"] = "dev"
+    out.mkdir(parents=True, exist_ok=True)
+    config_path = out / "config.yaml"
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    data = out / "data"
+    subprocess.run([str(Path(sys.executable).with_name("namsa")), "simulate", str(config_path), "--out", str(data),
+                    "--no-progress"], check=True)
+    return config_path, data
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plan", type=Path, default=ROOT / "configs" / "gpu-study.yaml")
@@ -54,15 +70,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "plan-dev")
     args = parser.parse_args()
     namsa = str(Path(sys.executable).with_name("namsa"))
-    simulation, data_config, materials = plan_split(args.plan, split="dev")
-    config = rescore_config(simulation, data_config, materials[:args.materials])
-    config.update(name="plan-dev")
-    config["evaluation"]["split"] = "dev"
-    args.out.mkdir(parents=True, exist_ok=True)
-    config_path = args.out / "config.yaml"
-    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-    data = args.out / "data"
-    subprocess.run([namsa, "simulate", str(config_path), "--out", str(data), "--no-progress"], check=True)
+    config_path, data = dev_data(args.plan, args.materials, args.out)
     for name, settings in (item.split("=", 1) for item in args.settings):
         out = args.out / f"eval-{name}"
         if not (out / "metrics.json").is_file():

@@ -4,7 +4,7 @@ re-simulate the test materials (same physics config, so the same sample ids and 
 
     python benchmarks/study_rescore.py [--model pretrained:study-scan | DIR ...] [--plan CONFIG]
         [--out runs/study-rescore]
-        [--workers 2] [--ptycho-samples N] [--network-ptycho YAML]
+        [--workers 2] [--ptycho-samples N] [--network-ptycho YAML] [--single-pass]
 
 Without --plan the test materials are those the first (shipped) model's card lists, at its card's physics (the
 split it was scored on when published). With --plan CONFIG they are every test material of that config's
@@ -15,7 +15,10 @@ Writes OUT/config.yaml, OUT/data (the test materials' samples, simulated on --wo
 model OUT/eval-<name> (<name>: the pretrained name, the folder's name, or a run's name for RUN/model;
 network and iCoM on every test sample) and, with --ptycho-samples N, OUT/eval-ptycho-<name> (the same
 plus converged ptychography and network+ptycho on the first N test samples in store order; ptychography
-is cached in OUT/baseline-cache, so the second model reuses the first's). An evaluation whose metrics.json exists is not run again (rerun the command after a kill). The
+is cached in OUT/baseline-cache, so the second model reuses the first's). The network's maps are averaged
+over the 8 turns of each stack (`evaluation.symmetry_average`); with --single-pass they are its single pass,
+written to OUT/eval-<name>-single-pass and OUT/eval-ptycho-<name>-single-pass (how every figure before
+2026-11-27 was made). An evaluation whose metrics.json exists is not run again (rerun the command after a kill). The
 mean-image baseline needs the training split's targets, which are not re-simulated: it is off.
 """
 from __future__ import annotations
@@ -92,6 +95,8 @@ def main() -> None:
                         help="evaluation.network_ptycho for the ptychography runs (default {}: RefineSettings' "
                              "defaults; '{refine_below_A: null, max_phase_rad: null}' refines every sample, as "
                              "before 2026-11-26's dev choices)")
+    parser.add_argument("--single-pass", action="store_true",
+                        help="score the network's single pass (evaluation.symmetry_average=false), into *-single-pass")
     args = parser.parse_args()
     models = args.model or [f"{PRETRAINED}study-scan"]
     namsa = str(Path(sys.executable).with_name("namsa"))
@@ -109,8 +114,11 @@ def main() -> None:
               f"evaluation.baseline_cache={args.out / 'baseline-cache'}"]
     for model in models:
         name = model[len(PRETRAINED):] if model.startswith(PRETRAINED) else _folder_name(Path(model))
-        evaluate = [namsa, "evaluate", str(config), "--data", str(data), "--model", model, "--no-progress"]
-        for out, extra in ((f"eval-{name}", []), (f"eval-ptycho-{name}", ptycho if args.ptycho_samples else None)):
+        evaluate = [namsa, "evaluate", str(config), "--data", str(data), "--model", model, "--no-progress",
+                    "--set", f"evaluation.symmetry_average={str(not args.single_pass).lower()}"]
+        suffix = "-single-pass" if args.single_pass else ""
+        for out, extra in ((f"eval-{name}{suffix}", []),
+                           (f"eval-ptycho-{name}{suffix}", ptycho if args.ptycho_samples else None)):
             if extra is not None and not (args.out / out / "metrics.json").is_file():
                 subprocess.run([*evaluate, "--out", str(args.out / out), *extra], check=True)
 

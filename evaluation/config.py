@@ -47,6 +47,9 @@ class EvaluationConfig(BaseModel):
                        ``max_phase_rad``, default 0.75 rad, both chosen on dev; multislice at least
                        ``multislice_from_A`` thick when refine_below_A allows it), kept where refining
                        raises the solver's data error (never decided on the truth).
+    symmetry_average:  the network's maps averaged over the square group's 8 turns of each stack
+                       (`Reconstructor.predict`, `models.symmetry_average`; 8 network passes); False:
+                       the single pass, as the model cards' figures were made.
     baseline_cache:    None (default) or a directory where the model-independent ptychography and
                        multislice-ptychography maps are kept per sample and settings
                        (`evaluation.baselines.cache`): a second evaluation of the same data, e.g. of
@@ -83,6 +86,7 @@ class EvaluationConfig(BaseModel):
     ptycho_batch_size: int = Field(64, ge=1)
     multislice_ptycho: MultisliceSettings | None = None
     network_ptycho: RefineSettings | None = None
+    symmetry_average: bool = True
     baseline_cache: str | None = None
     mean_baseline: bool = True
     n_panels: int = Field(3, ge=0)

@@ -37,7 +37,7 @@ def score_all(cfg: EvaluationConfig, stores: Any, indices: list[int], rec: Any, 
     kept: dict[int, dict] = {}
     subsets = subset_rules(cfg, targets, methods)
     for batch in _batches(indices, cfg.batch_size):
-        for index, sample, preds, net_s in _predict(stores, batch, rec, targets):
+        for index, sample, preds, net_s in _predict(stores, batch, rec, targets, cfg.symmetry_average):
             due = {name: rule for name, rule in subsets.items() if rule.take(sample.meta)}
             maps, seconds = _method_maps(cfg, sample, preds, targets, mean_maps, due, methods)
             records.append(_score_sample(cfg, index, sample, maps, {NETWORK: net_s, **seconds}))
@@ -58,23 +58,25 @@ def recompute(cfg: EvaluationConfig, stores: Any, indices: list[int], rec: Any, 
     """Arrays of a few samples again (the worst cases), rather than holding every map in memory.
     A subset method (multislice ptychography: minutes per sample) is not rerun for them."""
     kept = {}
-    for index, sample, preds, _ in _predict(stores, indices, rec, targets):
+    for index, sample, preds, _ in _predict(stores, indices, rec, targets, cfg.symmetry_average):
         kept[index] = _keep(sample, _method_maps(cfg, sample, preds, targets, mean_maps)[0], cfg.n_cbed_panels)
     return kept
 
 
-def _predict(stores: Any, indices: list[int], rec: Any,
-             targets: list[str]) -> Iterable[tuple[int, Any, dict, float]]:
-    """(index, sample, {target: prediction}, network seconds per sample) for each index."""
+def _predict(stores: Any, indices: list[int], rec: Any, targets: list[str],
+             symmetry_average: bool) -> Iterable[tuple[int, Any, dict, float]]:
+    """(index, sample, {target: prediction}, network seconds per sample) for each index;
+    ``symmetry_average``: `EvaluationConfig.symmetry_average`."""
     if not indices:
         return
     samples = [stores[i] for i in indices]
     stack = np.stack([s.cbed.astype(np.float32) for s in samples])
     t0 = time.perf_counter()
-    # a model with physics inputs gets each sample's own scan calibration (its supercell's step)
-    physics = getattr(getattr(getattr(rec, "model", None), "arch", None), "physics_inputs", ())
-    kwargs = {"calibration": [calibration_from_meta(s.meta) for s in samples]} if physics else {}
-    out = np.asarray(_to_numpy(rec.predict(stack, **kwargs)), dtype=np.float32)   # to numpy: waits for a GPU
+    # each sample's own scan calibration (its supercell's steps): physics inputs and the turns that swap y and x need it
+    calibration = [calibration_from_meta(s.meta) for s in samples]
+    out = np.asarray(_to_numpy(rec.predict(stack, calibration=calibration,
+                                           symmetry_average=None if symmetry_average else False)),
+                     dtype=np.float32)   # to numpy: waits for a GPU
     seconds_each = (time.perf_counter() - t0) / len(samples)
     out = out.reshape(len(samples), len(rec.targets), *out.shape[-2:])
     names = list(rec.targets)

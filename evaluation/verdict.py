@@ -230,6 +230,8 @@ def study_reference(target: str = "potential") -> str | None:
                        for m, v in rel_l2.items())
     rule = ("under the legacy rule (network as predicted, baselines least-squares scaled and offset to the truth; "
             "not the field's rule of the headline above)" if view == LEGACY else "under the field's rule")
+    if not card.held_out_evaluation.symmetry_average:
+        rule += ", its single pass (the card predates symmetry averaging, evaluation.symmetry_average)"
     materials = len(card.trained_on.data["materials"]["test"])
     return (f"For scale, the study's flagship pretrained:{STUDY_PRETRAINED} (trained by "
             f"configs/{card.trained_on.config_name}.yaml; docs/evaluation.md, 'The study') scores {target} "

@@ -226,6 +226,9 @@ class Provenance(BaseModel):
     aggregates: dict[str, Any] | None = None
     headline: dict[str, Any] | None = None              # held_out_evaluation: the verdict's figures
     dose_augmentation: dict[str, Any] | None = None   # trained_on: the loader's dose augmentation
+    #: held_out_evaluation: the network's maps averaged over the 8 turns (`evaluation.symmetry_average`);
+    #: cards published before it existed were scored with the single pass
+    symmetry_average: bool = False
 
 
 class ModelCard(BaseModel):

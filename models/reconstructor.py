@@ -50,6 +50,8 @@ class Reconstructor:
         self.last_report: dict[str, Any] = {}
         #: what the last `predict(..., refine=...)` did per stack (`namsa.ptychography.refine.RefineResult`)
         self.last_refinement: list[Any] = []
+        #: how many turns of the square group the last `predict` averaged (1: the single pass)
+        self.last_turns = 1
         self._warned: set[str] = set()  # each kind of finding is warned once per reconstructor
 
     @property
@@ -68,7 +70,7 @@ class Reconstructor:
     @torch.no_grad()
     def predict(self, cbed: Any, calibration: Any = None, refine: bool | RefineSettings = False,
                 refine_meta: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
-                check_dose: bool = True) -> np.ndarray:
+                check_dose: bool = True, symmetry_average: bool | None = None) -> np.ndarray:
         """Targets in physical units, numpy float32: (C, T, T) for one stack, (B, C, T, T) for a batch.
 
         ``calibration``: a `namsa.icom.ScanCalibration` (or its dict; `namsa.icom.calibration_from_meta(sample.meta)`)
@@ -84,7 +86,12 @@ class Reconstructor:
         stack. What each refinement did is in ``rec.last_refinement`` (`RefineResult` per stack).
 
         ``check_dose``: False where the caller measured the dose on the data as read (`namsa reconstruct`:
-        its fitted tiles are cropped and rebinned, so their counts no longer tell the dose)."""
+        its fitted tiles are cropped and rebinned, so their counts no longer tell the dose).
+
+        ``symmetry_average``: None (default) averages the maps of the square group's 8 turns of each stack
+        wherever its grids allow (`models.symmetry_average`: 8 network passes; a model whose maps are not
+        the scan's size gets one), True requires it, False is the single pass the model cards' figures
+        were made with. ``rec.last_turns`` says how many were averaged."""
         x = torch.as_tensor(np.asarray(cbed) if not torch.is_tensor(cbed) else cbed)
         single = x.ndim == 3
         if single:
@@ -99,7 +106,7 @@ class Reconstructor:
         settings, metas = self._refine_request(refine, refine_meta, x.shape[0])
         cals = calibration if isinstance(calibration, list) else [calibration] * x.shape[0]
         self.last_report = _input_report(x, self.card, self._warned, cals[0], check_dose)
-        outs = [self._predict_batch(x[i: i + self.batch_size], cals[i: i + self.batch_size])
+        outs = [self._predict_averaged(x[i: i + self.batch_size], cals[i: i + self.batch_size], symmetry_average)
                 for i in range(0, x.shape[0], self.batch_size)]
         out = np.concatenate(outs)
         self._refuse_non_finite(out)
@@ -157,6 +164,26 @@ class Reconstructor:
             planes = torch.from_numpy(batch_physics_planes(x.cpu().numpy(), calibration, names, self.normalizer))
         x = self.normalizer.cbed(x.to(self.device, dtype=torch.float32))
         return x if planes is None else torch.cat([x, planes.to(x)], dim=1)
+
+    def _predict_averaged(self, x: torch.Tensor, calibration: list[Any], symmetry_average: bool | None) -> np.ndarray:
+        """`_predict_batch`, averaged over the turns ``symmetry_average`` asks for (see `predict`)."""
+        if symmetry_average not in (None, True, False):
+            raise ReconstructorInputError(f"symmetry_average must be None, True or False, got {symmetry_average!r}")
+        if symmetry_average is False:
+            self.last_turns = 1
+            return self._predict_batch(x, calibration)
+        from .symmetry_average import SymmetryAverageError, averaged_over_turns, transposed_calibration
+
+        swapped = [transposed_calibration(c) for c in calibration]
+
+        def one_pass(stacks: np.ndarray, transposed: bool) -> np.ndarray:
+            return self._predict_batch(torch.from_numpy(stacks), swapped if transposed else calibration)
+
+        try:
+            out, self.last_turns = averaged_over_turns(one_pass, x.cpu().numpy(), required=symmetry_average is True)
+        except SymmetryAverageError as exc:
+            raise ReconstructorInputError(str(exc)) from None
+        return out
 
     def _predict_batch(self, x: torch.Tensor, calibration: list[Any]) -> np.ndarray:
         y = self.model(self.network_input(x, calibration)).float()

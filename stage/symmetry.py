@@ -28,6 +28,7 @@ as the dose of `stage.dose` does, on a stream of its own.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -69,16 +70,38 @@ def _apply(grid: np.ndarray, op: SymmetryOp, axes: tuple[int, int], reversal: np
     return out
 
 
+def turn_stacks(op: SymmetryOp, cbed: np.ndarray) -> np.ndarray:
+    """A new array: ``op`` applied to (..., S, P, P) stacks of a square scan (S = n * n, row-major) and
+    their patterns, as the module docstring says."""
+    n = math.isqrt(cbed.shape[-3])
+    p = cbed.shape[-1]
+    grid = cbed.reshape(*cbed.shape[:-3], n, n, p, p)
+    k = grid.ndim
+    turned = _apply(_apply(grid, op, (k - 4, k - 3), None), op, (k - 2, k - 1), _pattern_reversal(p))
+    return np.ascontiguousarray(turned).reshape(cbed.shape)
+
+
+def turn_maps(op: SymmetryOp, maps: np.ndarray) -> np.ndarray:
+    """``op`` applied to square (..., y, x) maps (a view where numpy allows)."""
+    return _apply(maps, op, (maps.ndim - 2, maps.ndim - 1), None)
+
+
+def unturn_maps(op: SymmetryOp, maps: np.ndarray) -> np.ndarray:
+    """The inverse of `turn_maps`: the flips undone (each is its own inverse), then the transpose."""
+    axes = (maps.ndim - 2, maps.ndim - 1)
+    return _apply(_apply(maps, op._replace(transpose=False), axes, None), SymmetryOp(op.transpose, False, False),
+                  axes, None)
+
+
 def apply_op(op: SymmetryOp, cbed: np.ndarray, scan_shape: tuple[int, int], maps: list[np.ndarray]) -> None:
     """Apply ``op`` in place to the (S, P, P) stack of a square ``scan_shape`` scan and to each
     square [y, x] map of ``maps`` (see the module docstring for the conventions)."""
-    n = scan_shape[0]
-    p = cbed.shape[-1]
-    grid = cbed.reshape(n, n, p, p)
-    turned = _apply(_apply(grid, op, (0, 1), None), op, (2, 3), _pattern_reversal(p))
-    cbed[...] = turned.copy().reshape(cbed.shape)   # copied first: a view of cbed itself
+    if scan_shape[0] * scan_shape[1] != cbed.shape[0] or scan_shape[0] != scan_shape[1]:
+        raise UserError(f"a symmetry operation needs a square scan of the stack's {cbed.shape[0]} patterns, "
+                        f"got scan_shape {list(scan_shape)}")
+    cbed[...] = turn_stacks(op, cbed)
     for target in maps:
-        target[...] = _apply(target, op, (0, 1), None).copy()
+        target[...] = turn_maps(op, target).copy()   # copied first: a view of target itself
 
 
 def allowed_ops(meta: dict[str, Any], cbed_shape: tuple[int, ...], map_shape: tuple[int, ...]) -> tuple[SymmetryOp, ...]:

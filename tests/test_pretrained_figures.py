@@ -33,7 +33,10 @@ def test_a_shipped_model_scores_its_cards_figures_on_re_simulated_held_out_sampl
             sample = namsa.simulate_sample(material_id, zone_axis, cfg, variant=variant)
             assert sample.meta["sample_id"] == check["sample_id"]   # the same physics hash: the same sample
             writer.put(sample)
-    eval_cfg = EvaluationConfig(split="all", mean_baseline=False, n_bootstrap=0, n_panels=0, worst_k=0)
+    # the card's figures were made with or without symmetry averaging (cards before it: the single pass)
+    averaged = card.held_out_evaluation.symmetry_average if card.held_out_evaluation else False
+    eval_cfg = EvaluationConfig(split="all", mean_baseline=False, n_bootstrap=0, n_panels=0, worst_k=0,
+                                symmetry_average=averaged)
     result = evaluate(eval_cfg, data_cfg, [tmp_path / "data"], f"pretrained:{name}", tmp_path / "eval")
     scored = {s["sample_id"]: s for s in json.loads(result.metrics_json.read_text())["samples"]}
     for check in checks:

@@ -190,7 +190,7 @@ def cmd_reconstruct(args: argparse.Namespace) -> int:
              "dk_mrad": args.dk_mrad, "step_A": args.scan_step_a}
     with _hold(args):
         summary = reconstruct(args.file, args.model, args.out, calibrations=given, memory_gb=args.memory_gb,
-                              refine=args.refine)
+                              refine=args.refine, symmetry_average=args.symmetry_average)
     height, width = summary["shape"]
     print(f"reconstructed {height} x {width} maps at {summary['pixel_size_A'][0]:.4g} x "
           f"{summary['pixel_size_A'][1]:.4g} Angstrom/px into {summary['out']} "
@@ -303,6 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "network's map, kept only where it lowers the data error (slow: seconds to minutes per tile; "
                         "a tile whose map spans 0.75 rad of phase or more keeps the network's: it helps on specimens "
                         "thinner than about 50 Angstrom and leaves thicker ones nearly as the network made them)")
+    p.add_argument("--single-pass", dest="symmetry_average", action="store_false",
+                   help="run the network once per tile instead of averaging its maps over the scan's 8 rotations and "
+                        "mirrors (8 times faster; on the study's dev split the averaged maps' error is about 15%% lower)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="accepted for symmetry; no bar here")
     p.add_argument("--set", action=NoOverrides, help=argparse.SUPPRESS)
 

@@ -67,7 +67,8 @@ def _provenance(config: dict[str, Any], metrics: dict[str, Any]) -> dict[str, An
             "trained_on": {"config_name": config["name"], "variants": sim["variants"], "data": metrics["data"],
                            **_training_distribution(config)},
             "held_out_evaluation": {"split": metrics["config"]["split"], "headline": metrics["headline"],
-                                    "aggregates": metrics["aggregates"]}}
+                                    "aggregates": metrics["aggregates"],
+                                    "symmetry_average": metrics["config"].get("symmetry_average", False)}}
 
 
 #: held-out samples per element class whose figures `tests/test_pretrained_figures.py` re-makes from

@@ -25,7 +25,7 @@ BLOCK_SHARE = 0.5
 def reconstruct(source: Any, model: str | Path, out_dir: str | Path, *,
                 calibrations: Mapping[str, Any] | None = None, memory_gb: float = 2.0,
                 pattern_transform: Callable[[np.ndarray, int, int], np.ndarray] | None = None,
-                refine: bool | Any = False) -> dict[str, Any]:
+                refine: bool | Any = False, symmetry_average: bool = True) -> dict[str, Any]:
     """`namsa reconstruct`: a 4D-STEM scan -> the model's maps and the iCoM map in ``out_dir``.
 
     source: a file path, a `stage.microscope.RawScan`, or a py4DSTEM DataCube in memory.
@@ -39,6 +39,8 @@ def reconstruct(source: Any, model: str | Path, out_dir: str | Path, *,
     refine: True (or a `namsa.ptychography.refine.RefineSettings`) refines each tile's potential by
     single-slice ptychography started from it (`TileRefinement`), with the tile's fitted
     patterns and the calibration of the fit; reconstruction.json records each tile's data errors.
+    symmetry_average: each tile's maps averaged over the square group's 8 turns (`Reconstructor.predict`,
+    8 network passes); False: one pass per tile.
     Returns a summary: the files written, the pixel size (Angstrom) and what was resampled.
 
     Everything is written into a temporary sibling of ``out_dir`` that then replaces it as a whole
@@ -52,14 +54,15 @@ def reconstruct(source: Any, model: str | Path, out_dir: str | Path, *,
     out = require_directory(out_dir, make=False)  # made by the swap: a refused run leaves no trace
     tmp = start_replacing(out, is_output_name, INFO_FILE)  # refuses an unwritable --out before any work
     try:
-        return _reconstruct_into(tmp, out, source, model, calibrations or {}, memory_gb, pattern_transform, refine)
+        return _reconstruct_into(tmp, out, source, model, calibrations or {}, memory_gb, pattern_transform, refine,
+                                 symmetry_average)
     except BaseException:
         discard(tmp)
         raise
 
 
 def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, calibrations: Mapping[str, Any],
-                      memory_gb: float, transform: Any, refine: Any) -> dict[str, Any]:
+                      memory_gb: float, transform: Any, refine: Any, symmetry_average: bool) -> dict[str, Any]:
     """The work of `reconstruct`: open, check, stream tiles through the model, write, swap."""
     from models import load_reconstructor
     from models import scan_fit as fit
@@ -88,7 +91,8 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     refining = TileRefinement.start(rec, plan, expect, cal, refine) if refine else None
     with warnings.catch_warnings():  # predict's OutsideTrainingWarning: recorded in the JSON (checks.predict)
         warnings.simplefilter("ignore", fit.OutsideTrainingWarning)
-        stitched, com, scales = _stream(scan, plan, grid, rec, budget, transform, tile_cal, refining)
+        stitched, com, scales = _stream(scan, plan, grid, rec, budget, transform, tile_cal, refining,
+                                        symmetry_average)
     pixel = (plan.step_A[0] * expect.scan_shape[0] / expect.target_px,
              plan.step_A[1] * expect.scan_shape[1] / expect.target_px)
     maps = dict(zip(rec.targets, stitched))
@@ -99,6 +103,7 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     info = _reconstruct_info(scan.path, model, cal, expect, plan, grid, scales, notes, memory_gb)
     if rec.model.arch.physics_inputs:  # what the model's CoM/iCoM input planes were computed with
         info["physics_input_calibration"] = tile_cal.to_dict()
+    info["symmetry_average_turns"] = rec.last_turns   # 8: each tile's maps averaged over the turns; 1: one pass
     if refining is not None:
         info["refinement"] = refining.report()
     after = fit.check_after_inference(maps, rec.card, checks)
@@ -120,7 +125,8 @@ def _tile_calibration(plan: Any, expect: Any, energy_kv: float) -> Any:
 
 
 def _stream(scan: Any, plan: Any, grid: Any, rec: Any, budget: int, transform: Any,
-            tile_calibration: Any = None, refining: Any = None) -> tuple[np.ndarray, np.ndarray, list[float]]:
+            tile_calibration: Any = None, refining: Any = None,
+            symmetry_average: bool = True) -> tuple[np.ndarray, np.ndarray, list[float]]:
     """Blocks of tiles read, fitted, normalised per tile, predicted (with ``tile_calibration``: the physics
     input planes of a model that takes them, and every input report's probe step; each potential refined by ``refining``, a `TileRefinement`, when
     given) and blended; the centre of mass of every fitted pattern gathered on the way. Returns
@@ -149,7 +155,9 @@ def _stream(scan: Any, plan: Any, grid: Any, rec: Any, budget: int, transform: A
         # the file's one dose figure is the one measured as read (checks.before): the fitted tiles are
         # cropped and rebinned, so their counts no longer tell it
         for origin, maps in zip(block.origins, rec.predict(np.stack(tiles), calibration=tile_calibration,
-                                                           check_dose=False, **options)):
+                                                           check_dose=False,
+                                                           symmetry_average=None if symmetry_average else False,
+                                                           **options)):
             stitcher.add(maps, origin)
         if refining is not None:
             refining.record(block.origins, rec.last_refinement)
