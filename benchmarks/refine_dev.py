@@ -14,7 +14,9 @@ defaults it chose: 50 A and 0.75 rad). Simulates the first N dev materials
 (sorted ids) of the plan into OUT/data (kept: a rerun skips what is stored), then per setting `namsa evaluate
 --split dev` with iCoM, ptychography (cached in OUT/baseline-cache after the first) and network+ptycho into
 OUT/eval-NAME (a finished one is not run again), and prints each one's table (`rescore_table.table`) and its
-network+ptycho seconds per sample. The test split is not touched.
+network+ptycho seconds per sample. The test split is not touched. The network's maps are its symmetry
+average (`evaluation.symmetry_average`); every setting was chosen from its single pass (`--single-pass`, into
+an OUT of its own: a finished eval-NAME is not run again).
 """
 from __future__ import annotations
 
@@ -68,6 +70,9 @@ def main() -> None:
     parser.add_argument("--settings", nargs="+", default=list(DEFAULT_SETTINGS),
                         help="NAME=YAML: evaluation.network_ptycho for eval-NAME (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "plan-dev")
+    parser.add_argument("--single-pass", action="store_true",
+                        help="start from the network's single pass (evaluation.symmetry_average=false), how every "
+                             "setting was chosen on 2026-11-26; the default starts from its symmetry average")
     args = parser.parse_args()
     namsa = str(Path(sys.executable).with_name("namsa"))
     config_path, data = dev_data(args.plan, args.materials, args.out)
@@ -77,7 +82,8 @@ def main() -> None:
             subprocess.run([namsa, "evaluate", str(config_path), "--data", str(data), "--model", args.model,
                             "--out", str(out), "--no-progress", "--set", "evaluation.ptycho=true",
                             "--set", f"evaluation.network_ptycho={settings}",
-                            "--set", f"evaluation.baseline_cache={args.out / 'baseline-cache'}"], check=True)
+                            "--set", f"evaluation.baseline_cache={args.out / 'baseline-cache'}",
+                            "--set", f"evaluation.symmetry_average={str(not args.single_pass).lower()}"], check=True)
         metrics = json.loads((out / "metrics.json").read_text())
         seconds = metrics["compute_seconds"]["network+ptycho"]
         print(f"\n{name}: network_ptycho={settings} ({out}); network+ptycho {seconds['mean']:.1f} s per sample "

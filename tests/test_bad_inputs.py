@@ -124,6 +124,8 @@ CASES: list[Case] = [
          "evaluation.ptycho_convergence.rel_tol: Input should be greater than 0"),
     Case("set-evaluation-dose-zero", sim("evaluation.doses=[1000,0]"),
          "evaluation.doses.1: Input should be greater than 0"),
+    Case("set-symmetry-average-not-a-bool", sim("evaluation.symmetry_average=sometimes"),
+         "evaluation.symmetry_average: Input should be a valid boolean"),
     # -- config files ---------------------------------------------------------------------------
     Case("config-missing", ("simulate", "{tmp}/nope.yaml", "--out", "{tmp}/o"), "config file not found"),
     Case("config-is-a-directory", ("simulate", "{tmp}", "--out", "{tmp}/o"), "config file not found"),

@@ -451,6 +451,13 @@ def test_pretrained_study_scan_on_a_simulated_file_correlates_with_the_truth(tmp
     info = json.loads((tmp_path / "out" / "reconstruction.json").read_text())
     assert info["model_expects"]["source"] == "model card expects_input"
     assert len(info["resampling"]) == (1 if scan_px == 32 else 4), info["resampling"]
+    assert info["symmetry_average_turns"] == 8   # each tile's maps averaged over the turns by default
+    if scan_px == 32:   # --single-pass: one network pass per tile, a different map of the same specimen
+        assert _run("reconstruct", path, "--model", "pretrained:study-scan", "--out", tmp_path / "one",
+                    "--single-pass") == 0
+        assert json.loads((tmp_path / "one" / "reconstruction.json").read_text())["symmetry_average_turns"] == 1
+        single = np.load(tmp_path / "one" / "potential.npy")
+        assert single.shape == got.shape and not np.allclose(single, got)
 
 
 @pytest.mark.usefixtures("one_thread")

@@ -121,3 +121,38 @@ def test_the_tiny_model_whose_maps_are_twice_its_scan_is_refused_averaging_in_on
     assert rec.predict(cbed).shape[-1] == 2 * int(np.sqrt(cbed.shape[0])) and rec.last_turns == 1
     with pytest.raises(ReconstructorInputError, match="square scan, square patterns and maps of the scan's size"):
         rec.predict(cbed, symmetry_average=True)
+
+
+def test_evaluation_scores_the_averaged_maps_unless_told_not_to(flagship, tmp_path):
+    import json
+
+    import namsa
+    import stage
+    from evaluation import EvaluationConfig, evaluate
+    from evaluation.views import FIELD, field_map
+    from namsa.icom import calibration_from_meta
+
+    cfg = namsa.SimulationConfig(scan_shape=(32, 32), pattern_px=32, target_px=32)   # the flagship's physics
+    sample = namsa.simulate_sample(namsa.load_structure("Si-diamond"), (0, 0, 1), cfg)
+    with stage.StoreWriter(tmp_path / "data" / "store-0", config_hash=cfg.physics_hash()) as writer:
+        writer.put(sample)
+    scored = {}
+    for averaged in (True, False):
+        eval_cfg = EvaluationConfig(split="all", mean_baseline=False, n_bootstrap=0, n_panels=0, worst_k=0,
+                                    symmetry_average=averaged)
+        result = evaluate(eval_cfg, stage.DataConfig(), [tmp_path / "data"], "pretrained:study-scan-gpu",
+                          tmp_path / f"eval-{averaged}")
+        metrics = json.loads(result.metrics_json.read_text())
+        assert metrics["config"]["symmetry_average"] is averaged
+        scored[averaged] = metrics["samples"][0]["metrics"]["potential"]["network"][FIELD]["rel_l2"]
+    with stage.open_stores(tmp_path / "data") as stores:
+        sample = stores[0]   # as stored (float16 patterns): what the evaluation read
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for averaged in (True, False):
+            own = flagship.predict(sample.cbed.astype(np.float32), calibration_from_meta(sample.meta),
+                                   symmetry_average=None if averaged else False)[0]
+            truth = sample.potential.astype(np.float64)
+            expected = np.linalg.norm(field_map(own, truth) - truth) / np.linalg.norm(truth)
+            assert scored[averaged] == pytest.approx(expected, rel=1e-4)
+    assert scored[True] != pytest.approx(scored[False], rel=1e-3)
