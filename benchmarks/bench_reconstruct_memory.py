@@ -7,14 +7,15 @@ then in fresh processes, one after the other:
 
 1. a plain chunked read of the same file (h5py, one scan row at a time, the data summed so that
    every byte is touched): the reference rate and RSS;
-2. ``namsa reconstruct FILE --model pretrained:study-scan --memory-gb GB``.
+2. ``namsa reconstruct FILE --model pretrained:study-scan --memory-gb GB`` (``--single-pass`` with this
+   script's ``--single-pass``: every figure before 2026-11-27 was one network pass per tile).
 
 Each child's peak RSS is its ``ru_maxrss`` (resource.getrusage(RUSAGE_CHILDREN) read by a wrapper
 process that runs only that child); throughput is patterns (probe positions) per second of wall
 time. Prints one JSON line; benchmarks/RESULTS.md records the figures.
 
 Usage:  python benchmarks/bench_reconstruct_memory.py [--size-gb 20] [--memory-gb 2] [--dir /tmp]
-        [--keep]
+        [--keep] [--single-pass]
 """
 from __future__ import annotations
 
@@ -108,10 +109,12 @@ def plain_read_argv(path: Path) -> list[str]:
     return [sys.executable, "-c", code, str(path)]
 
 
-def reconstruct_argv(path: Path, out: Path, memory_gb: float, model: str = "pretrained:study-scan") -> list[str]:
+def reconstruct_argv(path: Path, out: Path, memory_gb: float, model: str = "pretrained:study-scan",
+                     single_pass: bool = False) -> list[str]:
     """A child running `namsa reconstruct` (this checkout's code) on ``path``."""
     return [sys.executable, "-c", "import sys; from workflow.cli import main; sys.exit(main(sys.argv[1:]))",
-            "reconstruct", str(path), "--model", model, "--out", str(out), "--memory-gb", str(memory_gb)]
+            "reconstruct", str(path), "--model", model, "--out", str(out), "--memory-gb", str(memory_gb),
+            *(["--single-pass"] if single_pass else [])]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-gb", type=float, default=2.0, help="namsa reconstruct --memory-gb (default 2)")
     parser.add_argument("--dir", type=Path, default=Path("/tmp"), help="where the file is written")
     parser.add_argument("--keep", action="store_true", help="keep the synthetic file")
+    parser.add_argument("--single-pass", action="store_true",
+                        help="namsa reconstruct --single-pass (one network pass per tile, as every run before "
+                             "2026-11-27; the default averages 8 turns of each tile)")
     args = parser.parse_args(argv)
     scan = scan_for(args.size_gb)
     path = args.dir / f"namsa-bench-{scan[0]}x{scan[1]}.hspy"
@@ -128,13 +134,13 @@ def main(argv: list[str] | None = None) -> int:
     written = time.perf_counter() - t0
     try:
         plain = measure(plain_read_argv(path))
-        recon = measure(reconstruct_argv(path, args.dir / "namsa-bench-out", args.memory_gb))
+        recon = measure(reconstruct_argv(path, args.dir / "namsa-bench-out", args.memory_gb, single_pass=args.single_pass))
     finally:
         if not args.keep:
             os.unlink(path)
     patterns = scan[0] * scan[1]
     print(json.dumps({"file_gb": patterns * DETECTOR_PX ** 2 * 4 / 1e9, "scan": list(scan), "write_s": written,
-                      "memory_gb": args.memory_gb,
+                      "memory_gb": args.memory_gb, "single_pass": args.single_pass,
                       "plain_read": {**plain, "patterns_per_s": patterns / plain["seconds"]},
                       "reconstruct": {**recon, "patterns_per_s": patterns / recon["seconds"]}}))
     return 0

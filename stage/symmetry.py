@@ -1,4 +1,5 @@
-"""Symmetry as augmentation: the square group's 8 rotations/mirrors, applied in the loader.
+"""The square group's 8 rotations/mirrors of a whole experiment: drawn in the loader as augmentation,
+and averaged over at prediction (`models.symmetry_average`, with `turn_stacks` / `unturn_maps`).
 
 Turning (or mirroring) the whole experiment about the beam axis turns everything it records
 together: the probe positions, every diffraction pattern and the projected maps. For a round
