@@ -272,6 +272,15 @@ def test_an_empty_store_is_removed_on_close_and_a_store_with_samples_kept(tmp_pa
     assert len(stage.open_store(full)) == 1
     with stage.StoreWriter(empty, config_hash=CONFIG_HASH) as again:  # the name is free for a new store
         assert len(again) == 0
+    # a reader of the empty store still open in this process: the store is kept, and a later writer of
+    # the same path writes into real files (not into a cached handle on deleted ones)
+    writer = stage.StoreWriter(empty, config_hash=CONFIG_HASH)
+    reader = stage.open_store(empty, allow_empty=True)
+    assert not writer.close_removing_if_empty() and (empty / "data.mdb").is_file()
+    reader.close()
+    with stage.StoreWriter(empty, config_hash=CONFIG_HASH) as again:
+        again.put(make_samples(1, scan=(2, 2), px=8)[0])
+    assert len(stage.open_store(empty)) == 1
 
 
 def _two_overlapping_stores(root: Path) -> Path:
