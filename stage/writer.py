@@ -343,9 +343,8 @@ class StoreWriter:
 
     def close_removing_if_empty(self) -> bool:
         """Close the store; when it holds no sample (and no reader in this process has it open), delete it
-        first (True), so that a writer whose
-        whole share was stored by other writers, or failed, leaves no EMPTY store behind for
-        ``namsa inspect --verify`` to flag. The lock is held until the files are gone, and data.mdb
+        first (True), so that a writer whose whole share was stored by other writers, or failed, leaves
+        no EMPTY store behind for ``namsa inspect --verify`` to flag. The lock is held until the files are gone, and data.mdb
         goes after the other files: another writer trying this directory meanwhile finds it locked
         or still a store (never a stray file), and a reader never finds half a store."""
         if self._env is None or self._index or self._entry.refs > 1:
