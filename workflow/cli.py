@@ -305,7 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "thinner than about 50 Angstrom and leaves thicker ones nearly as the network made them)")
     p.add_argument("--single-pass", dest="symmetry_average", action="store_false",
                    help="run the network once per tile instead of averaging its maps over the scan's 8 rotations and "
-                        "mirrors (8 times faster; on the study's dev split the averaged maps' error is about 15%% lower)")
+                        "mirrors (8 times less network time; on the study's dev split the averaged maps' error is "
+                        "about 15%% lower)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="accepted for symmetry; no bar here")
     p.add_argument("--set", action=NoOverrides, help=argparse.SUPPRESS)
 
