@@ -39,6 +39,7 @@ def smoothing_control(model: str, data: Path) -> dict[str, float]:
     from scipy.ndimage import gaussian_filter
 
     import stage
+    from evaluation.metrics import relative_l2
     from evaluation.views import field_map
     from models import load_reconstructor
     from namsa.icom import calibration_from_meta
@@ -53,7 +54,7 @@ def smoothing_control(model: str, data: Path) -> dict[str, float]:
                                  check_dose=False, symmetry_average=False)[rec.targets.index("potential")]
             for sigma in SIGMAS_PX:
                 est = field_map(gaussian_filter(single.astype(np.float64), sigma, mode="wrap"), truth)
-                errors[f"sigma {sigma} px"].append(float(np.linalg.norm(est - truth) / np.linalg.norm(truth)))
+                errors[f"sigma {sigma} px"].append(relative_l2(est, truth))
     return {name: float(np.mean(values)) for name, values in errors.items()}
 
 

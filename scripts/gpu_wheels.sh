@@ -65,6 +65,6 @@ mapfile -t wanted < <(grep -v '^#' "$OUT/urls.txt")
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 "${PLATFORMS[@]}" -d "$OUT" "${wanted[@]}"
 rm -f "$report" "$OUT/urls.txt"
 # The GPU study's plan, made here so that the device's simulate step reads it instead of planning
-# (~45 s of its 200 s on an H200): namsa.plan_cache; scripts/gpu_study.sh sets execution.plan_cache_dir
+# (~45 s of its 200 s on an H200): workflow.plan_cache; scripts/gpu_study.sh sets execution.plan_cache_dir
 "${VENV_PY:-.venv/bin/python}" scripts/store_plan.py configs/gpu-study.yaml "$OUT/plans" --wheels "$OUT"
 echo "$(ls "$OUT"/*.whl | wc -l) wheels, $(du -sh "$OUT" | cut -f1) in $OUT"

@@ -1,4 +1,4 @@
-"""Store a config's simulation plan in DIR (`namsa.plan_cache`) ahead of a run elsewhere that sets
+"""Store a config's simulation plan in DIR (`workflow.plan_cache`) ahead of a run elsewhere that sets
 execution.plan_cache_dir to DIR, so that run reads the plan instead of spending a minute or two of
 one core on it (scripts/gpu_wheels.sh stores the GPU study's, which scripts/gpu_study.sh reads).
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from namsa.plan_cache import PLANNING_LIBRARIES, cached_plan, library_version, plan_key  # noqa: E402
+from workflow.plan_cache import PLANNING_LIBRARIES, cached_plan, library_version, plan_key  # noqa: E402
 from workflow.config import load_config  # noqa: E402
 
 

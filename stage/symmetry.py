@@ -94,12 +94,9 @@ def unturn_maps(op: SymmetryOp, maps: np.ndarray) -> np.ndarray:
                   axes, None)
 
 
-def apply_op(op: SymmetryOp, cbed: np.ndarray, scan_shape: tuple[int, int], maps: list[np.ndarray]) -> None:
-    """Apply ``op`` in place to the (S, P, P) stack of a square ``scan_shape`` scan and to each
-    square [y, x] map of ``maps`` (see the module docstring for the conventions)."""
-    if scan_shape[0] * scan_shape[1] != cbed.shape[0] or scan_shape[0] != scan_shape[1]:
-        raise UserError(f"a symmetry operation needs a square scan of the stack's {cbed.shape[0]} patterns, "
-                        f"got scan_shape {list(scan_shape)}")
+def apply_op(op: SymmetryOp, cbed: np.ndarray, maps: list[np.ndarray]) -> None:
+    """Apply ``op`` in place to the (S, P, P) stack of a square scan and to each square [y, x] map of
+    ``maps`` (see the module docstring for the conventions; `allowed_ops` refuses other grids first)."""
     cbed[...] = turn_stacks(op, cbed)
     for target in maps:
         target[...] = turn_maps(op, target).copy()   # copied first: a view of target itself
@@ -135,5 +132,5 @@ class SymmetryAugmentation:
         """Draw this (epoch, sample)'s operation and apply it in place to ``cbed`` and ``maps``."""
         map_shape = maps[0].shape if maps else (int(meta["scan_shape"][0]),) * 2
         op = self.draw(meta, epoch, allowed_ops(meta, cbed.shape, map_shape))
-        apply_op(op, cbed, tuple(int(s) for s in meta["scan_shape"]), maps)
+        apply_op(op, cbed, maps)
         return op

@@ -352,8 +352,7 @@ class StoreWriter:
             # it would leave a cached handle on unlinked files for the next writer of this path
             self.close()
             return False
-        self._env.sync(True)
-        _release_env(self.path, self._entry)
+        _release_env(self.path, self._entry)   # no sync: its files are deleted next
         self._env = None
         keep = (DATA_NAME, "lock.mdb", LOCK_NAME)
         for item in self.path.iterdir():

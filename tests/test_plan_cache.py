@@ -1,4 +1,4 @@
-"""execution.plan_cache_dir (`namsa.plan_cache`): a stored plan is read instead of planned again only
+"""execution.plan_cache_dir (`workflow.plan_cache`): a stored plan is read instead of planned again only
 while everything the plan is a function of is unchanged; a bad or foreign file is planned over, never
 trusted; `namsa simulate` says when it read one and simulates the same samples."""
 from __future__ import annotations
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from namsa import SimulationConfig, plan_cache, plan_samples
+from namsa import SimulationConfig, plan_samples
+from workflow import plan_cache
 from workflow.cli import main
 from workflow.data_runners import stored_ids
 

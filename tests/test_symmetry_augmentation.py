@@ -81,7 +81,7 @@ def test_each_op_equals_the_simulation_of_the_turned_specimen(original, op):
     px, sim = original
     turned = _simulate(_turned(ATOMS[0], op), px)
     cbed, maps = sim.cbed.copy(), [sim.potential.copy(), sim.density.copy()]
-    apply_op(op, cbed, (SCAN, SCAN), maps)
+    apply_op(op, cbed, maps)
     np.testing.assert_allclose(maps[0], turned.potential, rtol=0, atol=1e-4 * turned.potential.max())
     np.testing.assert_allclose(maps[1], turned.density, rtol=0, atol=1e-4 * turned.density.max())
     inner = slice(1, None) if px % 2 == 0 else slice(None)
@@ -146,7 +146,7 @@ def test_the_loader_applies_the_drawn_op_to_patterns_and_targets_together(store)
             item, ref = turned[i], plain[i]
             cbed, target = ref["cbed"].numpy().copy(), ref["target"].numpy().copy()
             meta = {**_square_sample().meta, "sample_id": turned.sample_id(i)}
-            apply_op(aug.draw(meta, epoch, OPS), cbed, (8, 8), [target[0], target[1]])
+            apply_op(aug.draw(meta, epoch, OPS), cbed, [target[0], target[1]])
             torch.testing.assert_close(item["cbed"], torch.from_numpy(cbed), rtol=0, atol=0)
             torch.testing.assert_close(item["target"], torch.from_numpy(target), rtol=0, atol=0)
 

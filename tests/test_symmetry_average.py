@@ -36,7 +36,7 @@ def test_a_batch_is_turned_as_each_of_its_stacks():
         batched = turn_stacks(op, stacks)
         for b in range(3):
             one = stacks[b].copy()
-            apply_op(op, one, (4, 4), [])
+            apply_op(op, one, [])
             np.testing.assert_array_equal(batched[b], one)
 
 

@@ -140,7 +140,7 @@ class ExecutionConfig(_Section):
                               not failed (a rerun simulates them), and training starts on what exists;
                               each worker takes its samples in an interleaved order, so a cut set still
                               spans the materials. None: no deadline.
-    plan_cache_dir:           where the plan of the simulation section is kept (`namsa.plan_cache`):
+    plan_cache_dir:           where the plan of the simulation section is kept (`workflow.plan_cache`):
                               read there when the config, the namsa package and the structure
                               libraries are unchanged, else made and stored; None: planned afresh
                               every time. Relative paths are relative to the working directory.

@@ -113,8 +113,8 @@ def interleaved(specs: Sequence[Any]) -> list[Any]:
 
 def plan(cfg: "PipelineConfig"):
     """`namsa.plan_samples` over the config's simulation section, or the plan kept in
-    execution.plan_cache_dir (`namsa.plan_cache`); an empty plan is bad input."""
-    from namsa.plan_cache import cached_plan
+    execution.plan_cache_dir (`workflow.plan_cache`); an empty plan is bad input."""
+    from .plan_cache import cached_plan
 
     planned, read_from = cached_plan(cfg.simulation, cfg.execution.plan_cache_dir)
     if read_from is not None:
@@ -176,8 +176,8 @@ def simulate_specs(sim_cfg: "SimulationConfig", data_cfg: "DataConfig", store_di
     used: a lock clash is never a sample failure. A sample whose simulation raises is recorded in
     ``failed`` with a one-line reason and skipped (a store failure, e.g. a full disk, is not a
     sample failure and propagates). A store that ends up holding no sample (every id of its share
-    stored by another writer, or failed) is removed, not left EMPTY. ``progress_path`` gets a small JSON after every sample so a
-    driver can show live progress across processes. ``deadline_at`` (epoch seconds): no sample is
+    stored by another writer, or failed) is removed, not left EMPTY. ``progress_path`` gets a small
+    JSON after every sample so a driver can show live progress across processes. ``deadline_at`` (epoch seconds): no sample is
     started after it, and ``specs`` are taken in `interleaved` order so that what is done by then
     spans the materials.
     """

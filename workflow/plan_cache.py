@@ -9,24 +9,27 @@ numpy and scipy versions are deliberately not part of the key, so that a plan ma
 serves another (scripts/gpu_study.sh reads the study's plan made on the build machine): at worst
 another numpy resolves a floating-point tie between two zone axes differently, and the stored plan is
 still a valid plan of the config, the same one on both machines.
+
+Orchestration, not physics: it lives beside the runners that plan, and stores through stage's one
+atomic JSON writer (`stage.jsonfile.write_json_atomic`).
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from importlib import metadata
 from pathlib import Path
 
-from .config import MACHINE_FIELDS, SimulationConfig
-from .errors import UserError
-from .plan import Plan, SampleSpec, plan_samples
-from .sample import config_hash
+import namsa
+from namsa.config import MACHINE_FIELDS, SimulationConfig
+from namsa.errors import UserError
+from namsa.plan import Plan, SampleSpec, plan_samples
+from namsa.sample import config_hash
+from stage.jsonfile import write_json_atomic
 
 #: the structure libraries whose answers a plan holds (symmetry, oxidation states, neighbours)
 PLANNING_LIBRARIES = ("pymatgen", "pymatgen-core", "spglib")
-_PACKAGE_DIR = Path(__file__).resolve().parent
+_PACKAGE_DIR = Path(namsa.__file__).resolve().parent
 
 
 def cached_plan(cfg: SimulationConfig, cache_dir: str | Path | None) -> tuple[Plan, Path | None]:
@@ -41,7 +44,7 @@ def cached_plan(cfg: SimulationConfig, cache_dir: str | Path | None) -> tuple[Pl
         return stored, path
     plan = plan_samples(cfg)
     try:
-        _write(path, key, plan)
+        write_json_atomic(path, _payload(key, plan), make_parents=True)
     except OSError as exc:
         raise UserError(f"execution.plan_cache_dir={cache_dir}: cannot store the plan there ({exc.strerror or exc}); "
                         f"point it at a writable folder or leave it unset") from exc
@@ -89,19 +92,10 @@ def _read(path: Path, key: str) -> Plan | None:
         return None
 
 
-def _write(path: Path, key: str, plan: Plan) -> None:
-    """Store ``plan`` atomically (a killed writer leaves the old file or none, never half of one)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"key": key, "specs": [[s.material_id, list(s.zone_axis), s.variant] for s in plan.specs],
-               "failures": [list(f) for f in plan.failures], "sources": plan.sources}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def _payload(key: str, plan: Plan) -> dict:
+    """The stored form of ``plan`` under ``key`` (what `_read` reads back)."""
+    return {"key": key, "specs": [[s.material_id, list(s.zone_axis), s.variant] for s in plan.specs],
+            "failures": [list(f) for f in plan.failures], "sources": plan.sources}
 
 
 __all__ = ["cached_plan", "plan_key", "library_version", "PLANNING_LIBRARIES"]
