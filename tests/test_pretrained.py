@@ -37,6 +37,8 @@ def test_publish_a_run_and_load_it_back(tiny_trained_model, tiny_data_dir, tiny_
     assert card["name"] == "tiny-test"
     assert card["expects_input"]["scan_shape"] == [8, 8] and card["expects_input"]["energy_kv"] == 200.0
     assert set(card["held_out_evaluation"]["headline"]["potential"]) >= {"network", "mean", "icom"}
+    # how its figures were made travels with them: the slow card test re-makes them the same way
+    assert card["held_out_evaluation"]["symmetry_average"] is True
     assert absolute_paths(card) == []                           # no paths of the machine it was made on
     assert card["simulation_config"]["scan_shape"] == [8, 8] and "dose_augmentation" in card["trained_on"]
     # the physics, not the machine: a card published from a GPU node re-simulates on any machine
