@@ -139,18 +139,26 @@ def test_iterate_stops_on_the_plateau_halves_the_step_when_the_error_rises_and_r
 
 
 def test_converged_single_slice_stops_on_its_data_error_without_the_truth_and_beats_four_iterations(thick_si):
-    """The truth is not passed at all (no potential attribute); the converged run explains the data
-    better than 4 iterations and, scored afterwards, is closer to the truth. Measured 2026-11-23 on a
-    16 x 16 scan of the same sample: rel. L2 (legacy rule: least-squares scaled) 0.456 at 4 iterations, 0.228
-    after 48."""
+    """The truth is not passed at all (no potential attribute); under the evaluation's own stop rule
+    (window 4, 2% per window) the converged run explains the data better than 4 iterations and, scored
+    afterwards, is closer to the truth.
+
+    The rule is tested where the data error has reached its slow tail, not on the shoulder after the
+    first big drop: there (iterations 5-9 of this sample) the error falls 1.2-1.6% an iteration and then
+    speeds up again, so a looser 5% rule stopped there or ran on to its cap by the fourth digit of the
+    error, which a fresh install's libraries moved (the 5% test fails at its own commit on 2026-11's
+    versions, with numpy 2.3.5 or scipy 1.16.3 put back alone too). In the tail the drop per window shrinks steadily, so drift moves the stop by an iteration or
+    two and nothing here changes. Measured 2026-11-28: stops after 85 iterations (data error 0.0034
+    against 0.0121 at 4); rel. L2 (legacy rule: least-squares scaled) 0.129 against 0.309 at 4."""
     blind = _without_truth(thick_si)
     shape = thick_si.potential.shape
-    rule = ConvergenceRule(window=4, rel_tol=0.05, max_iterations=40)
+    rule = ConvergenceRule(max_iterations=400)       # the default rule; a cap far past where it stops
+    assert (rule.window, rule.rel_tol) == (4, 0.02)
     converged = ptycho_from_sample(blind, output_shape=shape, iterations=None, convergence=rule)
     four = ptycho_from_sample(blind, output_shape=shape, iterations=4)
-    assert converged.converged and 4 < converged.iterations < 40 and len(converged.errors) == converged.iterations
+    assert converged.converged and 4 < converged.iterations < 400 and len(converged.errors) == converged.iterations
     assert not rule.converged(converged.errors[:-1])       # it stopped at the first iteration the rule allowed
-    assert converged.error < four.error
+    assert converged.error < four.error / 2
     truth = thick_si.potential.astype(np.float64)
     assert relative_l2(fit_to_truth(converged.potential, truth)[0], truth) < \
         relative_l2(fit_to_truth(four.potential, truth)[0], truth)
