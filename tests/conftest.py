@@ -1,7 +1,13 @@
-"""Shared pytest setup: GPU tests skip cleanly on machines without a CUDA device."""
+"""Shared pytest setup: GPU tests skip cleanly on machines without a CUDA device; hypothesis' fuzzing
+profiles (tests/fuzzing.py) are registered before any test module builds its settings, and every
+hypothesis test is marked ``fuzz`` (what `make fuzz` selects)."""
 from __future__ import annotations
 
 import pytest
+
+from fuzzing import register_profiles
+
+register_profiles()
 
 
 def _cuda_available() -> bool:
@@ -19,6 +25,9 @@ def _cuda_available() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+            item.add_marker(pytest.mark.fuzz)
     if _cuda_available():
         return
     skip_gpu = pytest.mark.skip(reason="no CUDA GPU on this machine (run with -m gpu on a GPU node)")

@@ -20,8 +20,10 @@ from pathlib import Path
 import yaml
 from datetime import timedelta
 
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import given
 from hypothesis import strategies as st
+
+from fuzzing import fuzz_settings
 
 from workflow.cli import main
 
@@ -76,9 +78,7 @@ def mutated_config(draw) -> bytes:
     return yaml.safe_dump(cfg, allow_unicode=True).encode()
 
 
-@seed(18)
-@settings(max_examples=60, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@fuzz_settings(60)
 @given(content=mutated_config())
 def test_a_malformed_config_is_one_line_or_runs(content, tmp_path_factory, capsys):
     root = tmp_path_factory.mktemp("fuzz")
@@ -149,9 +149,7 @@ def hostile_config(draw) -> tuple[bytes, list[str]]:
     return (others + text).encode(), []
 
 
-@seed(32)
-@settings(max_examples=40, deadline=timedelta(seconds=20), derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large])
+@fuzz_settings(40, deadline=timedelta(seconds=20))
 @given(hostile=hostile_config())
 def test_hostile_yaml_is_one_line_in_bounded_time(hostile, tmp_path_factory, capsys):
     content, extra = hostile

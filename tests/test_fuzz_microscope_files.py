@@ -27,8 +27,10 @@ from _models_fixture import tiny_trained_model  # noqa: F401  (session fixture)
 h5py = pytest.importorskip("h5py")
 pytest.importorskip("rsciio")
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
+from hypothesis import assume, given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+
+from fuzzing import fuzz_settings  # noqa: E402
 from test_reconstruct_cli import _run, _signal, sample, tiny_model  # noqa: E402, F401  (shared fixtures)
 
 DTYPES = ["float32", "float64", "uint16", "int8", "bool", "complex64"]
@@ -104,8 +106,7 @@ def _mutate(path: Path, mutation: str, cut: float, secret: Path) -> None:
             fh.create_dataset("zz-external", shape=(16,), dtype="u1", external=[(str(secret) + ".raw", 0, 16)])
 
 
-@settings(max_examples=60, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@fuzz_settings(60)
 @given(spec=files)
 def test_malformed_hdf5_files_are_one_line_or_reconstructed(spec, sample, tiny_model, tmp_path_factory, capsys):
     root = tmp_path_factory.mktemp("fuzz")
@@ -218,8 +219,7 @@ def _one_line_or_maps(root: Path, scan: Path, model: Any, capsys, *flags: Any) -
     return rc
 
 
-@settings(max_examples=40, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@fuzz_settings(40)
 @given(spec=hspy_meta)
 def test_mutated_hspy_calibrations_are_one_line_or_reconstructed(spec, sample, tiny_model, tmp_path_factory,
                                                                  capsys):
@@ -231,8 +231,7 @@ def test_mutated_hspy_calibrations_are_one_line_or_reconstructed(spec, sample, t
     _one_line_or_maps(root, root / "scan.hspy", tiny_model[0], capsys)
 
 
-@settings(max_examples=25, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@fuzz_settings(25)
 @given(spec=empad_meta)
 def test_mutated_empad_headers_are_one_line_or_reconstructed(spec, sample, tiny_model, tmp_path_factory, capsys):
     root = tmp_path_factory.mktemp("fuzzempad")

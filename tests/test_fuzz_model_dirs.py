@@ -16,17 +16,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import models
 from models import checkpoint as ckpt
 from models.card import CARD_FILE
 from namsa.errors import UserError
+from fuzzing import fuzz_settings
 from test_hostile_model_dirs import make_run, record_weights
 
-SETTINGS = settings(max_examples=60, derandomize=True, deadline=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+SETTINGS = fuzz_settings(60)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(1 << 70), 1 << 70) | st.floats(allow_nan=False)

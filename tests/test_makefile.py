@@ -52,3 +52,52 @@ def test_jupyterlab_is_not_a_dev_dependency():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     required = project["dependencies"] + [d for extra in project["optional-dependencies"].values() for d in extra]
     assert not [d for d in required if d.lower().startswith("jupyterlab")]
+
+
+def _pins() -> dict[str, str]:
+    """constraints.txt as {canonical name: version}."""
+    from packaging.utils import canonicalize_name
+
+    lines = (ROOT / "constraints.txt").read_text().splitlines()
+    pins = [line.split("==") for line in lines if line.strip() and not line.startswith("#")]
+    assert all(len(pin) == 2 for pin in pins), "every line of constraints.txt is NAME==VERSION"
+    return {canonicalize_name(name): version for name, version in pins}
+
+
+def test_every_requirement_of_make_venv_is_pinned_at_a_version_it_allows():
+    # A fresh clone must install what the suite passed with: each of pyproject's requirements (the
+    # package's and [dev]'s, which make venv installs) has an exact pin inside its own range.
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pins = _pins()
+    for spec in project["dependencies"] + project["optional-dependencies"]["dev"]:
+        requirement = Requirement(spec)
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{name} is not pinned in constraints.txt: run make lock"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (spec, pins[name])
+    assert "horovod" not in pins and "namsa" not in pins   # built here / this checkout
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_venv_installs_from_the_constraints_and_torch_at_their_pin(tmp_path):
+    lines = dry_run("venv", tmp_path / "venv")
+    installs = [line for line in lines if " -m pip install -q " in line and "--upgrade pip" not in line]
+    assert len(installs) == 2 and all(" -c constraints.txt " in line for line in installs), installs
+    torch = next(line for line in installs if "torch==" in line).split("torch==")[1].split()[0]
+    assert _pins()["torch"] == torch
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_test_latest_runs_the_suite_unconstrained_in_its_own_venv_and_lock_writes_only_after_it(tmp_path):
+    latest = tmp_path / "latest"
+    lines = subprocess.run(["make", "-n", "--no-print-directory", "lock", f"LATEST_VENV={latest}"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.splitlines()
+    suite = next(i for i, line in enumerate(lines) if "-m pytest" in line)
+    assert lines[suite].startswith(f"{latest}/bin/python -m pytest")
+    assert any(" -c /dev/null " in line for line in lines[:suite])   # the newest versions, no pins
+    written = next(i for i, line in enumerate(lines) if "> constraints.txt.new" in line)
+    assert written > suite and "mv constraints.txt.new constraints.txt" in lines[written]
