@@ -329,21 +329,22 @@ def validate_card(obj: Any, where: str) -> ModelCard:
                             f"(or re-export the model)") from None
 
 
-def parse_json_bytes(raw: bytes, where: str, limit: int = MAX_CARD_BYTES) -> Any:
-    """JSON from untrusted bytes: size, UTF-8, nesting depth and syntax checked; one line otherwise."""
+def parse_json_bytes(raw: bytes, where: str, limit: int = MAX_CARD_BYTES, kind: str = "a card") -> Any:
+    """JSON from untrusted bytes: size, UTF-8, nesting depth and syntax checked; one line otherwise
+    (``kind``: what the file should have been, for the message, e.g. "a card")."""
     if len(raw) > limit:
-        raise ModelDirError(f"{where} is {len(raw)} bytes, more than the {limit} a card may have; it is not a card")
+        raise ModelDirError(f"{where} is {len(raw)} bytes, more than the {limit} {kind} may have; it is not {kind}")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ModelDirError(f"{where} is not UTF-8 text (byte {exc.start}); it is damaged or not a card") from None
+        raise ModelDirError(f"{where} is not UTF-8 text (byte {exc.start}); it is damaged or not {kind}") from None
     if _depth(text) > MAX_JSON_DEPTH:
-        raise ModelDirError(f"{where} nests deeper than {MAX_JSON_DEPTH} levels; it is not a card")
+        raise ModelDirError(f"{where} nests deeper than {MAX_JSON_DEPTH} levels; it is not {kind}")
     try:
         return json.loads(text, parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
         reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
-        raise ModelDirError(f"{where} is not valid JSON ({reason}); it is damaged or not a card") from None
+        raise ModelDirError(f"{where} is not valid JSON ({reason}); it is damaged or not {kind}") from None
 
 
 def _no_constant(name: str) -> float:

@@ -10,27 +10,19 @@ import yaml
 
 import models
 from _models_fixture import tiny_trained_model  # noqa: F401  (session fixture)
-from evaluation import EvaluationConfig, evaluate
+from _publish_fixture import finished_run  # noqa: F401  (session fixture)
 from evaluation.views import FIELD
 from models.reconstructor import ReconstructorInputError
 from namsa.config import MACHINE_FIELDS
 from namsa.errors import UserError
 from workflow import pretrained
-from workflow.config import PipelineConfig, dump_config
 from workflow.cli import main
 
 
-def test_publish_a_run_and_load_it_back(tiny_trained_model, tiny_data_dir, tiny_sim_config, tmp_path):  # noqa: F811
-    import shutil
-
+def test_publish_a_run_and_load_it_back(finished_run, tiny_trained_model, tiny_data_dir, tmp_path):  # noqa: F811
     import stage
 
-    run = tmp_path / "run"
-    shutil.copytree(tiny_trained_model.model_dir, run / "model")
-    evaluate(EvaluationConfig(n_bootstrap=20, n_panels=1, worst_k=1), stage.DataConfig(), [tiny_data_dir],
-             run / "model", run / "eval")
-    cfg = PipelineConfig(simulation=tiny_sim_config, model={"preset": "tiny", "in_channels": 64})
-    (run / "config.resolved.yaml").write_text(dump_config(cfg))
+    run = finished_run
     assert main(["publish", str(run), "tiny-test", "--out", str(tmp_path / "shipped")]) == 0   # `namsa publish`
     dest = tmp_path / "shipped" / "tiny-test"
     card = json.loads((dest / "model_card.json").read_text())

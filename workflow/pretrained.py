@@ -13,62 +13,76 @@ loads the folder; published into the package's ``models/pretrained/`` (only on r
 """
 from __future__ import annotations
 
-import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from evaluation.methods import NETWORK
-from evaluation.views import LEGACY
 from models import checkpoint as ckpt
 from models.card import CARD_FILE, open_regular, validate_card
 from models.card_writer import write_card
 from models.reconstructor import PRETRAINED_DIR, load_reconstructor
-from namsa.config import MACHINE_FIELDS, SimulationConfig
 from namsa.errors import UserError
 from namsa.sampling import sampling_fields
 
+from .publish_inputs import HeldOutMetrics, RunConfig, read_run
+from .replace_out import replaced_atomically
+
 #: where `namsa publish --into-package` writes (the package's data folder; see pyproject's package-data)
 PRETRAINED_ROOT = Path(__file__).resolve().parents[1] / "models" / PRETRAINED_DIR
+#: what a published folder holds: the card is written last and marks a finished one
+_PUBLISHED = (ckpt.MODEL_FILE, CARD_FILE)
 
 
 def publish(run_dir: str | Path, name: str, root: str | Path) -> Path:
-    """Copy the run's exported model to ``root/name`` with an extended card; returns that folder."""
-    run = Path(run_dir)
-    model_dir, metrics_path, config_path = run / "model", run / "eval" / "metrics.json", run / "config.resolved.yaml"
-    for path in (model_dir / CARD_FILE, model_dir / ckpt.MODEL_FILE, metrics_path, config_path):
-        if not path.is_file():
-            raise UserError(f"{path} is missing; run the whole pipeline first (namsa run CONFIG --out {run})")
-    if not name or "/" in name or name.startswith("."):
+    """Copy the run's exported model to ``root/name`` with an extended card; returns that folder.
+
+    The run directory is read through `workflow.publish_inputs` (no links, bounded, typed); the
+    folder is built beside ``root/name`` and swapped into place whole (`workflow.replace_out`), so
+    nothing already at ``root/name`` (a planted link included) is written through."""
+    if not name or "/" in name or "\x00" in name or name.startswith("."):
         raise UserError(f"pretrained name {name!r} must be a plain folder name, e.g. study-scan")
+    run = read_run(run_dir)
     # no links, digest and finite weights: what users will load
-    card = load_reconstructor(model_dir, device="cpu").card.to_json()
-    card.update(_provenance(yaml.safe_load(config_path.read_text()), json.loads(metrics_path.read_text())))
+    card = load_reconstructor(run.model_dir, device="cpu").card.to_json()
+    card.update(_provenance(run.config, run.metrics))
     card["name"] = name
     # expects_input must fit the architecture
-    published = validate_card(_portable(card), f"the card published from {run}")
-    dest = Path(root) / name
-    dest.mkdir(parents=True, exist_ok=True)
-    with open_regular(model_dir / ckpt.MODEL_FILE, "weights file") as src, open(dest / ckpt.MODEL_FILE, "wb") as dst:
-        shutil.copyfileobj(src, dst)
-    write_card(dest, published)
+    published = validate_card(_portable(card), f"the card published from {run.root}")
+    dest = Path(os.path.abspath(Path(root) / name))
+    _refuse_non_folder(dest)
+    with replaced_atomically(dest, lambda entry: entry in _PUBLISHED, marker=CARD_FILE) as tmp:
+        with open_regular(run.model_dir / ckpt.MODEL_FILE, "weights file") as src, \
+                open(tmp / ckpt.MODEL_FILE, "xb") as dst:
+            shutil.copyfileobj(src, dst)
+        write_card(tmp, published)
+        # the folder as users will load it: the bytes copied are the ones the card's digest names,
+        # whatever changed in the run directory since it was loaded above
+        load_reconstructor(tmp, device="cpu")
     return dest
 
 
-def _provenance(config: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
-    # the samples' physics and plan, not the machine that simulated them (a GPU node's device and memory)
-    sim = {k: v for k, v in config["simulation"].items() if k not in MACHINE_FIELDS}
-    return {"expects_input": sampling_fields(SimulationConfig.model_validate(sim)),
+def _refuse_non_folder(dest: Path) -> None:
+    """A link at ``dest`` would be replaced at its target, outside --out; a file there would be replaced."""
+    if dest.is_symlink():
+        raise UserError(f"{dest} is a symbolic link to {os.readlink(dest)}; namsa publish writes only inside "
+                        f"{dest.parent}: remove the link, or choose another NAME or --out")
+    if dest.exists() and not dest.is_dir():
+        raise UserError(f"{dest} is a file, not a published folder; namsa publish replaces only a folder it "
+                        f"wrote: move the file away, or choose another NAME or --out")
+
+
+def _provenance(config: RunConfig, metrics: HeldOutMetrics) -> dict[str, Any]:
+    sim = config.simulation_json()   # the samples' physics and plan, not the machine that simulated them
+    return {"expects_input": sampling_fields(config.simulation),
             # the whole simulation and data sections: what held-out samples are re-made and stored with
-            "simulation_config": sim, "data_config": config["data"],
+            "simulation_config": sim, "data_config": config.data.model_dump(mode="json"),
             "check_samples": check_samples(metrics),
-            "trained_on": {"config_name": config["name"], "variants": sim["variants"], "data": metrics["data"],
+            "trained_on": {"config_name": config.name, "variants": sim["variants"], "data": metrics.data,
                            **_training_distribution(config)},
-            "held_out_evaluation": {"split": metrics["config"]["split"], "headline": metrics["headline"],
-                                    "aggregates": metrics["aggregates"],
-                                    "symmetry_average": metrics["config"].get("symmetry_average", False)}}
+            "held_out_evaluation": {"split": metrics.config.split, "headline": metrics.headline,
+                                    "aggregates": metrics.aggregates,
+                                    "symmetry_average": metrics.config.symmetry_average}}
 
 
 #: held-out samples per element class whose figures `tests/test_pretrained_figures.py` re-makes from
@@ -76,28 +90,28 @@ def _provenance(config: dict[str, Any], metrics: dict[str, Any]) -> dict[str, An
 CHECK_SAMPLES_PER_CLASS = 2
 
 
-def check_samples(metrics: dict[str, Any]) -> list[dict[str, Any]]:
+def check_samples(metrics: HeldOutMetrics) -> list[dict[str, Any]]:
     """The thinnest held-out samples of each element class, each with the network's per-sample relative
     L2 per target: re-simulated from its id, the shipped weights must score the same."""
     chosen: dict[str, list[dict[str, Any]]] = {}
-    for s in sorted(metrics["samples"], key=lambda s: s["thickness_A"]):
-        group = chosen.setdefault(s["element_class"], [])
+    for s in sorted(metrics.samples, key=lambda s: s.thickness_A):
+        group = chosen.setdefault(s.element_class, [])
         if len(group) < CHECK_SAMPLES_PER_CLASS:
-            group.append({"sample_id": s["sample_id"], "element_class": s["element_class"],
+            group.append({"sample_id": s.sample_id, "element_class": s.element_class,
                           # the network as predicted (its legacy-view entry): what re-simulating and
                           # predicting reproduces, whatever view the headline uses
-                          "network_rel_l2": {t: m[NETWORK][LEGACY]["rel_l2"] for t, m in s["metrics"].items()}})
+                          "network_rel_l2": {t: m.network.legacy.rel_l2 for t, m in s.metrics.items()}})
     return [s for group in chosen.values() for s in group]
 
 
-def _training_distribution(config: dict[str, Any]) -> dict[str, Any]:
+def _training_distribution(config: RunConfig) -> dict[str, Any]:
     """What the training data spanned besides the microscope: structure sources, thickness, tilt,
     phonons, and the dose and symmetry augmentation the loader applied."""
-    sim, data = config["simulation"], config["data"]
+    sim, data = config.simulation_json(), config.data.model_dump(mode="json")
     return {"materials": sim["materials"], "generator": sim["generator"], "zone_axes": sim["zone_axes"],
             "max_zone_axes": sim["max_zone_axes"], "variations": sim["variations"],
-            "split_by": data.get("split_by"), "dose_augmentation": data.get("dose_augmentation"),
-            "symmetry_augmentation": data.get("symmetry_augmentation")}
+            "split_by": data["split_by"], "dose_augmentation": data["dose_augmentation"],
+            "symmetry_augmentation": data["symmetry_augmentation"]}
 
 
 def _portable(card: dict[str, Any]) -> dict[str, Any]:
