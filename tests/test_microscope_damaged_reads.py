@@ -2,7 +2,9 @@
 D3-D6): the first check reads bounded memory whatever the detector; a damaged file read lazily is
 one line about the input (not a traceback at the first slice, not a write error under ``--out``);
 a blanked frame is data (iCoM: zero signal); a contiguous ``.hspy`` is read lazily and reconstructed;
-dark-subtracted noise is not "negative data". Real files (rsciio, h5py) and a real trained model.
+dark-subtracted noise is not "negative data"; a .zspy folder with chunk files missing is refused (zarr
+would fill them in as zeros), and namsa's own .zspy writer stores an empty chunk too. Real files
+(rsciio, h5py) and a real trained model.
 """
 from __future__ import annotations
 
@@ -133,3 +135,37 @@ def test_an_empad_raw_is_refused_with_the_way_to_read_it(tmp_path):
     raw.write_bytes(bytes(130 * 128 * 4 * 64))
     with pytest.raises(ExperimentalInputError, match=r"pass the \.xml beside it"):
         read_scan(raw)
+
+
+def _zspy(path: Path, data: np.ndarray) -> Path:
+    """``data`` written by namsa's own .zspy writer (HyperSpy's zarr-2 layout, one scan row per chunk)."""
+    from stage.microscope import ScanCalibrations, write_scan
+
+    write_scan(path, data, ScanCalibrations(200.0, 20.0, 0.2, (0.375, 0.375)))
+    return path
+
+
+def test_a_zspy_with_chunk_files_missing_is_refused_naming_them(tmp_path, capsys):
+    """Issue 39 (6): zarr reads a missing chunk as its fill value without a word, so a folder copied in
+    part reconstructed half a scan of zeros with exit 0; it is one line naming the chunks and scan rows."""
+    path = _zspy(tmp_path / "scan.zspy", disc_scan((8, 8)))
+    chunks = path / "Experiments" / "scan" / "data"
+    for row in (3, 5, 6):
+        (chunks / f"{row}.0.0.0").unlink()
+    assert _run("reconstruct", path, "--model", "pretrained:study-scan", "--out", tmp_path / "out") == 2
+    line = _one_line(capsys)
+    assert ("3 of the 8 chunk files of Experiments/scan/data are missing (3.0.0.0, 5.0.0.0, 6.0.0.0; scan rows 3, "
+            "5-6)") in line
+    assert "not blanked frames" in line and "copy it again" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_namsa_s_zspy_writer_stores_the_chunk_of_a_blanked_row(tmp_path):
+    """A blanked scan row is data: its (all zero) chunk is written, so the missing-chunk check never
+    takes it for lost data (zarr 3 skips empty chunks unless told)."""
+    data = disc_scan((4, 4))
+    data[2] = 0.0
+    path = _zspy(tmp_path / "blank.zspy", data)
+    assert sorted(p.name for p in (path / "Experiments" / "scan" / "data").glob("[0-9]*")) == [
+        f"{row}.0.0.0" for row in range(4)]
+    np.testing.assert_array_equal(read_scan(path).data[:], data)

@@ -9,8 +9,9 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from namsa.errors import UserError
+from namsa.errors import RunError, UserError
 
+from .memory import machine_memory
 from .runner_io import require_directory
 
 #: the record of a reconstruction (workflow.reconstruct_maps): what marks an --out as an earlier result
@@ -56,9 +57,19 @@ def reconstruct(source: Any, model: str | Path, out_dir: str | Path, *,
     try:
         return _reconstruct_into(tmp, out, source, model, calibrations or {}, memory_gb, pattern_transform, refine,
                                  symmetry_average)
-    except BaseException:
+    except BaseException as exc:
         discard(tmp)
+        if isinstance(exc, MemoryError):  # reconstruct's own advice: the CLI's catch-all names simulate's and train's
+            raise _out_of_memory(memory_gb) from None
         raise
+
+
+def _out_of_memory(memory_gb: float) -> RunError:
+    """The one line of a reconstruction that ran out of memory all the same (other programs took it)."""
+    available = machine_memory()[1] / 2**30
+    return RunError(f"namsa reconstruct ran out of memory at --memory-gb {memory_gb:g} ({available:.3g} GB available "
+                    "now); pass a smaller --memory-gb (the scan is then read in smaller blocks, down to one tile of "
+                    "the model) or bin the detector's patterns; an earlier result in --out is unchanged")
 
 
 def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, calibrations: Mapping[str, Any],
@@ -76,6 +87,7 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     rec = load_reconstructor(model)
     reconstruct_maps.check_map_names(rec.targets)  # the card's targets become file names
     expect = fit.model_expectation(rec.card)
+    _check_memory(scan, expect, calibrations, memory_gb)  # from the header, before the first read
     # refuses non-CBED, a wrong disc, missing calibrations and what this model cannot take, all in one
     # message; its blocks sized so that their temporaries fit the budget
     cal, checks, from_data = ex.check_before_inference(
@@ -112,6 +124,22 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     written = _write_and_swap(tmp, out, maps, pixel, info)
     return {"out": str(out), "files": written, "pixel_size_A": pixel, "shape": list(stitched.shape[1:]),
             "notes": notes, "warnings": [w["message"] for w in checks["warnings"] + after["warnings"]]}
+
+
+def _check_memory(scan: Any, expect: Any, calibrations: Mapping[str, Any], memory_gb: float) -> None:
+    """Refuse a scan whose least hold at once (one tile of its patterns as stored, the checks' copies of
+    one pattern: stage.microscope.memory) is over the data blocks' budget, before anything is read,
+    with every problem its header already shows for this model in the same line."""
+    from models import scan_fit as fit
+    from stage import microscope as ex
+    from stage.microscope.calibration import known_calibrations
+    from stage.microscope.errors import all_problems
+
+    problem = ex.memory_problem(scan, expect.scan_shape, (expect.pattern_px, expect.dk_range_inv_A), memory_gb,
+                                BLOCK_SHARE, machine_memory()[0])
+    if problem:
+        known = known_calibrations(scan.found, calibrations)
+        raise all_problems([problem, *fit.sampling_problems(scan.data.shape, known, expect)])
 
 
 def _tile_calibration(plan: Any, expect: Any, energy_kv: float) -> Any:

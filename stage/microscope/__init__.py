@@ -11,7 +11,9 @@
    (mrad), detector pixel size (1/Angstrom) and signed scan step (Angstrom); a value given on the
    command line wins over the file's; all missing ones are named in one line with their flags.
 3. `check_before_inference(scan, given)` (checks.py, with autocal.py): the file against itself (a
-   CBED disc, its radius, counts, saturation) and the calibration fitted from the data.
+   CBED disc, its radius, counts, saturation) and the calibration fitted from the data. Before it,
+   `memory_problem` (memory.py) says from the header alone whether the least a reconstruction holds
+   at once (one model tile of patterns, the checks' copies of one pattern) fits the memory budget.
 
 4. `write_scan(path, data, calibrations)` (writers.py): the other way, a scan written in a format
    `read_scan` reads (.hspy, .zspy, .emd, EMPAD, Merlin, Arina), for microscope-like test data
@@ -31,10 +33,11 @@ from .errors import ExperimentalInputError, MicroscopeFileError
 from .files import read_scan
 from .formats import FORMATS
 from .formats.base import ScanCalibrations
+from .memory import memory_problem
 from .safety import check_values
 from .scan import LazyScan, RawScan
 from .writers import write_scan
 
 __all__ = ["read_scan", "RawScan", "LazyScan", "FORMATS", "from_datacube", "as_raw_scan", "resolve_calibrations",
            "Calibrations", "FLAGS", "check_values", "ExperimentalInputError", "MicroscopeFileError",
-           "check_before_inference", "DataCalibration", "write_scan", "ScanCalibrations"]
+           "check_before_inference", "DataCalibration", "write_scan", "ScanCalibrations", "memory_problem"]

@@ -7,11 +7,13 @@ together. zarr 3 reads the zarr-2 format HyperSpy writes, so namsa reads the lay
 size, scale, offset, units, index_in_array) and ``metadata/...`` groups the metadata tree as
 attributes. The result is the signal dict rosettasciio's readers return (``data`` a zarr array,
 sliced lazily), so `calibrations_in` reads it like any other file. A symbolic link inside the
-folder is refused before it is read (`check_zspy_folder`). `write_zspy` writes that layout, and
+folder is refused before it is read (`check_zspy_folder`), and so is a 4-D dataset with chunk files
+missing (`check_zspy_chunks`: zarr would read them as zeros). `write_zspy` writes that layout, and
 `signal_dict` is the signal dict of a scan the HyperSpy writers (.hspy, .emd) share.
 """
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,8 @@ from .base import FileFormat, ScanCalibrations
 
 #: every calibration: HyperSpy's layout keeps them all (axes' scales and units, the TEM metadata)
 ALL = ("energy_kv", "semiangle_mrad", "dk_inv_A", "step_A")
+#: missing chunk files a refusal names (the rest are counted)
+NAMED_CHUNKS = 3
 
 
 def read_zspy(path: Path) -> list[dict[str, Any]]:
@@ -30,11 +34,50 @@ def read_zspy(path: Path) -> list[dict[str, Any]]:
 
     try:
         experiments = zarr.open_group(str(path), mode="r", zarr_format=2)["Experiments"]
-        return [hyperspy_signal(experiments[name]) for name in sorted(experiments.group_keys())]
+        signals = [hyperspy_signal(experiments[name]) for name in sorted(experiments.group_keys())]
     except Exception as exc:  # a damaged or foreign folder fails inside zarr in many ways
         text = parser_message(exc)
         raise ExperimentalInputError(f"{path} could not be read as a HyperSpy .zspy folder ({text}); check it is "
                                      "complete (Experiments/<title>/data)") from None
+    for signal in signals:
+        if len(signal["data"].shape) == 4:  # a scan (the only data namsa reads)
+            check_zspy_chunks(path, signal["data"])
+    return signals
+
+
+def check_zspy_chunks(path: Path, array: Any) -> None:
+    """Refuse a zarr ``array`` of the folder ``path`` whose chunk files are not all there.
+
+    zarr reads a missing chunk as the fill value without a word, so a folder copied in part would
+    be reconstructed with scan rows of zeros that look like blanked frames. HyperSpy's writer (zarr 2)
+    stores every chunk, empty ones too, and so does `write_zspy`: a missing file is lost data."""
+    folder = Path(path, *array.path.split("/"))
+    stored = {os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/")
+              for root, _, names in os.walk(folder) for name in names if not name.startswith(".")}
+    grid = list(itertools.product(*(range(n) for n in array.cdata_shape)))
+    missing = [c for c in grid if array.metadata.encode_chunk_key(c) not in stored]
+    if not missing:
+        return
+    keys = [array.metadata.encode_chunk_key(c) for c in missing[:NAMED_CHUNKS]]
+    raise MicroscopeFileError(f"{path}: {len(missing)} of the {len(grid)} chunk files of {array.path} are missing "
+                              f"({', '.join(keys)}{', ...' if len(missing) > NAMED_CHUNKS else ''}; "
+                              f"{_scan_rows(array, missing)}): zarr would fill them in with "
+                              f"{0 if array.fill_value is None else array.fill_value}, which is lost data, not "
+                              "blanked frames; the folder was copied or written incompletely: copy it again from the "
+                              "original")
+
+
+def _scan_rows(array: Any, chunks: list[tuple[int, ...]]) -> str:
+    """The scan rows (first axis) the chunks at grid coordinates ``chunks`` hold, as ranges in words."""
+    step, ranges = array.chunks[0], []
+    for first in sorted({c[0] * step for c in chunks}):
+        last = min(array.shape[0], first + step) - 1
+        if ranges and ranges[-1][1] == first - 1:
+            ranges[-1][1] = last
+        else:
+            ranges.append([first, last])
+    words = [str(a) if a == b else f"{a}-{b}" for a, b in ranges[:NAMED_CHUNKS]]
+    return "scan rows " + ", ".join(words) + (", ..." if len(ranges) > NAMED_CHUNKS else "")
 
 
 def check_zspy_folder(path: Path) -> None:
@@ -84,7 +127,10 @@ def write_zspy(path: Path, data: Any, cal: ScanCalibrations) -> Path:
     group.attrs.update(signal["package_info"])
     for i, axis in enumerate(signal["axes"]):
         group.create_group(f"axis-{i}").attrs.update(axis)
-    array = group.create_array("data", shape=data.shape, dtype=data.dtype, chunks=(1, *data.shape[1:]))
+    # every chunk stored, empty ones too (zarr 3 skips them by default), as HyperSpy's zarr-2 writer does: a
+    # missing chunk file then always means lost data (check_zspy_chunks), never a blanked scan row
+    array = group.create_array("data", shape=data.shape, dtype=data.dtype, chunks=(1, *data.shape[1:]),
+                               config={"write_empty_chunks": True})
     array[...] = data
     _write_tree(group.create_group("metadata"), signal["metadata"])
     for name in ("original_metadata", "learning_results", "attributes"):
