@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from namsa.errors import UserError
 from workflow import model_runners
 from workflow.cli import main
 from workflow.config import load_config
@@ -116,6 +117,19 @@ def test_data_may_be_namsas_own_link_to_the_configured_data_dir(tmp_path):
     other = RunPaths.for_config(load_config(MICRO, []), tmp_path / "run")
     with pytest.raises(Exception, match="data is a symbolic link"):
         other.create()   # without execution.data_dir the same link is someone else's
+
+
+def test_data_in_a_loop_of_links_is_one_line(tmp_path, capsys):
+    cfg = load_config(MICRO, [f"execution.data_dir={tmp_path / 'scratch'}"])
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "data").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "c")
+    (tmp_path / "c").symlink_to(tmp_path / "b")
+    with pytest.raises(UserError, match="data is a symbolic link to"):
+        RunPaths.for_config(cfg, run).create()
+    rc = main(["run", MICRO, "--out", str(run), "--no-progress"])
+    assert "data is a symbolic link" in one_error_line(capsys, rc)
 
 
 # -- paths read from summaries and model cards -----------------------------------------------

@@ -89,7 +89,12 @@ class RunPaths:
                 self._refuse_links_below(part)
 
     def _own_data_link(self, part: Path) -> bool:
-        return part.name == "data" and self.data != part and (part.parent / os.readlink(part)).resolve() == self.data
+        if part.name != "data" or self.data == part:
+            return False
+        try:
+            return (part.parent / os.readlink(part)).resolve() == self.data
+        except (RuntimeError, OSError):   # a loop of links (RuntimeError before Python 3.13): nobody's data dir
+            return False
 
     def _refuse_links_below(self, folder: Path) -> None:
         for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
