@@ -23,9 +23,12 @@
 # 20 s of training on the CPU and a few evaluated samples; it claims no GPU figure.
 #
 # The step limits (the numbers after each step's names) sum to 535 s, under the 540 s that
-# tests/test_gpu_study_script.py allows. Measured on an H200 (RESULTS.md, the device runs): the check
-# 9.8 s (it once ran out of 30 s planning AFLOW templates it did not need), each evaluation 15-19 s for
-# 4-42 dev samples, so 45 s for the 120 that evaluation.max_samples allows.
+# tests/test_gpu_study_script.py allows. Measured on an H200 (RESULTS.md; the fifth round's log): the check
+# 9.8 s on a machine gpu_checks.sh had warmed, but killed at its 20 s limit (rc after 21 s) as the first
+# cupy and torch use of a fresh one (the fifth round), so 35 s; the install of the carried wheels 10-22 s, so
+# 35 s; each evaluation 15-19 s for 4-42 dev samples, so 45 s for the 120 that evaluation.max_samples
+# allows. A step killed at its limit costs its own figures only: the check's absence means "use cuda",
+# and collect (scripts/gpu_study_collect.py) brings back whatever the steps left.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/namsa-gpu-study}
@@ -80,9 +83,9 @@ export -f simulate_all
 
 if [[ $REHEARSAL != 1 ]]; then
   step summary env 10 bash -c env_report
-  step install install 50 bash -c install_wheels   # offline, from the carried wheels only
+  step install install 35 bash -c install_wheels   # offline, from the carried wheels only
 fi
-step study-log check 20 "$PY" -u scripts/gpu_study_check.py "$CONFIG" --json "$RUN/check.json" $CHECK_FLAGS
+step study-log check 35 "$PY" -u scripts/gpu_study_check.py "$CONFIG" --json "$RUN/check.json" $CHECK_FLAGS
 step study-log simulate 225 bash -c simulate_all
 step study-log train 130 $NAMSA train "$CONFIG" --data "$RUN/data" --out "$RUN/train" --no-progress $SETS
 step study-log evaluate-new 45 $NAMSA evaluate "$CONFIG" --data "$RUN/data" --model "$RUN/train/model" \

@@ -58,6 +58,7 @@ def test_the_rehearsal_runs_every_step_and_its_outputs_come_back(tmp_path):
     study = json.loads((out / "study.json").read_text())
     assert study["check"]["cuda_ok"] is True   # the stand-in's CUDA path equals the CPU's
     assert study["simulate"] and study["train"]
+    assert study["notes"] == []   # collect found every step's files whole (tests/test_gpu_study_hostile.py: when not)
     assert "samples) read from " + str(plans) in log   # simulate read the stored plan, did not plan again
     timing = study["train_timing"]   # whether the loader or the device bounds a step, for the next run
     assert 0 < timing["compute_s"] <= timing["step_s"] and timing["other_s"] >= 0 and "outside_steps_s" in timing
