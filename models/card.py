@@ -27,6 +27,7 @@ from namsa.config import SimulationConfig
 from namsa.errors import UserError
 from namsa.sampling import ScanSampling, config_sampling
 
+from .card_statistics import DoseAugmentationRecord, StatisticName, TrainingStatistics  # noqa: F401 (re-exported)
 from .config import Architecture, ModelConfigError, _check_architecture
 
 CARD_FILE = "model_card.json"
@@ -189,34 +190,6 @@ class DataInfo(BaseModel):
     input_shape: Annotated[list[Annotated[int, Field(ge=1)]], Field(max_length=4)] | None = None
 
 
-StatisticName = Literal["defocus_A", "scattered_fraction", "high_angle_loss", "dose_e_per_A2"]
-
-
-class StatisticRange(BaseModel):
-    """One statistic's (low, high) over ``samples`` training stacks, in ``unit`` (`stage.scan_statistics.UNITS`)."""
-
-    model_config = _STRICT
-
-    low: float
-    high: float
-    samples: Annotated[int, Field(ge=1)]
-    unit: Annotated[str, Field(max_length=128)]
-
-
-class TrainingStatistics(BaseModel):
-    """``training_statistics``: the ranges of the input's cheap statistics (`stage.scan_statistics`, of
-    estimator ``version``) over the training split, and its probe steps (Angstrom) and semi-angle (mrad)."""
-
-    model_config = _STRICT
-
-    version: Annotated[int, Field(ge=1)]
-    split: Annotated[str, Field(max_length=16)]
-    samples: Annotated[int, Field(ge=1)]
-    ranges: dict[StatisticName, StatisticRange]
-    step_A: Annotated[list[Annotated[float, Field(gt=0, le=1e4)]], Field(min_length=2, max_length=2)]
-    semiangle_mrad: Annotated[float, Field(gt=0, le=1_000)]
-
-
 class Provenance(BaseModel):
     """``trained_on`` / ``held_out_evaluation`` of a published card (read by the verdict)."""
 
@@ -225,7 +198,7 @@ class Provenance(BaseModel):
     data: dict[str, Any] | None = None
     aggregates: dict[str, Any] | None = None
     headline: dict[str, Any] | None = None              # held_out_evaluation: the verdict's figures
-    dose_augmentation: dict[str, Any] | None = None   # trained_on: the loader's dose augmentation
+    dose_augmentation: DoseAugmentationRecord | None = None   # trained_on: the loader's dose augmentation
     #: held_out_evaluation: the network's maps averaged over the 8 turns (`evaluation.symmetry_average`);
     #: cards published before it existed were scored with the single pass
     symmetry_average: bool = False

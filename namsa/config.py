@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .constants import MIN_DOSE_E_PER_A2
 from .generator import GeneratorConfig
 from .random_streams import MAX_SEED
 from .sample import config_hash
@@ -63,7 +64,8 @@ class Variations(BaseModel):
     #: the thickness (Angstrom) below which a sample counts as thin for ``thin_fraction``
     thin_below_A: float | None = Field(None, gt=0.0)
     #: expected electrons per Angstrom^2 of the scanned area; each pattern then holds Poisson counts
-    #: (divided by the pattern's expected total, so the intensity scale is unchanged); None = no noise
+    #: (divided by the pattern's expected total, so the intensity scale is unchanged); None = no noise;
+    #: at least `namsa.constants.MIN_DOSE_E_PER_A2`
     dose_e_per_A2: float | None = Field(None, gt=0.0)
 
     @field_validator("defocus_range_A", "thickness_range_A")
@@ -73,6 +75,15 @@ class Variations(BaseModel):
             raise ValueError(f"{info.field_name} must be (low, high) with low <= high, got {list(v)}")
         if v is not None and info.field_name == "thickness_range_A" and v[0] <= 0:
             raise ValueError(f"thickness_range_A must be positive (Angstrom), got {list(v)}")
+        return v
+
+    @field_validator("dose_e_per_A2")
+    @classmethod
+    def _a_dose_with_electrons(cls, v: float | None) -> float | None:
+        if v is not None and not v >= MIN_DOSE_E_PER_A2:
+            raise ValueError(f"dose_e_per_A2={v:g} is below {MIN_DOSE_E_PER_A2:g} electron/Angstrom^2, where a "
+                             "pattern holds less than one electron at any probe step up to 1 A: give a dose of at "
+                             "least that (low-dose work is tens of e/A^2), or null for noise-free patterns")
         return v
 
     @model_validator(mode="after")

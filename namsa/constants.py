@@ -18,6 +18,11 @@ COULOMB_V_A: float = 14.399645478425668
 #: 2 pi a0 e/(4 pi eps0) (V * Angstrom^2): maps the electron scattering factor f_e (Angstrom) to the
 #: Fourier coefficient of the projected potential (V * Angstrom^3); Kirkland (2010) eq. 5.9.
 FE_TO_POTENTIAL_V_A2: float = 2.0 * math.pi * BOHR_RADIUS_A * COULOMB_V_A
+#: the lowest electron dose (electrons/Angstrom^2) a model may be trained at or a card may state: below
+#: it a pattern holds less than one electron at any probe step up to 1 Angstrom (0.14 at the study's
+#: 0.375 A); low-dose 4D-STEM and cryo-ptychography work at tens of e/Angstrom^2. A card's range below it
+#: would silence the low-dose check of every scan (models.scan_fit.card_checks)
+MIN_DOSE_E_PER_A2: float = 1.0
 
 
 def wavelength_A(energy_kv: float) -> float:

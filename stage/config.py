@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from namsa.constants import MIN_DOSE_E_PER_A2
 from namsa.errors import UserError
 from namsa.random_streams import MAX_SEED
 
@@ -35,8 +36,8 @@ class DoseAugmentationConfig(BaseModel):
     """Shot noise drawn in the loader at a random dose, on the training split only (`stage.dose`).
 
     enabled:             off by default: samples are delivered exactly as stored.
-    dose_range_e_per_A2: [low, high] electron dose (electrons per Angstrom^2), low <= high, both > 0;
-                         the issue's span of real doses is 1e2-1e6.
+    dose_range_e_per_A2: [low, high] electron dose (electrons per Angstrom^2), low <= high, low at least
+                         `namsa.constants.MIN_DOSE_E_PER_A2`; the issue's span of real doses is 1e2-1e6.
     log_uniform:         draw the dose log-uniformly over the range (every decade equally often);
                          False draws it uniformly.
     clean_fraction:      probability that a sample is delivered noise-free (infinite dose) instead.
@@ -64,6 +65,9 @@ class DoseAugmentationConfig(BaseModel):
         if not (0 < low <= high < float("inf")):
             raise ValueError(f"dose range {list(value)} must be [low, high] electrons/A^2 with 0 < low <= high, "
                              "e.g. [100, 1000000]")
+        if low < MIN_DOSE_E_PER_A2:  # the model's card could not state it (models.card_statistics)
+            raise ValueError(f"dose range {list(value)} starts below {MIN_DOSE_E_PER_A2:g} electron/A^2, where a "
+                             "pattern holds less than one electron: start it at 1 or more, e.g. [100, 1000000]")
         return value
 
     @field_validator("clean_fraction")

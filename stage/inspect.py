@@ -9,6 +9,7 @@ from typing import Any
 from .errors import NotAStoreError, StoreError, StoreNotFoundError
 from .layout import DATA_NAME, find_stores
 from .reader import StoreReader
+from .writerlock import writer_active
 
 
 @dataclass
@@ -29,16 +30,19 @@ class StoreSummary:
     corrupt: list[str] = field(default_factory=list)
     error: str | None = None
     ids: list[str] = field(default_factory=list, repr=False)
+    #: "pid N on HOST" when a writer has the store open (`stage.writerlock.writer_active`): its samples
+    #: are still coming, so an empty store is one being filled, not a killed writer's
+    writer: str | None = None
 
     @property
     def ok(self) -> bool:
-        return self.error is None and not self.corrupt and self.count > 0
+        return self.error is None and not self.corrupt and (self.count > 0 or self.writer is not None)
 
 
 @dataclass
 class InspectReport:
-    """Per-store summaries; ``ok`` is True when every store opens, holds samples and (when
-    verified) every checksum matches."""
+    """Per-store summaries; ``ok`` is True when every store opens, holds samples (or is still being
+    written by a live writer) and (when verified) every checksum matches."""
 
     root: Path
     stores: list[StoreSummary]
@@ -107,7 +111,10 @@ class InspectReport:
             lines.append(f"  config hash {s.config_hash}")
             if s.reconciled:
                 lines.append("  note: manifest.json was behind the LMDB records (rebuilt from them on read)")
-            if s.count == 0:
+            if s.writer is not None:
+                lines.append(f"  being written by a live writer ({s.writer}): it may hold more samples when that "
+                             "finishes; inspect it again then")
+            elif s.count == 0:
                 lines.append("  EMPTY: no samples (as a writer killed before its first sample leaves a store; "
                              "namsa simulate on its data directory fills it)")
             if s.verified:
@@ -124,7 +131,7 @@ class InspectReport:
 
 
 def _summarise(path: Path, verify: bool) -> StoreSummary:
-    summary = StoreSummary(path=path)
+    summary = StoreSummary(path=path, writer=writer_active(path))
     try:
         with StoreReader(path, verify=True, allow_empty=True) as reader:
             m = reader.manifest

@@ -23,7 +23,20 @@ vanish), and so were scans of an 11 Angstrom window that is no whole number of p
 picture: at 80-150 Angstrom 28 of 30 were within it, at 300 Angstrom the estimate means nothing. A
 crystal whose lattice shifts by a whole period between neighbouring detector pixels (~4.6 mrad here)
 aliases to a focus some 400-600 Angstrom away (one of those 30, a spinel); the search spans
-+-`search_range_A` (~+-400 Angstrom here) and an estimate at its edge is refused.
++-`search_range_A` (~+-400 Angstrom here).
+
+**Outside the search window** a crystal's reading wraps: the images of neighbouring detector pixels are
+shifted by more than a lattice period, and the search finds the focus modulo it, anywhere inside the
+window (a +3000 Angstrom focus has read as 6 Angstrom). Such a stack is reported as outside the
+window (`DefocusEstimate.outside`, no value) when the focus curve peaks at the window's edge, or when
+the strongest frequencies running along the scan's y and those along its x each read the focus on
+their own and the two readings differ by more than the sum of their stated accuracies: inside the
+window both read the one focus, a wrapped focus wraps with each direction's own lattice period. On
+namsa simulations (random library materials and zone axes inside the window, -200..200 Angstrom: none
+of 40 at 10-80 Angstrom thick nor of 30 at 80-150 reported outside; of 30 at 500-4000 Angstrom either
+way, 13 reported outside, the rest wrapped to a number) it catches lattices whose periods
+differ along y and x; a lattice that repeats alike along both (most cubic crystals down [001]) wraps
+alike and stays a number: the parallax alone cannot tell it from a focus inside.
 
 **Thickness** cannot be read from such stacks without the specimen's composition (a thin heavy and a
 thick light crystal scatter alike; Bragg scattering inside the detector saturates within ~40
@@ -68,6 +81,8 @@ MIN_PEAK_CONTRAST = 1.5
 MIN_IMAGE_CONTRAST = 1e-4
 #: fewer inner bright-field pixels than this cannot show a shift that grows with the beam angle
 MIN_DISC_PIXELS = 5
+#: a scan direction needs this many of the strongest frequencies for its own reading of the focus
+MIN_DIRECTION_FREQUENCIES = 8
 #: training stacks read for `split_ranges` (strided over the split)
 MAX_SPLIT_SAMPLES = 64
 
@@ -76,16 +91,23 @@ MAX_SPLIT_SAMPLES = 64
 class DefocusEstimate:
     """``value_A``: the probe's focus relative to the specimen's mid-plane (Angstrom, namsa's C1 sign:
     + = overfocus), or None with ``reason``; ``search_A``: the +-range searched; ``peak_contrast``:
-    the focus curve's peak over its median (the parallax signal)."""
+    the focus curve's peak over its median (the parallax signal); ``outside``: the focus lies outside
+    the +-``search_A`` window (see the module docstring), no value, and ``reason`` says how that shows."""
 
     value_A: float | None
     search_A: float
     peak_contrast: float
     reason: str = ""
+    outside: bool = False
 
     def tolerance_A(self) -> float:
         """The stated accuracy (Angstrom) of this estimate: `DEFOCUS_TOL_A` + `DEFOCUS_TOL_REL` x |value|."""
-        return DEFOCUS_TOL_A + DEFOCUS_TOL_REL * abs(self.value_A or 0.0)
+        return defocus_tolerance_A(self.value_A or 0.0)
+
+
+def defocus_tolerance_A(value_A: float) -> float:
+    """The stated accuracy (Angstrom) of a parallax reading of ``value_A``."""
+    return DEFOCUS_TOL_A + DEFOCUS_TOL_REL * abs(value_A)
 
 
 def bright_field_disc(cbed: np.ndarray) -> Disc | None:
@@ -119,15 +141,45 @@ def parallax_defocus(cbed: np.ndarray, scan_shape: Sequence[int], step_A: Sequen
     if images is None:
         return DefocusEstimate(None, search, 0.0, "the bright-field images carry no contrast")
     trials = np.linspace(-search, search, SEARCH_TRIALS)
-    curve = _focus_curve(images, alpha, step_A, trials)
+    per_frequency, along_y = _focus_curves(images, alpha, step_A, trials)
+    curve = per_frequency.sum(axis=1)
     contrast = float(curve.max() / max(np.median(curve), 1e-300))
-    best = int(np.argmax(curve))
     if contrast < MIN_PEAK_CONTRAST:
         return DefocusEstimate(None, search, contrast, "no parallax signal (no specimen contrast, or at focus "
                                                        "through an amorphous film)")
-    if best in (0, len(trials) - 1):
-        return DefocusEstimate(None, search, contrast, f"the focus lies beyond the +-{search:.0f} Angstrom searched")
-    return DefocusEstimate(float(_parabola_peak(trials, curve, best)), search, contrast)
+    value = _reading(trials, curve)
+    wrapped = _outside_window(trials, value, per_frequency, along_y)
+    if wrapped:
+        return DefocusEstimate(None, search, contrast, wrapped, outside=True)
+    return DefocusEstimate(float(value), search, contrast)
+
+
+def _reading(trials: np.ndarray, curve: np.ndarray) -> float | None:
+    """The focus (Angstrom) at the peak of ``curve`` over ``trials``, None when it peaks at either end
+    (the focus lies beyond them, or the curve is flat)."""
+    best = int(np.argmax(curve))
+    return None if best in (0, len(trials) - 1) else _parabola_peak(trials, curve, best)
+
+
+def _outside_window(trials: np.ndarray, value: float | None, per_frequency: np.ndarray, along_y: np.ndarray) -> str:
+    """Why the focus lies outside the searched window ('' when the reading stands): the whole curve
+    peaks at the window's edge, or the frequencies along the scan's y and those along its x, each
+    with a parallax signal of its own, read the focus differently (see the module docstring)."""
+    if value is None:
+        return "the focus curve peaks at the window's edge"
+    readings = []
+    for direction in (along_y, ~along_y):
+        curve = per_frequency[:, direction].sum(axis=1)
+        if direction.sum() < MIN_DIRECTION_FREQUENCIES or curve.max() < MIN_PEAK_CONTRAST * np.median(curve):
+            return ""   # one direction alone shows no parallax: nothing to compare
+        readings.append(_reading(trials, curve))
+    along, across = readings
+    if along is None or across is None:
+        return f"the frequencies along the scan's {'y' if along is None else 'x'} peak at the window's edge"
+    if abs(along - across) > defocus_tolerance_A(along) + defocus_tolerance_A(across):
+        return (f"the frequencies along the scan's y read {along:.0f} Angstrom and those along x {across:.0f}, "
+                f"as a focus beyond the window wraps differently along each")
+    return ""
 
 
 def _bright_field_images(cbed: np.ndarray, scan_shape: tuple[int, int], disc: Disc,
@@ -146,9 +198,12 @@ def _bright_field_images(cbed: np.ndarray, scan_shape: tuple[int, int], disc: Di
     return (None if float(np.sqrt(np.mean(images ** 2))) < MIN_IMAGE_CONTRAST else images), alpha
 
 
-def _focus_curve(images: np.ndarray, alpha: np.ndarray, step_A: Sequence[float], trials: np.ndarray) -> np.ndarray:
-    """Contrast of the tilt-corrected bright-field image at each trial focus (Angstrom), each half of
-    the disc (sign of alpha . q) summed on its own, over the strongest spatial frequencies."""
+def _focus_curves(images: np.ndarray, alpha: np.ndarray, step_A: Sequence[float],
+                  trials: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """((trials, m) contrast of the tilt-corrected bright-field image at each trial focus (Angstrom) in
+    each of the m strongest spatial frequencies, each half of the disc (sign of alpha . q) summed on its
+    own; (m,) whether each frequency runs more along the scan's y than its x). Their sum over the
+    frequencies is the focus curve."""
     spectra = np.fft.fft2(images).reshape(len(images), -1)           # (n, sy * sx)
     qy = np.fft.fftfreq(images.shape[1], float(step_A[0]))
     qx = np.fft.fftfreq(images.shape[2], float(step_A[1]))
@@ -158,11 +213,11 @@ def _focus_curve(images: np.ndarray, alpha: np.ndarray, step_A: Sequence[float],
     keep = np.argsort(power)[::-1][:SEARCH_FREQUENCIES]
     spectra, dot = spectra[:, keep], alpha @ q[keep].T               # alpha . q: (n, m), cycles per Angstrom
     halves = [dot > 0, dot < 0]
-    curve = np.empty(len(trials))
+    curves = np.empty((len(trials), len(keep)))
     for i, c1 in enumerate(trials):
         shifted = spectra * np.exp(-2j * np.pi * c1 * dot)
-        curve[i] = sum(float((np.abs(np.where(h, shifted, 0).sum(axis=0)) ** 2).sum()) for h in halves)
-    return curve
+        curves[i] = sum(np.abs(np.where(h, shifted, 0).sum(axis=0)) ** 2 for h in halves)
+    return curves, np.abs(q[keep, 0]) >= np.abs(q[keep, 1])
 
 
 def _parabola_peak(x: np.ndarray, y: np.ndarray, i: int) -> float:

@@ -14,8 +14,8 @@ from stage.microscope.checks import RADIUS_ATOL_PX, RADIUS_RTOL, add_measurement
 from stage.microscope.counts import NORMALISED_TOTAL
 from stage.microscope.disc import find_disc
 from stage.scan_statistics import (DEFOCUS_TOL_A, DEFOCUS_TOL_REL, NOISE_FREE_DOSE_E_PER_A2, STATISTICS_VERSION,
-                                   bright_field_disc, dose_from_quanta, high_angle_loss, parallax_defocus,
-                                   scattered_fraction)
+                                   DefocusEstimate, bright_field_disc, dose_from_quanta, high_angle_loss,
+                                   parallax_defocus, scattered_fraction)
 
 from ..card import ModelCard, TrainingStatistics
 
@@ -68,9 +68,9 @@ def trained_dose_range(card: ModelCard) -> tuple[float, float] | None:
     """(low, high) electrons/Angstrom^2 the model saw in training (the loader's dose augmentation, the
     doses measured in the training split's counted patterns, or one fixed simulated dose), or None when
     it was trained noise-free only."""
-    augmentation = (card.trained_on.dose_augmentation if card.trained_on else None) or {}
-    if augmentation.get("enabled"):
-        low, high = augmentation["dose_range_e_per_A2"]
+    augmentation = card.trained_on.dose_augmentation if card.trained_on else None
+    if augmentation is not None and augmentation.enabled and augmentation.dose_range_e_per_A2 is not None:
+        low, high = augmentation.dose_range_e_per_A2
         return float(low), float(high)
     measured = card.training_statistics.ranges.get("dose_e_per_A2") if card.training_statistics else None
     if measured is not None:
@@ -230,41 +230,78 @@ def _check_defocus(report: dict[str, Any], cbed: np.ndarray, disc: Any, card: Mo
     if isinstance(found, str):
         add_measurement(report, "defocus_A", None, DEFOCUS_UNIT, note=found)
         return
-    (low, high), step, scale, search = found
+    estimate, step, scale = found
     trained = trained_defocus_range(card)
+    extra = _defocus_context(step, scale, estimate.search_A, trained, judged)
+    if estimate.outside:
+        _outside_search_window(report, estimate, extra, trained)
+        return
+    low, high = sorted((estimate.value_A, estimate.value_A * scale))  # the focus read scales with the step
     nearest = low if trained is None else min(max(trained[0], low), high)  # the estimate closest to training
     tolerance = DEFOCUS_TOL_A + DEFOCUS_TOL_REL * abs(nearest)
-    extra: dict[str, Any] = {"tolerance_A": tolerance, "probe_step_A": list(step), "probe_step_scale": scale,
-                             "search_A": search}
+    add_measurement(report, "defocus_A", low if scale == 1.0 else [low, high], DEFOCUS_UNIT, tolerance_A=tolerance,
+                    **extra)
+    if "note" in extra or trained[0] - tolerance <= nearest <= trained[1] + tolerance:
+        return
+    said = f"{low:.0f}" if scale == 1.0 else f"{low:.0f}..{high:.0f}"
+    add_warning(report, "defocus", f"defocus estimated {said} +- {tolerance:.0f} A from the bright-field parallax "
+                                   f"(the focus relative to the specimen's middle{_step_note(step, scale)}); "
+                                   f"{_trained_on(trained)}")
+
+
+def _defocus_context(step: tuple[float, float], scale: float, search: float,
+                     trained: tuple[float, float, str] | None, judged: bool) -> dict[str, Any]:
+    """What the defocus measurement records beside its value: the step it was read at, the window searched,
+    the training range, and a note when it is not judged."""
+    extra: dict[str, Any] = {"probe_step_A": list(step), "probe_step_scale": scale, "search_A": search}
     if trained is not None:
         extra.update(training_range=list(trained[:2]), training_source=trained[2])
     if trained is None or not judged:
         extra["note"] = NOT_JUDGED["thick" if not judged else "no range"]
-    add_measurement(report, "defocus_A", low if scale == 1.0 else [low, high], DEFOCUS_UNIT, **extra)
-    if "note" in extra or trained[0] - tolerance <= nearest <= trained[1] + tolerance:
+    return extra
+
+
+def _trained_on(trained: tuple[float, float, str]) -> str:
+    """The end of a defocus warning: the focus range the model was trained on, and where it came from."""
+    return f"the model was trained on {trained[0]:.0f}..{trained[1]:.0f} A ({trained[2]}): {NOT_TRUSTWORTHY}"
+
+
+def _step_note(step: tuple[float, float], scale: float) -> str:
+    """How the probe step was known, for a warning ('' when the input's own step was given)."""
+    return "" if scale == 1.0 else (f", at the {step[0]:.3g}-{step[0] * scale:.3g} A probe steps of the training "
+                                    f"data: the input's step was not given")
+
+
+def _outside_search_window(report: dict[str, Any], estimate: DefocusEstimate, extra: dict[str, Any],
+                           trained: tuple[float, float, str] | None) -> None:
+    """A focus outside the parallax's search window (`DefocusEstimate.outside`: no number, a wrapped one
+    would lie): a warning when the training range lies inside the window, so the focus lies outside it too.
+    The window grows with the probe step: at the smallest step of the span it is +-``search_A``."""
+    search, scale = estimate.search_A, extra["probe_step_scale"]
+    if trained is not None and not -search <= trained[0] <= trained[1] <= search and "note" not in extra:
+        extra["note"] = "not judged: the training range reaches beyond the search window"
+    add_measurement(report, "defocus_A", None, DEFOCUS_UNIT, outside_search_window=estimate.reason, **extra)
+    if "note" in extra:
         return
-    said = f"{low:.0f}" if scale == 1.0 else f"{low:.0f}..{high:.0f}"
-    step_note = "" if scale == 1.0 else (f", at the {step[0]:.3g}-{step[0] * scale:.3g} A probe steps of the "
-                                         f"training data: the input's step was not given")
-    add_warning(report, "defocus", f"defocus estimated {said} +- {tolerance:.0f} A from the bright-field parallax "
-                                   f"(the focus relative to the specimen's middle{step_note}); the model was trained "
-                                   f"on {trained[0]:.0f}..{trained[1]:.0f} A ({trained[2]}): {NOT_TRUSTWORTHY}")
+    window = f"+-{search:.0f}" if scale == 1.0 else f"+-{search:.0f}..{search * scale:.0f}"
+    add_warning(report, "defocus", f"defocus outside the search window ({window} A) of the bright-field parallax: "
+                                   f"{estimate.reason}{_step_note(tuple(extra['probe_step_A']), scale)}; "
+                                   f"{_trained_on(trained)}")
 
 
 def _read_defocus(cbed: np.ndarray, disc: Any, card: ModelCard, calibration: Any
-                  ) -> tuple[tuple[float, float], tuple[float, float], float, float] | str:
-    """((low, high) focus Angstrom, the (dy, dx) step read at, the factor to the step span's other end,
-    the +-Angstrom searched), or a note saying why there is no estimate; ``disc``: the stack's
-    `bright_field_disc`, found once for both checks."""
+                  ) -> tuple[DefocusEstimate, tuple[float, float], float] | str:
+    """(the `parallax_defocus` estimate, the (dy, dx) step it was read at, the factor to the step span's
+    other end), or a note saying why there is no estimate; ``disc``: the stack's `bright_field_disc`,
+    found once for both checks."""
     scan_shape, steps, semiangle = _scan_geometry(card, len(cbed), calibration)
     if scan_shape is None or steps is None or semiangle is None:
         return "not estimated: the card gives no scan shape, probe step or semi-angle and no calibration was passed"
     step, scale = steps
     estimate = parallax_defocus(cbed, scan_shape, step, semiangle, disc)
-    if estimate.value_A is None:
+    if estimate.value_A is None and not estimate.outside:
         return f"not estimated: {estimate.reason}"
-    low, high = sorted((estimate.value_A, estimate.value_A * scale))  # the focus read scales with the step
-    return (low, high), step, scale, estimate.search_A
+    return estimate, step, scale
 
 
 def _scan_geometry(card: ModelCard, patterns: int, calibration: Any

@@ -27,6 +27,13 @@ from .convergence import ConvergenceRule, iterate
 from .single_slice import PtychoError, PtychoResult, checked_stack, phase_to_potential, prepared_solver, require_py4dstem
 
 
+#: the thinnest slice (Angstrom) a setting may ask for: half the shortest distance between atoms in a
+#: solid (~1 Angstrom), so no slice is thinner than one atom's potential; the depth resolution of
+#: ptychography at the study's 200 kV, 20 mrad is lambda / alpha^2 ~ 60 Angstrom, so thinner slices
+#: only multiply the unknowns (and 1e-300 asks for more slices than there are numbers)
+MIN_SLICE_A = 0.5
+
+
 class MultisliceSettings(BaseModel):
     """The ``evaluation.multislice_ptycho`` YAML section: which samples, and how they are sliced."""
 
@@ -34,7 +41,7 @@ class MultisliceSettings(BaseModel):
 
     max_samples: int = Field(8, ge=1, description="run on at most this many samples (the first eligible ones)")
     min_thickness_A: float = Field(50.0, ge=0.0, description="only samples at least this thick (Angstrom)")
-    max_slice_A: float = Field(20.0, gt=0.0, description="slices are at most this thick (Angstrom)")
+    max_slice_A: float = Field(20.0, ge=MIN_SLICE_A, description="slices are at most this thick (Angstrom)")
     batch_size: int = Field(64, ge=1, description="probe positions per gradient update")
     kz_regularization_gamma: float | None = Field(1.0, gt=0.0, description="py4DSTEM's kz filter; None = off")
     convergence: ConvergenceRule = Field(default_factory=lambda: ConvergenceRule(max_iterations=24))

@@ -62,12 +62,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from namsa.constants import interaction_constant
 from namsa.icom import fov_is_one_period
+from namsa.random_streams import MAX_SEED
 
 from .convergence import ConvergenceRule, iterate
-from .multislice import kz_arguments, multislice_solver, slicing
+from .multislice import MIN_SLICE_A, kz_arguments, multislice_solver, slicing
 from .object_grid import from_target_grid, target_coordinates
 from .single_slice import PtychoError, checked_stack, phase_to_potential, prepared_solver, require_py4dstem
 
+#: py4DSTEM seeds numpy's legacy generator, which takes seeds below 2**32: a config seed (up to MAX_SEED,
+#: as every seed) wraps into that range
+PY4DSTEM_SEEDS = 2**32
 #: the meta keys a refinement reads (besides one detector sampling: pattern_dk_inv_A or pattern_mrad_per_px)
 REQUIRED_META = ("scan_shape", "scan_positions_A", "fov_A", "energy_kv", "semiangle_mrad")
 
@@ -82,12 +86,12 @@ class RefineSettings(BaseModel):
     batch_size: int = Field(64, ge=1, description="probe positions per gradient update")
     multislice_from_A: float | None = Field(100.0, gt=0.0, description="specimens at least this thick (Angstrom) "
                                             "get multislice ptychography; None: always single-slice")
-    max_slice_A: float = Field(20.0, gt=0.0, description="multislice: slices at most this thick (Angstrom)")
+    max_slice_A: float = Field(20.0, ge=MIN_SLICE_A, description="multislice: slices at most this thick (Angstrom)")
     kz_regularization_gamma: float | None = Field(1.0, gt=0.0, description="multislice: py4DSTEM's kz filter")
     outside: Literal["auto", "periodic", "mean"] = Field(
         "auto", description="the start beyond the scanned field: auto = periodic when the field is one period of "
                             "the specimen (fov_A spans cell_A), else the map's mean")
-    seed: int = Field(0, ge=0, description="py4DSTEM's batch-shuffling seed")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="py4DSTEM's batch-shuffling seed")
     refine_below_A: float | None = Field(50.0, gt=0.0, description="refine only specimens thinner than this "
                                          "(Angstrom, meta thickness_A; unknown thickness: refined); thicker ones "
                                          "keep the network's map. None: refine every thickness")
@@ -208,7 +212,7 @@ def refine_from_sample(sample: Any, network_potential: np.ndarray,
     solver = build(_start_phase(network, build(None), meta, positions, settings.periodic(meta), n))
     start_error = data_error(solver, settings.batch_size)
     log = iterate(solver, settings.convergence, after_iteration=_pull_towards_start(settings.prior_weight),
-                  max_batch_size=settings.batch_size, seed_random=settings.seed,
+                  max_batch_size=settings.batch_size, seed_random=settings.seed % PY4DSTEM_SEEDS,
                   object_positivity=False, **(kz_arguments(settings.kz_regularization_gamma, n) if n > 1 else {}))
     final_error = data_error(solver, settings.batch_size)
     phase = np.asarray(solver.object, dtype=np.float64)

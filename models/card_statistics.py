@@ -1,0 +1,99 @@
+"""What a model card says its model was trained on, typed and bounded: the ranges of the input's
+cheap statistics over the training split (``training_statistics``, `stage.scan_statistics`) and the
+loader's dose augmentation (``trained_on.dose_augmentation``, `stage.config.DoseAugmentationConfig`).
+
+The input report (`models.scan_fit.card_checks`) believes these ranges: a scan inside them draws no
+warning. So a range is refused at load when it is no range (low above high) or lies outside what its
+estimator can give (`STATISTIC_BOUNDS`): a dose range reaching below `namsa.constants.MIN_DOSE_E_PER_A2`
+would silence the low-dose check of every scan, a focus of kilometres or a fraction above 1 is a
+damaged or made-up card, not a finding.
+"""
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from namsa.constants import MIN_DOSE_E_PER_A2
+
+_STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+StatisticName = Literal["defocus_A", "scattered_fraction", "high_angle_loss", "dose_e_per_A2"]
+
+#: (low, high) of the values each statistic can take: the focus (Angstrom) of any STEM probe is within
+#: 10 micrometres of the specimen; the scattered fraction is a fraction of the detected intensity and
+#: the high-angle loss (1 - the mean pattern total) one of the incident probe, which shot noise can
+#: push a little below 0; a dose (electrons/Angstrom^2) is at least `MIN_DOSE_E_PER_A2`
+STATISTIC_BOUNDS: dict[str, tuple[float, float]] = {
+    "defocus_A": (-1e5, 1e5), "scattered_fraction": (0.0, 1.0), "high_angle_loss": (-1.0, 1.0),
+    "dose_e_per_A2": (MIN_DOSE_E_PER_A2, math.inf)}
+
+
+def check_range(where: str, statistic: str, low: float, high: float) -> None:
+    """Raise a one-line ValueError naming ``where`` when (low, high) of ``statistic`` is no range or
+    leaves its `STATISTIC_BOUNDS`."""
+    if low > high:
+        raise ValueError(f"{where} is [{low:g}, {high:g}]: low above high, which no training set gives")
+    floor, top = STATISTIC_BOUNDS[statistic]
+    if low < floor or high > top:
+        why = " (below it a pattern holds less than one electron)" if statistic == "dose_e_per_A2" else ""
+        raise ValueError(f"{where} [{low:g}, {high:g}] leaves [{floor:g}, {top:g}], the values it can take{why}")
+
+
+class StatisticRange(BaseModel):
+    """One statistic's (low, high) over ``samples`` training stacks, in ``unit`` (`stage.scan_statistics.UNITS`)."""
+
+    model_config = _STRICT
+
+    low: float
+    high: float
+    samples: Annotated[int, Field(ge=1)]
+    unit: Annotated[str, Field(max_length=128)]
+
+
+class TrainingStatistics(BaseModel):
+    """``training_statistics``: the ranges of the input's cheap statistics (`stage.scan_statistics`, of
+    estimator ``version``) over the training split, and its probe steps (Angstrom) and semi-angle (mrad)."""
+
+    model_config = _STRICT
+
+    version: Annotated[int, Field(ge=1)]
+    split: Annotated[str, Field(max_length=16)]
+    samples: Annotated[int, Field(ge=1)]
+    ranges: dict[StatisticName, StatisticRange]
+    step_A: Annotated[list[Annotated[float, Field(gt=0, le=1e4)]], Field(min_length=2, max_length=2)]
+    semiangle_mrad: Annotated[float, Field(gt=0, le=1_000)]
+
+    @model_validator(mode="after")
+    def _plausible(self) -> "TrainingStatistics":
+        for name, r in self.ranges.items():
+            check_range(f"ranges.{name}", name, r.low, r.high)
+            if r.samples > self.samples:
+                raise ValueError(f"ranges.{name} counts {r.samples} samples of a split of {self.samples}")
+        if self.step_A[0] > self.step_A[1]:
+            raise ValueError(f"step_A {self.step_A} is [smallest, largest] probe step: low above high")
+        return self
+
+
+class DoseAugmentationRecord(BaseModel):
+    """``trained_on.dose_augmentation``: the training's `stage.config.DoseAugmentationConfig`; the
+    low-dose check reads ``enabled`` and ``dose_range_e_per_A2`` (electrons/Angstrom^2), the other
+    fields (log_uniform, clean_fraction, seed, on_device) are kept as the card states them."""
+
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
+
+    enabled: bool = False
+    dose_range_e_per_A2: Annotated[list[float], Field(min_length=2, max_length=2)] | None = None
+
+    @model_validator(mode="after")
+    def _plausible(self) -> "DoseAugmentationRecord":
+        if self.dose_range_e_per_A2 is not None:
+            check_range("dose_range_e_per_A2", "dose_e_per_A2", *self.dose_range_e_per_A2)
+        elif self.enabled:
+            raise ValueError("enabled without a dose_range_e_per_A2: the doses the model was trained at are unknown")
+        return self
+
+
+__all__ = ["StatisticName", "StatisticRange", "TrainingStatistics", "DoseAugmentationRecord", "STATISTIC_BOUNDS",
+           "check_range"]
