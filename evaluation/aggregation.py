@@ -1,6 +1,7 @@
-"""Aggregation over the per-sample records: means with bootstrap intervals over materials in every
-view (`evaluation.views`), breakdowns by element and thickness class, network against iCoM, compute
-times and the worst cases; everything that ranks or breaks down reads the headline (field) view."""
+"""Aggregation over the per-sample records: means with bootstrap intervals over materials of every
+metric in every view (`evaluation.metric_registry`, `evaluation.views`), breakdowns by element and
+thickness class, network against the reference method (iCoM), compute times and the worst cases;
+everything that ranks or breaks down reads the headline (field) view."""
 from __future__ import annotations
 
 import math
@@ -10,29 +11,19 @@ import numpy as np
 
 from . import metrics as M
 from .config import EvaluationConfig
-from .methods import ICOM, NETWORK, REGISTRY
+from .methods import NETWORK, REGISTRY, reference
+from .metric_registry import METRICS, in_view, whole_map
 from .scoring import ELEMENT_CLASSES
-from .verdict import HEADLINE_METRICS
-from .views import FIELD, HEADLINE, LEGACY, LEVEL, STRUCTURE
+from .views import HEADLINE, LEVEL
 
-#: whole-map metrics, in the order the report shows them; True = higher is better.
-IMAGE_METRICS: dict[str, bool] = HEADLINE_METRICS
-#: column-position metrics (field view: an offset moves no maximum, so they are the same in every view).
-COLUMN_METRICS: dict[str, bool] = {"mean_error_A": False, "recall": True}
-#: the legacy view's relative L2 split into the error of the map's mean and of its contrast
-#: (`metrics.level_and_contrast`): the field and structure views' level part is 0 by construction.
-ERROR_PARTS: dict[str, bool] = {"rel_l2_level": False, "rel_l2_contrast": False}
-#: the structure view's fitted scale (1: the map was in the truth's units already); no better or worse.
-FIT_FACTS: dict[str, bool | None] = {"scale": None}
-#: the network's level error |mean(pred) - mean(truth)| / |mean(truth)| (`views.level_error`): reported, never judged.
-LEVEL_METRICS: dict[str, bool] = {"level_error": False}
-#: the metrics aggregated in each view (and the network's level entry); True = higher is better, None = neither.
-VIEW_METRICS: dict[str, dict[str, bool | None]] = {
-    FIELD: {**IMAGE_METRICS, **COLUMN_METRICS},
-    STRUCTURE: {**IMAGE_METRICS, **FIT_FACTS},
-    LEGACY: {**IMAGE_METRICS, **ERROR_PARTS},
-    LEVEL: LEVEL_METRICS,
-}
+#: the whole-map metrics' names (every view); with the next, what the scaling study may plot.
+IMAGE_METRICS: tuple[str, ...] = tuple(m.name for m in whole_map())
+#: the headline view's other metrics: the column positions (an offset moves no maximum).
+COLUMN_METRICS: tuple[str, ...] = tuple(m.name for m in in_view(HEADLINE) if m.name not in IMAGE_METRICS)
+#: metrics.json's key of `network_vs_reference` ("network_vs_icom").
+VERSUS = f"network_vs_{reference().name}"
+#: the views aggregated (`metric_registry.Metric.views`; ``level``: the network's own entry).
+AGGREGATED_VIEWS: tuple[str, ...] = tuple(dict.fromkeys(v for m in METRICS for v in m.views))
 
 
 def _values(records: list[dict], target: str, method: str, view: str, metric: str) -> list[float | None]:
@@ -46,7 +37,8 @@ def _materials(records: list[dict], target: str, method: str) -> list[str]:
 
 def aggregate(records: list[dict], target: str, cfg: EvaluationConfig) -> dict[str, Any]:
     """aggregates[method][view][metric] = {value (mean), low, high, n, n_nonfinite, n_groups, median}
-    for every view of `VIEW_METRICS` the method's records hold (``level``: the network's only).
+    for every view of `AGGREGATED_VIEWS` the method's records hold (``level``: the network's only), each
+    metric of `metric_registry.in_view`.
 
     The interval resamples materials, not samples (`metrics.bootstrap_ci` with groups): the
     samples of one material (its zone axes and thicknesses) are not independent draws.
@@ -56,9 +48,9 @@ def aggregate(records: list[dict], target: str, cfg: EvaluationConfig) -> dict[s
         out[method] = {}
         materials = _materials(records, target, method)
         held = next(r["metrics"][target][method] for r in records if method in r["metrics"][target])
-        for view in (v for v in VIEW_METRICS if v in held):
-            out[method][view] = {name: _interval(_values(records, target, method, view, name), materials, cfg)
-                                 for name in VIEW_METRICS[view]}
+        for view in (v for v in AGGREGATED_VIEWS if v in held):
+            out[method][view] = {m.name: _interval(_values(records, target, method, view, m.name), materials, cfg)
+                                 for m in in_view(view)}
     return out
 
 
@@ -67,7 +59,8 @@ def headline_of(aggregates: dict[str, dict[str, Any]]) -> dict[str, dict[str, di
     view, and the network's ``level`` = {"level_error": mean, "level_error_median": median}: what the
     closing lines and a published card print (`views.headline_scores` reads it)."""
     def views(entry: dict[str, Any]) -> dict[str, dict[str, float | None]]:
-        out = {v: {k: entry[v][k]["value"] for k in IMAGE_METRICS} for v in VIEW_METRICS if v in entry and v != LEVEL}
+        out = {v: {k: entry[v][k]["value"] for k in IMAGE_METRICS}
+               for v in AGGREGATED_VIEWS if v in entry and v != LEVEL}
         if LEVEL in entry:
             level = entry[LEVEL]["level_error"]
             out[LEVEL] = {"level_error": level["value"], "level_error_median": level["median"]}
@@ -112,17 +105,20 @@ def breakdown(records: list[dict], target: str, key: str, cfg: EvaluationConfig)
         rows = groups[name]
         table[name] = {"n": len(rows)}
         for method in methods_present(rows, [target])[target]:
-            table[name][method] = {m: _mean_finite(_values(rows, target, method, HEADLINE, m))
-                                   for m in VIEW_METRICS[HEADLINE]}
+            table[name][method] = {m.name: _mean_finite(_values(rows, target, method, HEADLINE, m.name))
+                                   for m in in_view(HEADLINE)}
     return table
 
 
-def network_vs_icom(records: list[dict], target: str, cfg: EvaluationConfig) -> dict[str, Any]:
-    """Where the network beats iCoM (lower relative L2, headline view), overall, per element class
-    (`scoring.ELEMENT_CLASSES`) and per thickness class."""
+def network_vs_reference(records: list[dict], target: str, cfg: EvaluationConfig) -> dict[str, Any]:
+    """Where the network beats the reference method (`methods.reference`: iCoM; lower relative L2,
+    headline view), overall, per element class (`scoring.ELEMENT_CLASSES`) and per thickness class:
+    metrics.json's `VERSUS`."""
+    ref = reference().name
+
     def summary(rows: list[dict]) -> dict[str, Any]:
         both = [(r["metrics"][target][NETWORK][HEADLINE]["rel_l2"],
-                 r["metrics"][target][ICOM][HEADLINE]["rel_l2"]) for r in rows if ICOM in r["metrics"][target]]
+                 r["metrics"][target][ref][HEADLINE]["rel_l2"]) for r in rows if ref in r["metrics"][target]]
         pairs = [(n, i) for n, i in both if _finite(n) and _finite(i)]  # a missing value is no win and no loss
         if not pairs:
             return {"n": 0, "network_wins": 0, "win_rate": None, "mean_rel_l2_gap": None, "n_missing": len(both)}

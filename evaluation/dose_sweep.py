@@ -3,7 +3,7 @@
 A microscope's scan carries counts, not the noise-free intensities the simulator writes. For each
 dose of ``evaluation.doses`` (electrons / Angstrom^2) every evaluated sample's patterns are replaced
 by Poisson counts at that dose (`stage.dose.add_shot_noise`, the loader's own noise model) drawn
-from a stream fixed by (seed, dose, sample id), so the network, iCoM and the mean image are scored
+from a stream fixed by (seed, dose, sample id), so the network and the swept baselines are scored
 on the very same noisy data, and a rerun draws the same noise. The methods whose record says
 ``dose_sweep=False`` (`evaluation.methods`: the ptychographies, seconds to minutes per sample and
 dose) are left out here; the verdict at each dose is the same rule as the
@@ -20,7 +20,7 @@ from stage.dose import add_shot_noise, augmentation_rng, scan_step_area_A2
 
 from .aggregation import aggregate, class_aggregates, headline_of
 from .config import EvaluationConfig
-from .methods import ICOM, REGISTRY
+from .methods import REGISTRY, reference
 from .scoring import score_all
 from .verdict import all_verdicts
 from .views import HEADLINE, headline_scores
@@ -63,14 +63,14 @@ def dose_sweep(cfg: EvaluationConfig, stores: Any, indices: list[int], rec: Any,
 
 def dose_lines(sweep: list[dict[str, Any]], target: str = "potential") -> list[str]:
     """One printed line per dose: each method's relative L2 under the field's rule (an old summary's:
-    the legacy rule, said so) and the verdict against iCoM."""
+    the legacy rule, said so) and the verdict against the reference method (`methods.reference`: iCoM)."""
     lines = []
     for entry in sweep:
         view, scores = headline_scores(entry["headline"].get(target, {}))
         errors = {m: v.get("rel_l2") for m, v in scores.items()}
         text = ", ".join(f"{m} {e:.3f}" for m, e in errors.items() if e is not None)
         rule = "field's rule" if view == HEADLINE else "legacy rule"
-        verdict = entry["verdicts"].get(target, {}).get(ICOM, {}).get("overall_sentence", "")
+        verdict = entry["verdicts"].get(target, {}).get(reference().name, {}).get("overall_sentence", "")
         lines.append(f"  at {entry['dose_e_per_A2']:g} e/A^2 ({target} rel. L2, {rule}): {text}"
                      + (f"; {verdict}" if verdict else ""))
     return lines

@@ -1,8 +1,8 @@
 """`evaluate`: score a trained reconstructor and its baselines on held-out samples.
 
-For each sample of the chosen split: the network's prediction (`models.load_reconstructor`), the
-mean-training-target baseline and the iCoM and (optional) ptychography baselines, each a map in its
-own physical units, are compared with the true projected potential / density in every view
+For each sample of the chosen split: the network's prediction (`models.load_reconstructor`) and every
+baseline the config asks for (`methods.REGISTRY`; what each requires is checked first), each a map in
+its own physical units, are compared with the true projected potential / density in every view
 (`evaluation.views`): the field's rule (the headline: only each map's mean set to the truth's),
 structure only (one least-squares scale and offset for every method) and the legacy rule (the network
 as predicted, the baselines least-squares fitted); with the network's level error and each method's
@@ -21,15 +21,15 @@ from namsa.errors import UserError
 from stage.jsonfile import write_json_atomic
 
 from . import figures, report
-from .aggregation import (aggregate, breakdown, class_aggregates, compute_seconds, headline_of, methods_present,
-                          missing_metrics, network_vs_icom, subset_aggregates, worst_records)
+from .aggregation import (VERSUS, aggregate, breakdown, class_aggregates, compute_seconds, headline_of,
+                          methods_present, missing_metrics, network_vs_reference, subset_aggregates, worst_records)
 from .baselines import mean_training_targets
 from .config import EvaluationConfig
+from .conventions import CONVENTIONS
 from .dose_sweep import dose_sweep
-from .methods import ICOM, MEAN, REGISTRY, method
+from .methods import MEAN, check_requirements, reference
 from .scoring import jsonable, recompute, score_all
 from .verdict import all_verdicts
-from .views import FIELD, LEGACY, LEVEL, STRUCTURE
 
 #: what models.train writes beside the model directory it makes (marks a training run directory)
 TRAIN_RUN_FILE = "train_run.json"
@@ -81,10 +81,7 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
     fig_dir = out / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    if eval_cfg.ptycho or eval_cfg.multislice_ptycho is not None:
-        from namsa.ptychography.single_slice import require_py4dstem
-
-        require_py4dstem()   # fail before any work, and keep the one-off import out of the timings
+    check_requirements(eval_cfg)   # fail before any work, and keep one-off imports out of the timings
     rec = load_reconstructor(model_dir)
     targets = _resolve_targets(eval_cfg.targets, list(rec.targets))
     with open_stores(_as_list(data_dirs)) as stores:
@@ -106,9 +103,9 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
     aggregates = {t: aggregate(records, t, eval_cfg) for t in targets}
     breakdowns = {t: {key: breakdown(records, t, key, eval_cfg) for key in report.BREAKDOWN_KEYS}
                   for t in targets}
-    icom = method(ICOM)
-    versus = {t: network_vs_icom(records, t, eval_cfg) for t in targets
-              if icom.enabled(eval_cfg) and t in icom.targets}
+    ref = reference()
+    versus = {t: network_vs_reference(records, t, eval_cfg) for t in targets
+              if ref.enabled(eval_cfg) and t in ref.targets}
     headline = headline_of(aggregates)
     by_class = {t: class_aggregates(records, t, eval_cfg) for t in targets}
     verdicts = all_verdicts(aggregates, intervals=eval_cfg.n_bootstrap > 0, ci_level=eval_cfg.ci_level,
@@ -136,7 +133,7 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
         "class_aggregates": by_class,
         "absent_baselines": absent,
         "breakdowns": breakdowns,
-        "network_vs_icom": versus,
+        VERSUS: versus,
         "verdicts": verdicts,
         "compute_seconds": timings,
         "dose_sweep": doses,
@@ -151,56 +148,6 @@ def evaluate(eval_cfg: EvaluationConfig, data_cfg: Any, data_dirs: str | Path | 
     html_path = report.write_report(out / "report.html", doc)
     return EvalResult(out, metrics_path, html_path, list(figs.values()), headline, len(records), verdicts, timings,
                       doses, missing)
-
-
-_GENERAL_CONVENTIONS = {
-    "physical_units": {"potential": "V*Angstrom (projected potential)",
-                       "density": "electrons/Angstrom^2 (projected electron density)"},
-    FIELD: ("the headline and the verdict's view (the field's rule): every method's map, the network's "
-            "included, in its own physical units with only its mean replaced by the truth's, est - mean(est) + "
-            "mean(true). A uniform phase changes no diffraction intensity, so no method can read a map's mean "
-            "from the data; nothing else is taken from the truth"),
-    STRUCTURE: ("structure only: for every method, the network included, one least-squares scale (>= 0) and "
-                "offset fitted to the truth per sample (two numbers from the truth); scale is that fit's scale "
-                "(1: the map was in the truth's units already)"),
-    LEGACY: ("the rule before issue 30, kept for comparison: the network and the mean image as they are, "
-             "iCoM and the ptychographies least-squares scaled and offset to the truth per sample (<method>_fit)"),
-    LEVEL: ("the network's level error |mean(pred) - mean(true)| / |mean(true)| (median and mean over samples): "
-            "what the field view hands every method; no baseline estimates it, so it has no verdict"),
-    "rel_l2": "||pred - true||_2 / ||true||_2",
-    "rel_l2_level": ("legacy view only: the part of rel_l2 from the map's mean, |mean(pred) - mean(true)| sqrt(N) / "
-                     "||true||; rel_l2^2 = level^2 + contrast^2 (0 by construction in the field and structure views)"),
-    "rel_l2_contrast": "legacy view only: the rest of rel_l2, ||(pred - mean(pred)) - (true - mean(true))|| / ||true||",
-    "psnr_db": "10 log10(R^2 / MSE), R = max(true) - min(true) of each sample's truth",
-    "ssim": "Wang et al. 2004, Gaussian window sigma 1.5 px (11 taps), K1 0.01, K2 0.03, periodic borders, "
-            "R as for PSNR",
-    "pearson_r": "Pearson correlation of the pixels; 0 for a constant map",
-    "columns": "field view: local maxima of the truth (atomic columns) matched to maxima of the estimate "
-               "(Hungarian, periodic); mean distance in Angstrom, recall = matched / true columns",
-    "ci": "percentile bootstrap of the mean over materials: materials resampled with replacement, each "
-          "bringing all of its samples (a material's samples are not independent); fewer than 2 materials "
-          "give no interval",
-}
-#: what metrics.json's names mean: the general ones, each fitted method's ``<name>_fit``, then the rest
-CONVENTIONS = {
-    **_GENERAL_CONVENTIONS,
-    **{f"{m.name}_fit": m.fit_convention for m in REGISTRY if m.legacy_fitted},
-    "verdict": "the network 'beats' a baseline only when it is better on every headline metric (rel_l2, "
-               "psnr_db, ssim, pearson_r; field view) with non-overlapping material-level bootstrap "
-               "intervals; decided overall and per element class (light: every element Z <= 14; heavy: the "
-               "rest), and a class where it is not met says 'loses to', 'ties with' or 'does NOT beat'",
-    "compute_seconds": "wall seconds per sample in this process: network = Reconstructor.predict of a batch "
-                       "(normalisation included) / batch size; icom, ptycho, multislice_ptycho = that "
-                       "sample's reconstruction (without the one-off py4DSTEM import)",
-    "network_resolution": "a model trained on the hard-cutoff targets of before 2026-11-24 (card code_version "
-                          "without +targets2) is compared at the targets' stated resolution (target_fwhm_A, "
-                          "namsa.targets.to_target_resolution), as ptychography is; a current model as it predicts",
-    "dose_sweep": "with evaluation.doses: every sample scored again on Poisson counts at each dose (electrons/"
-                  "Angstrom^2 per probe position's area), the same draw for every method; ptychography left out",
-    "mean_baseline": "pixel-wise mean of the training-split targets; absent (absent_baselines says why) when "
-                     "the evaluated stores hold no training samples: a mean of the evaluated samples' own "
-                     "targets would use the truth it is scored against",
-}
 
 
 def _absent_baselines(cfg: EvaluationConfig, mean_maps: dict | None) -> dict[str, str]:

@@ -6,7 +6,8 @@ array, in a notebook, in the evaluation of a model or of the classical iCoM base
 importing it through the ``evaluation`` package still runs ``evaluation/__init__``, which imports
 matplotlib).
 
-Conventions (also in docs/evaluation.md):
+Conventions (the metric records of `evaluation.metric_registry` state them for metrics.json and
+docs/evaluation.md):
 
 * **data range** (PSNR, SSIM): the peak-to-peak of the *truth*, ``max(true) - min(true)``,
   unless ``data_range`` is passed. For a constant truth (range 0) it falls back to
@@ -360,7 +361,8 @@ def _grouped_mean_interval(values: np.ndarray, labels: np.ndarray, n_resamples: 
 
 
 def image_metrics(pred: np.ndarray, true: np.ndarray, data_range: float | None = None) -> dict[str, float]:
-    """The four whole-map metrics at once: rel_l2, psnr_db, ssim, pearson_r."""
+    """The four whole-map metrics at once: rel_l2, psnr_db, ssim, pearson_r (each a whole-map record of
+    `evaluation.metric_registry`, which says how they are aggregated, named and judged)."""
     return {
         "rel_l2": relative_l2(pred, true),
         "psnr_db": psnr(pred, true, data_range),

@@ -18,7 +18,7 @@ import numpy as np
 from namsa.errors import UserError
 
 from .config import EvaluationConfig
-from .methods import REGISTRY
+from .methods import REGISTRY, check_requirements
 from .scoring import subset_rules
 
 
@@ -30,6 +30,7 @@ def precompute(cfg: EvaluationConfig, data_dirs: list[str | Path]) -> int:
         raise UserError("evaluation.baseline_cache is not set: name the directory to fill (--set evaluation.baseline_cache=DIR)")
     # the methods whose maps are cached; their subset rules pick samples as `namsa evaluate` does
     cached = [m for m in REGISTRY if m.runner is not None and m.settings is not None and m.enabled(cfg)]
+    check_requirements(cfg, tuple(cached))
     subsets = subset_rules(cfg, [t for m in cached for t in m.targets], tuple(cached))
     with open_stores(data_dirs) as stores:
         indices = stores.indices(cfg.split_filter())[: cfg.max_samples]

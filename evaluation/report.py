@@ -17,14 +17,16 @@ from typing import Any
 
 from . import figures
 from .card_view import card_rows, text
+from .config import EvaluationConfig
 from .html_parts import ci as _ci, esc as _e, figure as _figure, num as _num, table as _table
 from .material_ids import describe_material
-from .methods import method, names
+from .methods import ALL_TARGETS, baselines, method, names
+from .metric_registry import metric as metric_record
 from .report_doses import dose_section
 from .report_samples import materials_section, samples_section, worst_section
 from .report_top import top_section
 from .report_versus import one_group, versus_section
-from .report_views import METRIC_NAMES, views_section
+from .report_views import views_section
 from .views import HEADLINE
 
 #: record fields the breakdown tables group by, with their headings.
@@ -181,14 +183,22 @@ def _figures_section(doc: dict[str, Any], target: str) -> str:
 def _conventions(doc: dict[str, Any]) -> str:
     items = "".join(f"<li><b>{_e(k)}</b>: {_e(text(v))}</li>"
                     for k, v in doc["conventions"].items())
-    return ("<h2>How the numbers are computed</h2><p>Baselines: the <b>mean training target</b> (pixel-wise mean of "
-            "the training targets), <b>iCoM</b> (integrated centre of mass of the same 4D stack, calibrated by the "
-            "detector sampling) and, when evaluation.ptycho is on, <b>ptychography</b> (single-slice, py4DSTEM, same "
-            "stack, phase over the interaction constant); each is a map in physical units, as the network's is. "
-            "Under the field's rule (the headline and the verdicts) every map keeps its units and only its mean is "
-            "set to the truth's; the structure view fits one least-squares scale and offset to the truth for every "
-            "method; the legacy rule fitted them to iCoM and ptychography only.</p>"
+    fitted = ", ".join(m.short_label for m in baselines() if m.legacy_fitted)
+    return ("<h2>How the numbers are computed</h2><p>Baselines, each a map in physical units as the network's is:</p>"
+            f"<ul>{_baseline_items()}</ul><p>Under the field's rule (the headline and the verdicts) every map keeps "
+            "its units and only its mean is set to the truth's; the structure view fits one least-squares scale and "
+            f"offset to the truth for every method; the legacy rule fitted them to {_e(fitted)} only.</p>"
             f"<ul>{items}</ul>")
+
+
+def _baseline_items() -> str:
+    """Every baseline of the registry as a list item: its label, what it is, its targets when it makes
+    maps of fewer than all, and its switch when it is off by default."""
+    default = EvaluationConfig()
+    return "".join(f"<li><b>{_e(m.label)}</b>: {_e(m.description)}"
+                   + ("" if m.targets == ALL_TARGETS else f"; {_e(', '.join(m.targets))} only")
+                   + ("" if m.enabled(default) else f" (off by default: evaluation.{_e(m.switch)})") + "</li>"
+                   for m in baselines())
 
 
 def _learning_caption(doc: dict[str, Any]) -> str:
@@ -250,7 +260,8 @@ def render_scaling(summary: dict[str, Any], out_dir: Path) -> str:
     return "\n".join([
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>namsa learning curve</title>"
         f"<style>{_STYLE}</style></head><body>",
-        f"<h1>Learning curve: held-out {_e(target)} {_e(METRIC_NAMES.get(metric, metric))} against training-set size</h1>",
+        f"<h1>Learning curve: held-out {_e(target)} {_e(metric_record(metric).row_label)} against training-set "
+        "size</h1>",
         f"<p class='note'>The same model and schedule trained on nested subsets of the {summary['n_train_total']:,} "
         "training samples (the first n in store order), each evaluated on the same held-out split; mean over "
         "samples with its bootstrap interval. The baselines do not depend on the training-set size (the mean "

@@ -1,26 +1,28 @@
-"""The report's section on where the network beats iCoM, sample by sample (`aggregation.network_vs_icom`):
-overall, per element class and per thickness class, with sentences that say "most" only of a class
-where one side is better on more than half of the samples, and give the count."""
+"""The report's section on where the network beats the reference method (`methods.reference`: iCoM),
+sample by sample (`aggregation.network_vs_reference`): overall, per element class and per thickness
+class, with sentences that say "most" only of a class where one side is better on more than half of
+the samples, and give the count."""
 from __future__ import annotations
 
 from typing import Any
 
+from .aggregation import VERSUS
 from .html_parts import esc, num, table
+from .methods import reference
 
-#: the groupings of `aggregation.network_vs_icom`, with their headings.
+#: the groupings of `aggregation.network_vs_reference`, with their headings.
 GROUPINGS: dict[str, str] = {"element_class": "element class", "thickness_class": "thickness"}
 
 
 def versus_section(doc: dict[str, Any]) -> str:
     """"Where the network beats iCoM": the overall count, the majority sentences and one table per grouping."""
-    versus = doc.get("network_vs_icom", {}).get("potential")
+    ref = reference()
+    versus = doc.get(VERSUS, {}).get("potential")
     if not versus:
-        return "<h2>Network vs iCoM</h2><p>iCoM was not computed (it estimates the potential only).</p>"
+        return f"<h2>Network vs {esc(ref.short_label)}</h2><p>{esc(ref.missing_note)}.</p>"
     o = versus["overall"]
-    parts = ["<h2>Where the network beats iCoM, and where it does not</h2>",
-             f"<p>Overall the network has the lower relative L2 error on {_count(o)}. iCoM assumes a thin, "
-             "weak-phase specimen; thick crystals and heavy elements (channelling, dynamical scattering) break "
-             "that assumption, so iCoM is expected to fall behind there.</p>",
+    parts = [f"<h2>Where the network beats {esc(ref.short_label)}, and where it does not</h2>",
+             f"<p>Overall the network has the lower relative L2 error on {_count(o)}. {esc(ref.reference)}</p>",
              f"<p>{majority_sentences([(name, g) for key in GROUPINGS for name, g in versus.get(key, {}).items()])}</p>"]
     for key, title in GROUPINGS.items():
         groups = versus.get(key, {})
@@ -31,7 +33,8 @@ def versus_section(doc: dict[str, Any]) -> str:
                  "–" if s["win_rate"] is None else f"{100 * s['win_rate']:.0f}%", num(s["mean_rel_l2_gap"])]
                 for name, s in groups.items()]
         parts.append(f"<h3>By {title}</h3>")
-        parts.append(table([title, "samples", "network wins", "win rate", "mean rel L2 (iCoM − network)"], rows))
+        parts.append(table([title, "samples", "network wins", "win rate",
+                            f"mean rel L2 ({esc(ref.short_label)} − network)"], rows))
     return "\n".join(parts)
 
 
@@ -45,7 +48,7 @@ def majority_sentences(groups: list[tuple[str, dict[str, Any]]]) -> str:
     even = [text for text, lead in said if lead == 0]
     sentences = [_sentence("The network is better on most samples of", network),
                  # the network's count is of strict wins: iCoM's side holds the (rare) exact ties too
-                 _sentence("iCoM is as good or better on most samples of", icom)]
+                 _sentence(f"{reference().short_label} is as good or better on most samples of", icom)]
     if even:
         sentences.append(f"Split evenly: <b>{esc('; '.join(even))}</b>.")
     return " ".join(sentences)

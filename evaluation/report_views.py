@@ -8,17 +8,9 @@ from typing import Any
 
 from .html_parts import ci, esc, num, table
 from .methods import NETWORK, baselines, method, names
-from .verdict import HEADLINE_METRICS, study_reference
+from .metric_registry import Metric, in_report_order, judged
+from .verdict import study_reference
 from .views import FIELD, HEADLINE, LEGACY, LEVEL, STRUCTURE, VIEW_TITLES
-
-METRIC_NAMES = {"rel_l2": "relative L2 ↓",
-                "rel_l2_level": "… from the map's mean ↓ (fitted baselines: taken from the truth)",
-                "rel_l2_contrast": "… from its contrast ↓", "psnr_db": "PSNR (dB) ↑", "ssim": "SSIM ↑",
-                "pearson_r": "Pearson r ↑", "mean_error_A": "column position error (Å) ↓",
-                "recall": "columns found ↑", "scale": "fitted scale (1: already in the truth's units)"}
-#: rows whose figures take a number from the truth (a fitted baseline's level error is ~0 because its
-#: offset was fitted to the truth; the scale is that fit): never marked best, whatever the view.
-FROM_TRUTH = frozenset({"rel_l2_level", "scale"})
 
 #: what each view's table says under it.
 VIEW_NOTES: dict[str, str] = {
@@ -57,15 +49,15 @@ def view_table(doc: dict[str, Any], target: str, view: str) -> str:
     methods = [m for m in names() if m in agg and view in agg[m]]
     if not methods:
         return ""
-    metrics = [k for k in METRIC_NAMES if k in agg[methods[0]][view]]
+    metrics = [k for k in in_report_order() if k.name in agg[methods[0]][view]]   # what this file holds
     rows = []
     for k in metrics:
         best = _best(agg, methods, k) if view == HEADLINE else None
-        rows.append([METRIC_NAMES[k]] + [f"<b>{ci(agg[m][view][k])}</b>" if m == best else ci(agg[m][view][k])
-                                         for m in methods])
+        rows.append([k.row_label] + [f"<b>{ci(agg[m][view][k.name])}</b>" if m == best else ci(agg[m][view][k.name])
+                                     for m in methods])
     n = agg[methods[0]][view]["rel_l2"]["n"]
     level = int(doc["config"]["ci_level"] * 100)
-    used = ", ".join(METRIC_NAMES[k] for k in HEADLINE_METRICS)
+    used = ", ".join(k.row_label for k in judged())
     note = (f"<p class='note'>{n} samples; mean over samples with a {level}% bootstrap interval over materials in "
             f"brackets{'; best method in bold' if view == HEADLINE else ''}. "
             f"{esc('; '.join(_missing_methods(doc, agg)))}</p>")
@@ -99,15 +91,15 @@ def class_table(doc: dict[str, Any], target: str) -> str:
                     rows, left=1))
 
 
-def _best(agg: dict[str, Any], methods: list[str], metric: str) -> str | None:
-    """The method with the best headline-view mean on ``metric`` (None when none has a value or the
-    metric has no better direction)."""
-    if metric in FROM_TRUTH or not ("↑" in METRIC_NAMES[metric] or "↓" in METRIC_NAMES[metric]):
+def _best(agg: dict[str, Any], methods: list[str], metric: Metric) -> str | None:
+    """The method with the best headline-view mean on ``metric`` (None when none has a value, the
+    metric has no better direction, or its figure takes a number from the truth)."""
+    if metric.from_truth or metric.better is None:
         return None
-    known = {m: v for m in methods if (v := agg[m][HEADLINE].get(metric, {}).get("value")) is not None}
+    known = {m: v for m in methods if (v := agg[m][HEADLINE].get(metric.name, {}).get("value")) is not None}
     if not known:
         return None
-    return (max if "↑" in METRIC_NAMES[metric] else min)(known, key=known.get)
+    return (max if metric.better == "higher" else min)(known, key=known.get)
 
 
 def _missing_methods(doc: dict[str, Any], agg: dict[str, Any]) -> list[str]:

@@ -1,7 +1,7 @@
 """The one rule for saying whether the network beats a baseline, used by the report and the CLI.
 
-"Beats" is claimed only when the network is better on **every** headline metric (relative L2,
-PSNR, SSIM, Pearson r) in the headline view (`views.HEADLINE`: the field's rule, every map in its own
+"Beats" is claimed only when the network is better on **every** headline metric (the judged records
+of `metric_registry`: relative L2, PSNR, SSIM, Pearson r) in the headline view (`views.HEADLINE`: the field's rule, every map in its own
 physical units with only its mean set to the truth's; never the structure or the legacy view) **and**
 on each of them the network's bootstrap interval of the mean lies entirely on the better side of the
 baseline's (the intervals do not overlap). Anything less gets a
@@ -25,12 +25,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .methods import NETWORK, REGISTRY, in_panel_order, method
+from .metric_registry import judged, metric
 from .views import HEADLINE, LEGACY, headline_scores
 
-#: the headline metrics, in the order sentences name them; True = higher is better.
-HEADLINE_METRICS: dict[str, bool] = {"rel_l2": False, "psnr_db": True, "ssim": True, "pearson_r": True}
-#: how sentences name each metric.
-SHORT_NAMES: dict[str, str] = {"rel_l2": "rel. L2", "psnr_db": "PSNR", "ssim": "SSIM", "pearson_r": "Pearson r"}
 #: how a class sentence opens for each `Verdict.status`.
 STATUS_LEADS: dict[str, str] = {"beats": "beats", "loses": "loses to", "ties": "ties with (does NOT beat)",
                                 "does not beat": "does NOT beat"}
@@ -38,7 +35,8 @@ STATUS_LEADS: dict[str, str] = {"beats": "beats", "loses": "loses to", "ties": "
 
 @dataclass
 class Verdict:
-    """Network vs one baseline on one target. Each list holds metric keys of `HEADLINE_METRICS`.
+    """Network vs one baseline on one target. Each list holds names of the headline metrics
+    (`metric_registry.judged`).
 
     status:         "beats"; "loses" (better on no metric, worse with intervals apart on at least
                     one); "ties" (no interval apart: nothing told apart); "does not beat" (the rest).
@@ -91,14 +89,14 @@ def _groups(net: dict[str, Any], base: dict[str, Any], intervals: bool) -> dict[
     """Each headline metric sorted into better/worse x apart/overlap, or missing."""
     groups: dict[str, list[str]] = {"better_apart": [], "better_overlap": [], "worse_apart": [], "worse_overlap": [],
                                     "missing": []}
-    for metric, higher in HEADLINE_METRICS.items():
-        a, b = net.get(metric) or {}, base.get(metric) or {}
+    for m in judged():
+        a, b = net.get(m.name) or {}, base.get(m.name) or {}
         if not (_a_number(a.get("value")) and _a_number(b.get("value"))):  # None or NaN: missing, not compared
-            groups["missing"].append(metric)
+            groups["missing"].append(m.name)
             continue
-        better = a["value"] > b["value"] if higher else a["value"] < b["value"]
+        better = a["value"] > b["value"] if m.better == "higher" else a["value"] < b["value"]
         apart = intervals and _apart(a, b)
-        groups[("better" if better else "worse") + ("_apart" if apart else "_overlap")].append(metric)
+        groups[("better" if better else "worse") + ("_apart" if apart else "_overlap")].append(m.name)
     return groups
 
 
@@ -108,7 +106,7 @@ def _a_number(value: Any) -> bool:
 
 def _status(groups: dict[str, list[str]]) -> str:
     """`Verdict.status` from the metric groups."""
-    if len(groups["better_apart"]) == len(HEADLINE_METRICS):
+    if len(groups["better_apart"]) == len(judged()):
         return "beats"
     if groups["worse_apart"] and not groups["better_apart"] and not groups["better_overlap"]:
         return "loses"
@@ -144,7 +142,7 @@ def _clauses(groups: dict[str, list[str]], intervals: bool) -> list[str]:
 
 
 def _names(metrics: list[str]) -> str:
-    names = [SHORT_NAMES[m] for m in metrics]
+    names = [metric(m).short_name for m in metrics]
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 

@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 
 import models
 import stage
-from evaluation.aggregation import missing_metrics, network_vs_icom, worst_records
+from evaluation.aggregation import missing_metrics, network_vs_reference, worst_records
 from evaluation.config import EvaluationConfig
 from evaluation.verdict import verdict
 from models import checkpoint as ckpt
@@ -104,7 +104,7 @@ def _record(net: float | None, icom: float | None) -> dict:
 
 def test_missing_values_are_no_win_no_loss_and_sort_last():
     records = [_record(None, 0.3), _record(0.2, 0.3), _record(math.nan, 0.3), _record(0.4, 0.3)]
-    overall = network_vs_icom(records, "potential", EvaluationConfig())["overall"]
+    overall = network_vs_reference(records, "potential", EvaluationConfig())["overall"]
     assert (overall["n"], overall["network_wins"], overall["n_missing"]) == (2, 1, 2)
     assert [r["metrics"]["potential"]["network"]["field"]["rel_l2"]
             for r in worst_records(records, "potential", 2)] == [0.4, 0.2]

@@ -7,7 +7,8 @@ import numpy as np
 
 from evaluation import metrics as M
 from evaluation.scoring import HEAVY_CLASS, LIGHT_CLASS
-from evaluation.verdict import HEADLINE_METRICS, all_verdicts, verdict
+from evaluation.metric_registry import judged
+from evaluation.verdict import all_verdicts, verdict
 from evaluation.views import FIELD, LEGACY, STRUCTURE
 
 
@@ -122,7 +123,8 @@ def test_verdict_refuses_beats_when_material_intervals_overlap_though_sample_int
     cfg = EvaluationConfig(n_bootstrap=2000, seed=0)
     by_material = aggregate(records, "potential", cfg)
     by_sample = {m: {FIELD: {k: M.bootstrap_ci([r["metrics"]["potential"][m][FIELD][k] for r in records],
-                                                    n_resamples=2000, seed=0).as_dict() for k in HEADLINE_METRICS}}
+                                                    n_resamples=2000, seed=0).as_dict()
+                           for k in (metric.name for metric in judged())}}
                  for m in ("network", "icom")}
     assert verdict(by_sample, "icom").beats                        # what a per-sample bootstrap would claim
     v = verdict(by_material, "icom")

@@ -1,9 +1,11 @@
-"""The mean baseline: the pixel-wise mean of the training targets (physical units)."""
+"""The mean baseline: its record and the pixel-wise mean of the training targets (physical units)."""
 from __future__ import annotations
 
 from typing import Any, Sequence
 
 import numpy as np
+
+from .record import ALL_TARGETS, Method
 
 
 def mean_training_targets(stores: Any, targets: Sequence[str]) -> dict[str, np.ndarray] | None:
@@ -22,3 +24,12 @@ def mean_training_targets(stores: Any, targets: Sequence[str]) -> dict[str, np.n
         for name in targets:
             sums[name] = sums.get(name, 0.0) + arrays[name].astype(np.float64)
     return {name: (total / len(indices)).astype(np.float32) for name, total in sums.items()}
+
+
+# No runner: one map per target for every sample, computed once from the training split by `evaluate`.
+METHOD = Method(
+    name="mean", label="mean training target", short_label="mean", verdict_label="mean training target",
+    description="the pixel-wise mean of the training split's targets: a network that does not beat it has "
+                "learned nothing about the individual sample",
+    colour="tab:gray", targets=ALL_TARGETS, legacy_fitted=False, judged=True, dose_sweep=True, panel_order=4,
+    switch="mean_baseline", missing_note="the mean-training-target baseline is absent: {why}")

@@ -1,16 +1,20 @@
 """``network+ptycho``: the network's potential refined by ptychography started from it
-(`namsa.ptychography.refine`), for the evaluation. The refinement reads the sample's CBED stack and
-calibrations only; the network's map is kept where refining raised the solver's data error."""
+(`namsa.ptychography.refine`), for the evaluation: its record and its map. The refinement reads the
+sample's CBED stack and calibrations only; the network's map is kept where refining raised the
+solver's data error."""
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
 
+from namsa.ptychography.convergence import ConvergenceRule
 from namsa.ptychography.refine import RefineSettings, refine_from_sample
 
+from ..config import EvaluationConfig
 from .cache import Baseline
-from .maps import at_target_resolution
+from .maps import PY4DSTEM, at_target_resolution
+from .record import Method
 
 
 def refined_from_network(settings: RefineSettings, sample: Any,
@@ -35,4 +39,27 @@ def refined_from_network(settings: RefineSettings, sample: Any,
     return np.asarray(raw, dtype=np.float32), record
 
 
-__all__ = ["refined_from_network"]
+def _run(cfg: EvaluationConfig, sample: Any, shape: tuple[int, ...], network: dict[str, np.ndarray]) -> Baseline:
+    return refined_from_network(cfg.network_ptycho, sample, network["potential"])
+
+
+def _quick(cfg: EvaluationConfig) -> EvaluationConfig:
+    """Two iterations."""
+    return cfg.model_copy(update={"network_ptycho": RefineSettings(convergence=ConvergenceRule(max_iterations=2))})
+
+
+# Not cached: its map depends on the model. Not legacy-fitted: it postdates the legacy rule. Not judged:
+# the verdict is the network against what microscopists have; this is ours, shown beside it.
+METHOD = Method(
+    name="network+ptycho", label="network refined by ptychography (py4DSTEM, started from the network's map)",
+    short_label="network+ptycho", verdict_label="network refined by ptychography",
+    description="the network's potential refined by ptychography (py4DSTEM) of the same stack, started from it; "
+                "thin, weak-phase specimens only, and the network's map kept where refining raised the solver's "
+                "data error",
+    colour="tab:purple", targets=("potential",), legacy_fitted=False, judged=False, dose_sweep=False,
+    panel_order=5, switch="network_ptycho", timing="py4DSTEM's own compute time of that sample's refinement",
+    requires=PY4DSTEM, runner=_run, quick=_quick,
+    missing_note="network+ptycho was not computed (evaluation.network_ptycho is off, or the target is not "
+                 "the potential)")
+
+__all__ = ["METHOD", "refined_from_network"]
