@@ -1,11 +1,17 @@
 """Planning: which samples a config asks for (SampleSpec, Plan, plan_samples); a structure that
-cannot be planned is recorded with its reason, never fatal; what a plan holds (summarize_plan)."""
+cannot be planned is recorded with its reason, never fatal; what a plan holds (summarize_plan).
+
+Two of planning's steps are slow and not cheaply re-derived: drawing the generated materials and
+searching each material's automatic zone axes. `plan_and_choices` returns those choices
+(`PlanChoices`) beside the plan and takes them back in place of the draw and the searches, so a
+plan kept on disk (`workflow.plan_cache`) stores only them; sources, failures, variants and order
+are planned from the config every time."""
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from .config import SimulationConfig
 from .errors import UserError
@@ -37,13 +43,23 @@ class Plan:
         return len(self.specs)
 
 
-def _plan_sources(cfg: SimulationConfig, plan: Plan) -> dict[str, Any]:
+@dataclass(frozen=True)
+class PlanChoices:
+    """What planning chose that is slow to choose again: the generated material ids in the order drawn,
+    and each planned material's automatic zone axes (none under explicit ``zone_axes``; a material
+    whose search found no axis is left out, its failure is searched again)."""
+
+    generated: tuple[str, ...] = ()
+    zone_axes: Mapping[str, tuple[tuple[int, int, int], ...]] = field(default_factory=dict)
+
+
+def _plan_sources(cfg: SimulationConfig, plan: Plan, generated: list[str]) -> dict[str, Any]:
     from . import generator, library
     from .structure_io import load_cif_dir
 
     structures: dict[str, Any] = {}
     ids = library.list_ids() if cfg.materials == "library" else list(cfg.materials)
-    for material_id in ids + generator.generated_ids(cfg.generator):
+    for material_id in ids + generated:
         try:
             structures[material_id] = (generator.build(material_id) if is_generated_id(material_id)
                                        else library.get(material_id))
@@ -64,28 +80,47 @@ def _plan_sources(cfg: SimulationConfig, plan: Plan) -> dict[str, Any]:
 
 def plan_samples(cfg: SimulationConfig) -> Plan:
     """Expand the config's dataset plan into SampleSpecs; a bad structure is recorded, never fatal."""
-    from .supercell import normalize_zone_axis
-    from .zone_axes import planned_zone_axes
+    return plan_and_choices(cfg)[0]
+
+
+def plan_and_choices(cfg: SimulationConfig, known: PlanChoices | None = None) -> tuple[Plan, PlanChoices]:
+    """(the plan of ``cfg``, its `PlanChoices`). ``known``: choices of an earlier plan of the same config,
+    used instead of drawing and searching; the caller has checked them against ``cfg``
+    (`workflow.plan_cache`), and a material they hold no axes for is searched as without them."""
+    from . import generator
 
     plan = Plan()
     variants = cfg.variants if cfg.variations.any else 1
-    for material_id, structure in _plan_sources(cfg, plan).items():
+    generated = list(known.generated) if known is not None else generator.generated_ids(cfg.generator)
+    chosen: dict[str, tuple[tuple[int, int, int], ...]] = {}
+    for material_id, structure in _plan_sources(cfg, plan, generated).items():
         try:
-            if cfg.zone_axes == "auto":
-                # raises (recorded below) rather than returning no axis: a material is never dropped
-                axes = planned_zone_axes(structure, cfg.max_zone_axes, cfg.cell_lateral_A, material_id)
-            else:
-                axes = [normalize_zone_axis(a) for a in cfg.zone_axes][: cfg.max_zone_axes]
+            axes = _zone_axes(cfg, material_id, structure, known)
         except UserError as exc:
             plan.failures.append((material_id, str(exc)))
             continue
         except Exception as exc:  # a structure the library cannot orient must not stop the plan
             plan.failures.append((material_id, f"{type(exc).__name__}: {' '.join(str(exc).split())}"))
             continue
-        for axis in axes:
-            for variant in range(variants):
-                plan.specs.append(SampleSpec(material_id, tuple(int(i) for i in axis), variant))
-    return plan
+        if cfg.zone_axes == "auto":
+            chosen[material_id] = axes
+        plan.specs += [SampleSpec(material_id, axis, variant) for axis in axes for variant in range(variants)]
+    return plan, PlanChoices(tuple(generated), chosen)
+
+
+def _zone_axes(cfg: SimulationConfig, material_id: str, structure: Any,
+               known: PlanChoices | None) -> tuple[tuple[int, int, int], ...]:
+    """The zone axes of one material: the config's explicit ones, the known choice, or the search."""
+    from .supercell import normalize_zone_axis
+    from .zone_axes import planned_zone_axes
+
+    if cfg.zone_axes != "auto":
+        return tuple(normalize_zone_axis(a) for a in cfg.zone_axes)[: cfg.max_zone_axes]
+    if known is not None and material_id in known.zone_axes:
+        return tuple(known.zone_axes[material_id])
+    # raises (recorded by the caller) rather than returning no axis: a material is never dropped
+    axes = planned_zone_axes(structure, cfg.max_zone_axes, cfg.cell_lateral_A, material_id)
+    return tuple(tuple(int(i) for i in axis) for axis in axes)  # type: ignore[misc]
 
 
 @dataclass(frozen=True)

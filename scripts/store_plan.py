@@ -1,6 +1,7 @@
 """Store a config's simulation plan in DIR (`workflow.plan_cache`) ahead of a run elsewhere that sets
-execution.plan_cache_dir to DIR, so that run reads the plan instead of spending a minute or two of
-one core on it (scripts/gpu_wheels.sh stores the GPU study's, which scripts/gpu_study.sh reads).
+execution.plan_cache_dir to DIR, so that run reads the plan's slow choices (generated materials,
+automatic zone axes; checked against its config there) instead of spending a minute or two of one
+core on them (scripts/gpu_wheels.sh stores the GPU study's, which scripts/gpu_study.sh reads).
 
     python scripts/store_plan.py CONFIG DIR [--wheels WHEELS] [--set KEY=VALUE ...]
 

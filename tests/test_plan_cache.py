@@ -1,6 +1,7 @@
-"""execution.plan_cache_dir (`workflow.plan_cache`): a stored plan is read instead of planned again only
-while everything the plan is a function of is unchanged; a bad or foreign file is planned over, never
-trusted; `namsa simulate` says when it read one and simulates the same samples."""
+"""execution.plan_cache_dir (`workflow.plan_cache`): a plan's slow choices (generated materials, automatic
+zone axes) are read instead of made again only while everything the plan is a function of is unchanged;
+nothing else is stored; a bad or foreign file is planned over, never trusted (hostile files:
+tests/test_hostile_plan_cache.py); `namsa simulate` says when it read one and simulates the same samples."""
 from __future__ import annotations
 
 import json
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from namsa import SimulationConfig, plan_samples
+from namsa import SimulationConfig, generator, plan_samples, zone_axes
 from workflow import plan_cache
 from workflow.cli import main
 from workflow.data_runners import stored_ids
@@ -20,17 +21,30 @@ CFG = SimulationConfig(materials=["Si-diamond", "NaCl-rocksalt", "no-such-materi
                        max_zone_axes=2)
 
 
-def unplannable(cfg):
-    raise AssertionError("planned again although a stored plan of the same key exists")
+def unplannable(*args, **kwargs):
+    raise AssertionError("drawn or searched again although a stored plan of the same key exists")
 
 
-def test_a_stored_plan_is_read_back_whole_and_not_planned_again(tmp_path, monkeypatch):
+def test_a_stored_plan_is_read_back_whole_without_drawing_or_searching_again(tmp_path, monkeypatch):
     made, read_from = plan_cache.cached_plan(CFG, tmp_path)
     assert read_from is None and made == plan_samples(CFG)
     assert made.specs and made.failures and made.sources
-    monkeypatch.setattr(plan_cache, "plan_samples", unplannable)
+    monkeypatch.setattr(generator, "generated_ids", unplannable)
+    monkeypatch.setattr(zone_axes, "planned_zone_axes", unplannable)
     again, read_from = plan_cache.cached_plan(CFG, tmp_path)
     assert again == made and read_from.parent == tmp_path
+
+
+def test_only_the_slow_choices_are_stored(tmp_path):
+    # what follows from the config (sources, failures, variants, order) is planned from it on every read
+    made, _ = plan_cache.cached_plan(CFG, tmp_path)
+    (path,) = tmp_path.glob("plan-*.json")
+    stored = json.loads(path.read_text())
+    assert set(stored) == {"key", "generated", "zone_axes"}
+    generated = [m for m in made.sources if ":" in m]
+    assert stored["generated"] == generated and len(generated) == CFG.generator.count
+    assert stored["zone_axes"] == {m: [list(s.zone_axis) for s in made.specs if s.material_id == m]
+                                   for m in dict.fromkeys(s.material_id for s in made.specs)}
 
 
 def test_another_config_or_library_version_is_planned_afresh(tmp_path, monkeypatch):

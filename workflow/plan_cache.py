@@ -1,14 +1,40 @@
-"""A plan kept on disk (`cached_plan`): planning a large generated study (drawing and checking substituted
-AFLOW templates, choosing each material's zone axes) takes a minute or two of one core, paid again by
-every `namsa simulate`. A stored plan is read instead when everything the plan is a function of is
-unchanged: the simulation config (but for the machine's fields: device, memory, workers, threads),
-every file of the namsa package (its code and structure data), the CIF files of ``cif_dir`` and the
-structure libraries that planning calls (pymatgen, spglib).
+"""A plan kept on disk (`cached_plan`), trusted for nothing that can be checked or planned instead.
 
-numpy and scipy versions are deliberately not part of the key, so that a plan made on one machine
-serves another (scripts/gpu_study.sh reads the study's plan made on the build machine): at worst
-another numpy resolves a floating-point tie between two zone axes differently, and the stored plan is
-still a valid plan of the config, the same one on both machines.
+Planning a large generated study takes a minute or two of one core, paid again by every `namsa
+simulate`, in two slow steps: drawing the generated materials (configs/gpu-study.yaml: 600 of them,
+~15 s) and searching every material's automatic zone axes (~40 s). Only those two choices are stored
+(`namsa.plan.PlanChoices`). Everything that follows cheaply from the config is planned from it on
+every read (`namsa.plan.plan_and_choices`): the named materials and the CIFs of ``cif_dir``, what
+each is loaded from, which fail and why, the variants (and so their seeds) and the order. A read of
+the study's plan takes ~12 s in a fresh process against ~60 s of planning, 8 s of it loading the
+AFLOW templates, which its simulation would load next anyway.
+
+The cache folder may be shared, and anyone who can write it can edit a file whose key (a public
+function of config and code) matches, so what is read is checked against the config first:
+
+- a regular file only, under `MAX_PLAN_BYTES`, opened without following a link and without blocking
+  on a FIFO, parsed with a nesting cap (`models.card.open_regular`, `models.card.parse_json_bytes`);
+- exactly the fields `_payload` writes, under this config's key;
+- the generated ids: generator.count of them, distinct, each a recipe of the config's generator in
+  its canonical spelling (template among the config's templates and sources, elements from the pool,
+  the light slots' from its light elements; `namsa.generator.build` accepts it);
+- the zone axes: stored only under ``zone_axes: auto``, one to max_zone_axes distinct axes per
+  material, each three integers of the form and index range the search returns.
+
+A file that fails a check is planned over as if it were absent, and stored again: a bad cache is
+never an error and never a traceback. A material without stored axes is searched (a failure is always
+searched again, so no material is dropped by leaving it out), and an entry for a material the config
+does not plan is never used; such a file is stored again too. What no check can tell apart is one
+valid choice from another (a recipe the generator could have drawn, another low-index axis): the key
+and the folder's permissions guard that.
+
+The key is everything the plan is a function of: the simulation config (but for the machine's
+fields: device, memory, workers, threads), every file of the namsa package (its code and structure
+data), the CIF files of ``cif_dir`` and the structure libraries that planning calls (pymatgen,
+spglib). numpy and scipy versions are deliberately not part of it, so that a plan made on one
+machine serves another (scripts/gpu_study.sh reads the study's plan made on the build machine): at
+worst another numpy resolves a floating-point tie between two zone axes differently, and the stored
+choices are still valid ones of the config, the same on both machines.
 
 Orchestration, not physics: it lives beside the runners that plan, and stores through stage's one
 atomic JSON writer (`stage.jsonfile.write_json_atomic`).
@@ -16,35 +42,57 @@ atomic JSON writer (`stage.jsonfile.write_json_atomic`).
 from __future__ import annotations
 
 import hashlib
-import json
+import inspect
+import math
 from importlib import metadata
+from itertools import product
 from pathlib import Path
+from typing import Any
 
 import namsa
+from models.card import open_regular, parse_json_bytes
+from namsa import generator, library
 from namsa.config import MACHINE_FIELDS, SimulationConfig
+from namsa.element_pool import DEFAULT_ELEMENTS, LIGHT_ELEMENTS
 from namsa.errors import UserError
-from namsa.plan import Plan, SampleSpec, plan_samples
+from namsa.material_id import generated_id, split_generated_id
+from namsa.plan import Plan, PlanChoices, plan_and_choices, plan_samples
 from namsa.sample import config_hash
+from namsa.zone_axes import auto_zone_axes
 from stage.jsonfile import write_json_atomic
 
 #: the structure libraries whose answers a plan holds (symmetry, oxidation states, neighbours)
 PLANNING_LIBRARIES = ("pymatgen", "pymatgen-core", "spglib")
+#: largest plan file read: the GPU study's is ~0.1 MB, 20,000 generated materials (generator's
+#: MAX_GENERATED) with three axes each ~5 MB
+MAX_PLAN_BYTES = 16 << 20
+_FIELDS = frozenset({"key", "generated", "zone_axes"})
 _PACKAGE_DIR = Path(namsa.__file__).resolve().parent
+#: the largest index the automatic search tries: `auto_zone_axes`' default, which planning uses
+_SEARCH_MAX_INDEX: int = inspect.signature(auto_zone_axes).parameters["max_index"].default
+#: every axis the search can return: gcd 1, first non-zero index positive (u v w ~ -u -v -w)
+SEARCH_AXES = frozenset(axis for axis in product(range(-_SEARCH_MAX_INDEX, _SEARCH_MAX_INDEX + 1), repeat=3)
+                        if any(axis) and math.gcd(*axis) == 1 and next(i for i in axis if i) > 0)
+
+
+class _Untrusted(Exception):
+    """A stored plan that fails a check (never leaves this module: the plan is made afresh)."""
 
 
 def cached_plan(cfg: SimulationConfig, cache_dir: str | Path | None) -> tuple[Plan, Path | None]:
-    """(the plan of ``cfg``, the file it was read from or None). With ``cache_dir`` a stored plan of
-    the same key is read, else the plan is made and stored there; None: always planned afresh."""
+    """(the plan of ``cfg``, the file its choices were read from or None). With ``cache_dir`` the
+    stored choices of the same key are checked and used, and stored (again) whenever they are not
+    exactly the plan's; None: always planned afresh."""
     if cache_dir is None:
         return plan_samples(cfg), None
     key = plan_key(cfg)
     path = Path(cache_dir) / f"plan-{key[:24]}.json"
-    stored = _read(path, key)
-    if stored is not None:
-        return stored, path
-    plan = plan_samples(cfg)
+    stored = _read(path, key, cfg)
+    plan, choices = plan_and_choices(cfg, stored)
+    if choices == stored:
+        return plan, path
     try:
-        write_json_atomic(path, _payload(key, plan), make_parents=True)
+        write_json_atomic(path, _payload(key, choices), make_parents=True)
     except OSError as exc:
         raise UserError(f"execution.plan_cache_dir={cache_dir}: cannot store the plan there ({exc.strerror or exc}); "
                         f"point it at a writable folder or leave it unset") from exc
@@ -78,24 +126,89 @@ def library_version(name: str) -> str | None:
         return None
 
 
-def _read(path: Path, key: str) -> Plan | None:
-    """The plan stored at ``path`` under ``key``; None when there is none, or it is unreadable or
-    another key's (it is then made again and overwritten: a cache never decides a plan)."""
+def _read(path: Path, key: str, cfg: SimulationConfig) -> PlanChoices | None:
+    """The choices stored at ``path`` under ``key`` once every check of the module docstring passes;
+    None when there is no such file or it fails one (it is then planned over)."""
     try:
-        stored = json.loads(path.read_text())
-        if not isinstance(stored, dict) or stored.get("key") != key:
-            return None
-        return Plan(specs=[SampleSpec(m, tuple(int(i) for i in axis), int(v)) for m, axis, v in stored["specs"]],
-                    failures=[(str(m), str(why)) for m, why in stored["failures"]],
-                    sources={str(k): str(v) for k, v in stored["sources"].items()})
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        with open_regular(path, "stored plan") as fh:   # refuses a link, a FIFO, a device
+            raw = fh.read(MAX_PLAN_BYTES + 1)
+        return _checked(parse_json_bytes(raw, f"stored plan {path}", MAX_PLAN_BYTES), key, cfg)
+    except (UserError, OSError, _Untrusted):
         return None
 
 
-def _payload(key: str, plan: Plan) -> dict:
-    """The stored form of ``plan`` under ``key`` (what `_read` reads back)."""
-    return {"key": key, "specs": [[s.material_id, list(s.zone_axis), s.variant] for s in plan.specs],
-            "failures": [list(f) for f in plan.failures], "sources": plan.sources}
+def _checked(stored: Any, key: str, cfg: SimulationConfig) -> PlanChoices:
+    """``stored`` (parsed JSON) as the choices of ``cfg``'s plan; `_Untrusted` when any part is not."""
+    if not isinstance(stored, dict) or set(stored) != _FIELDS or stored["key"] != key:
+        raise _Untrusted("not a stored plan of this key")
+    return PlanChoices(_checked_generated(stored["generated"], cfg), _checked_zone_axes(stored["zone_axes"], cfg))
 
 
-__all__ = ["cached_plan", "plan_key", "library_version", "PLANNING_LIBRARIES"]
+def _checked_generated(ids: Any, cfg: SimulationConfig) -> tuple[str, ...]:
+    """The stored generated ids: as many as the generator draws, distinct, each one of its recipes."""
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise _Untrusted("generated ids are not a list of strings")
+    if len(ids) != cfg.generator.count or len(set(ids)) != len(ids):
+        raise _Untrusted(f"{len(ids)} generated ids for generator.count={cfg.generator.count}, or repeated ones")
+    for slot, material_id in enumerate(ids):
+        _check_recipe(material_id, slot, cfg.generator)
+    return tuple(ids)
+
+
+def _check_recipe(material_id: str, slot: int, gen: generator.GeneratorConfig) -> None:
+    """`_Untrusted` unless ``material_id`` is a recipe ``gen`` could draw as its material ``slot``."""
+    try:
+        template, elements, scale = split_generated_id(material_id)
+        spelled = generated_id(template, elements, float(scale))
+    except ValueError as exc:
+        raise _Untrusted(str(exc)) from None
+    pool = set(gen.elements or DEFAULT_ELEMENTS)
+    if generator.is_light_slot(slot, gen.light_fraction):
+        pool &= set(LIGHT_ELEMENTS)
+    if material_id != spelled or not set(elements) <= pool or not _template_allowed(template, gen):
+        raise _Untrusted(f"{material_id!r} is not a recipe of this generator")
+    try:
+        generator.build(material_id)   # the template is one the generator accepts, the scale in range
+    except Exception as exc:   # whatever a hostile id makes a structure library raise: planned over
+        raise _Untrusted(f"{material_id!r}: {type(exc).__name__}") from None
+
+
+def _template_allowed(template: str, gen: generator.GeneratorConfig) -> bool:
+    """Whether ``gen`` draws from ``template``: one it lists, else one of its sources' (an AFLOW label's
+    acceptance is `generator.build`'s check)."""
+    if gen.templates != "all":
+        return template in gen.templates
+    return ("library" if template in library.list_ids() else "aflow") in gen.sources
+
+
+def _checked_zone_axes(entries: Any, cfg: SimulationConfig) -> dict[str, tuple[tuple[int, int, int], ...]]:
+    """The stored automatic zone axes: none under explicit ``zone_axes`` (they follow from the config)."""
+    if not isinstance(entries, dict) or (entries and cfg.zone_axes != "auto"):
+        raise _Untrusted("zone axes where the config plans none, or not a mapping")
+    return {material_id: _checked_axes(axes, cfg.max_zone_axes) for material_id, axes in entries.items()}
+
+
+def _checked_axes(axes: Any, most: int) -> tuple[tuple[int, int, int], ...]:
+    """One material's stored axes: 1 to ``most`` distinct axes the search can return."""
+    if not isinstance(axes, list) or not 1 <= len(axes) <= most:
+        raise _Untrusted(f"not 1 to max_zone_axes={most} zone axes")
+    checked = tuple(_checked_axis(axis) for axis in axes)
+    if len(set(checked)) != len(checked):
+        raise _Untrusted("a zone axis stored twice")
+    return checked
+
+
+def _checked_axis(axis: Any) -> tuple[int, int, int]:
+    # type(...) is int: JSON's true/false are Python bools, an int subclass
+    if not isinstance(axis, list) or not all(type(i) is int for i in axis) or tuple(axis) not in SEARCH_AXES:
+        raise _Untrusted("a zone axis the search does not return")
+    return tuple(axis)  # type: ignore[return-value]
+
+
+def _payload(key: str, choices: PlanChoices) -> dict:
+    """The stored form of ``choices`` under ``key`` (what `_read` reads back)."""
+    zone_axes = {material_id: [list(axis) for axis in axes] for material_id, axes in choices.zone_axes.items()}
+    return {"key": key, "generated": list(choices.generated), "zone_axes": zone_axes}
+
+
+__all__ = ["cached_plan", "plan_key", "library_version", "PLANNING_LIBRARIES", "MAX_PLAN_BYTES", "SEARCH_AXES"]
