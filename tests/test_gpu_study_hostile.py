@@ -18,8 +18,10 @@ from types import ModuleType
 from typing import Any, Callable
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+
+from fuzzing import fuzz_settings
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "scripts"
@@ -259,7 +261,7 @@ CELL = st.sampled_from(["", "0.1", "nan", "inf", "-1", "fast", "1e999"]) | st.te
 FILE = st.binary(max_size=40) | JSON.map(lambda v: json.dumps(v).encode())
 
 
-@settings(max_examples=40, deadline=None)
+@fuzz_settings(40)
 @given(raw=FILE | st.fixed_dictionaries({"cuda_ok": LEAF}).map(lambda v: json.dumps(v).encode()))
 def test_fuzz_only_a_json_false_verdict_takes_cuda_away(raw):
     with tempfile.TemporaryDirectory() as tmp:
@@ -275,7 +277,7 @@ def test_fuzz_only_a_json_false_verdict_takes_cuda_away(raw):
         assert verdict.cuda_ok is not None or verdict.why_none   # no verdict always says why
 
 
-@settings(max_examples=40, deadline=None)
+@fuzz_settings(40)
 @given(check=FILE, summary=SUMMARY, new=METRICS, flagship=METRICS,
        rows=st.lists(st.tuples(CELL, CELL, CELL, CELL), max_size=5))
 def test_fuzz_collect_always_writes_what_it_has(check, summary, new, flagship, rows):

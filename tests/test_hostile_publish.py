@@ -21,12 +21,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import models
 from _models_fixture import tiny_trained_model  # noqa: F401  (session fixture)
 from _publish_fixture import copy_run, finished_run  # noqa: F401  (session fixture)
+from fuzzing import fuzz_settings
 from models.card import CARD_FILE, MODEL_FILE
 from test_fuzz_model_dirs import json_values, mutate, paths_of
 from test_hostile_run_dirs import one_error_line
@@ -205,8 +206,7 @@ def test_100000_nested_lists_in_metrics_are_one_line(run, tmp_path, capsys):
 READ = {METRICS: ("config", "data", "headline", "aggregates", "samples"), CONFIG: ("name", "simulation", "data")}
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                   HealthCheck.too_slow])
+@fuzz_settings(40)
 @given(data=st.data(), rel=st.sampled_from(sorted(READ)), action=st.sampled_from(["replace", "delete", "add"]),
        value=json_values, key=st.text(max_size=8))
 def test_fuzz_mutated_metrics_and_config(finished_run, data, rel, action, value, key):  # noqa: F811
