@@ -338,8 +338,9 @@ class TrainConfig(BaseModel):
                       evaluation, best checkpoint exported). None = no limit.
     eval_every, checkpoint_every, log_every: cadence in steps; ``keep_last`` checkpoints are kept
                       besides the best; ``max_dev_batches`` caps a dev evaluation.
-    seed:             data order, initial weights and dropout streams; 0 <= seed < 2**63 (numpy takes
-                      no negative seed; torch's 64-bit one overflows above), as every seed of the config.
+    seed:             initial weights, data order and dropout (namsa.random_streams.TrainingStream);
+                      0 <= seed < 2**63 (numpy takes no negative seed; torch's 64-bit one overflows
+                      above), as every seed of the config.
     device:           ``auto`` (CUDA when available) | ``cpu`` | ``cuda``.
     channels_last, compile, activation_checkpointing: GPU speed/memory knobs.
     max_nonfinite:    stop after this many Inf/NaN losses or gradients in a row (each is skipped).

@@ -27,3 +27,13 @@ class UserError(NamsaError):
 
 class RunError(NamsaError):
     """The environment or the run failed (disk, peers, divergence, writes): one line, the reason and what to do."""
+
+
+class MemoryShortage(UserError):
+    """What was asked needs more memory than this machine gives it: one kind whether an estimate finds
+    it before anything runs or the run finds it as a `MemoryError` (or a GPU's out-of-memory error).
+
+    Bad input, not a failed run: the same command on the same machine runs short again, so the fix
+    is in the input (smaller sizes, fewer parallel tasks, a smaller batch, another machine), which
+    every such line names; unlike a full disk, nothing outside the command is to blame.
+    """

@@ -17,12 +17,12 @@ from typing import Any, Callable
 import numpy as np
 
 from .backend import Backend
-from .errors import UserError
+from .errors import MemoryShortage
 from .optics import plane_wave_rows, shift_phases, spatial_frequencies
 
 
-class MemoryBudgetError(UserError):
-    """The simulation cannot fit the configured memory budget."""
+class MemoryBudgetError(MemoryShortage):
+    """The simulation cannot fit the configured memory budget (or this machine, workflow.memory)."""
 
 
 def fresnel_propagator(gpts: tuple[int, int], sampling: tuple[float, float], dz_A: float, wavelength_A: float,
@@ -65,7 +65,7 @@ def bytes_per_probe(gpts: tuple[int, int]) -> int:
 
 def plan_batch(n_positions: int, gpts: tuple[int, int], n_slices: int, budget_bytes: float,
                fixed_bytes: float = 0.0, max_batch: int = 64) -> int:
-    """Largest batch of probes that fits the budget next to the shared arrays; UserError if none does.
+    """Largest batch of probes that fits the budget next to the shared arrays; `MemoryBudgetError` if none does.
 
     Shared: transmission functions (n_slices complex64 grids) + propagators + ``fixed_bytes``.
     """

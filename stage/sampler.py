@@ -26,6 +26,7 @@ import torch
 from torch.utils.data import DistributedSampler, Sampler
 
 from namsa.errors import UserError
+from namsa.random_streams import TrainingStream, training_seed
 
 from .dataset import SampleDataset
 from .errors import EmptyStoreError
@@ -58,9 +59,10 @@ class ShardedBatchSampler(Sampler[list[int]]):
         self.shard_mode = shard_mode
         self.epoch = 0
         self._skip = 0
-        if shard_mode == "shared":
+        if shard_mode == "shared":  # seeded per epoch in set_epoch (its own stream of the table)
             self.sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle,
-                                              seed=seed, drop_last=drop_last)
+                                              seed=training_seed(seed, TrainingStream.SHARED_ORDER),
+                                              drop_last=drop_last)
             self.per_rank = len(self.sampler)
         elif shard_mode == "local":
             self.shard = list(range(len(dataset)))  # this rank's own data, whole
@@ -91,8 +93,9 @@ class ShardedBatchSampler(Sampler[list[int]]):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
         self.dataset.set_epoch(self.epoch)  # the epoch keys the dataset's dose augmentation draws
-        if self.shard_mode == "shared":
-            self.sampler.set_epoch(self.epoch)
+        if self.shard_mode == "shared":  # every rank the same shuffle; torch's own seed + epoch would leave the stream
+            self.sampler.seed = training_seed(self.seed, TrainingStream.SHARED_ORDER, self.epoch)
+            self.sampler.set_epoch(0)
 
     def skip_batches(self, k: int) -> None:
         """Start the next iteration at batch ``k`` (to resume mid-epoch exactly)."""
@@ -104,8 +107,8 @@ class ShardedBatchSampler(Sampler[list[int]]):
             return list(self.sampler)
         shard = self.shard
         if self.shuffle:
-            # wrapped into torch's 64-bit seed range: config seeds go up to 2**63 - 1
-            g = torch.Generator().manual_seed((self.seed * 1_000_003 + self.epoch * 101 + self.rank) % 2**64)
+            seed = training_seed(self.seed, TrainingStream.ORDER, self.epoch, self.rank, self.world_size)
+            g = torch.Generator().manual_seed(seed)
             shard = [shard[i] for i in torch.randperm(len(shard), generator=g).tolist()]
         n = self.per_rank
         if len(shard) >= n:

@@ -5,7 +5,11 @@ them exactly as it would simulated ones.
 """
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import zlib
+from pathlib import Path
 
 import numpy as np
 
@@ -13,6 +17,8 @@ from namsa.material_id import sample_id
 from namsa.sample import Sample
 
 CONFIG_HASH = "c0ffee" * 10 + "abcd"
+#: the tests folder: a child process started by `run_child` imports this module from it
+HERE = Path(__file__).parent
 
 
 def make_sample(material_id: str, variant: int = 0, *, scan: tuple[int, int] = (2, 2), px: int = 8,
@@ -84,3 +90,18 @@ def write_store_with_corrupt_density(path, n: int) -> list[Sample]:
             writer.put(sample)
     flip_byte_inside(path, samples[1].density.tobytes()[:64])
     return samples
+
+
+def write_store(path, samples, cfg=None, **kw) -> list[bool]:
+    """``samples`` put into the store at ``path`` (``cfg``: its DataConfig); whether each was new."""
+    import stage
+
+    with stage.StoreWriter(path, config_hash=CONFIG_HASH, data_cfg=cfg or stage.DataConfig(), **kw) as w:
+        return [w.put(s) for s in samples]
+
+
+def run_child(code: str, *args: str, **kw) -> subprocess.Popen:
+    """``python -c code args`` with stdout and stderr piped as text; it may import stage and stage_helpers."""
+    env = dict(os.environ, PYTHONPATH=f"{HERE}:{HERE.parent}")
+    return subprocess.Popen([sys.executable, "-c", code, *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)

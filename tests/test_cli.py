@@ -14,7 +14,7 @@ from workflow.cli import build_parser, main
 from workflow.errors import EXIT_BAD_INPUT
 
 SUBCOMMANDS = ("simulate", "stage", "inspect", "train", "evaluate", "run", "scaling", "reconstruct", "precompute",
-               "publish")
+               "publish", "perfmodel", "tuning")
 
 MICRO = Path(__file__).resolve().parents[1] / "configs" / "micro.yaml"
 
@@ -224,8 +224,24 @@ def test_publish_writes_only_where_it_is_told(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
-def test_the_workflow_modules_have_no_entry_points_of_their_own():
-    """Every command is a `namsa` subcommand: no `python -m workflow.<module>` besides the CLI."""
-    root = Path(__file__).resolve().parents[1] / "workflow"
-    mains = [p.name for p in root.glob("*.py") if p.name != "cli.py" and "__main__" in p.read_text()]
-    assert mains == []
+def test_no_module_has_an_entry_point_of_its_own():
+    """Every command is a `namsa` subcommand: no `python -m <room>.<module>` besides the CLI itself."""
+    root = Path(__file__).resolve().parents[1]
+    rooms = ("namsa", "stage", "models", "evaluation", "workflow")
+    modules = [p for room in rooms for p in (root / room).rglob("*.py")]
+    mains = [str(p.relative_to(root)) for p in modules if "__main__" in p.read_text()]
+    assert mains == ["workflow/cli.py"]
+
+
+@pytest.mark.parametrize("model", ["measure", "scaling", "coordination"])
+def test_perfmodel_models_have_help(model, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["perfmodel", model, "--help"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.startswith(f"usage: namsa perfmodel {model}")
+
+
+def test_tuning_without_out_exits_2_with_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["tuning", "--ranks", "2"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == EXIT_BAD_INPUT and err.count("\n") == 1 and "required: --out" in err

@@ -13,6 +13,9 @@ import importlib
 import inspect
 import os
 import pkgutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +24,8 @@ from namsa.errors import NamsaError, RunError, UserError
 from workflow.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, StageFailed
 
 PACKAGES = ("namsa", "stage", "models", "evaluation", "workflow")
+REPO = Path(__file__).resolve().parents[1]
+MICRO = REPO / "configs" / "micro.yaml"
 
 #: the classes whose failure is the run's or the environment's, not the input's (exit 1)
 RUN_ERRORS = {
@@ -129,10 +134,48 @@ def test_an_os_error_exits_by_its_errno(code, expected, monkeypatch, capsys):
     assert err.startswith(f"namsa: error: inspect /data/store-000/data.mdb: {os.strerror(code)}; ") and err.count("\n") == 1
 
 
-def test_running_out_of_memory_is_a_failed_run(monkeypatch, capsys):
-    assert _main_raising(monkeypatch, MemoryError()) == EXIT_FAILED
+def test_a_memory_shortage_is_one_kind_before_and_during_a_run(tmp_path, monkeypatch, capsys):
+    """The estimate's refusal before anything runs and running out of memory (a MemoryError, or torch's
+    out-of-memory error of a GPU) are one kind, `MemoryShortage`: bad input for this machine, exit 2."""
+    import torch
+
+    from namsa.errors import MemoryShortage
+    from namsa.multislice import MemoryBudgetError
+
+    assert issubclass(MemoryBudgetError, MemoryShortage)
+    before = cli.main(["simulate", str(MICRO), "--out", str(tmp_path / "out"), "--no-progress",
+                       "--set", "simulation.memory_budget_gb=100000"])
     err = capsys.readouterr().err
-    assert err.startswith("namsa: error: inspect ran out of memory; ") and err.count("\n") == 1
+    assert before == EXIT_BAD_INPUT and err.count("\n") == 1 and "is more than this machine's" in err
+    for exc in (MemoryError(), torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")):
+        assert _main_raising(monkeypatch, exc) == EXIT_BAD_INPUT
+        err = capsys.readouterr().err
+        assert err.startswith("namsa: error: inspect ran out of memory; ") and err.count("\n") == 1
+
+
+def test_another_runtime_error_is_not_taken_for_a_memory_shortage(monkeypatch):
+    with pytest.raises(RuntimeError, match="not memory"):
+        _main_raising(monkeypatch, RuntimeError("not memory"))
+
+
+def test_a_child_leaves_its_kind_for_the_command_that_started_it(tmp_path):
+    """A `namsa` process whose environment names a status folder (as `namsa run` does for its training)
+    leaves its status and line there: a launcher that exits 1 whatever its ranks did (torchrun)
+    cannot turn a refused input into a failed run."""
+    from workflow.child_status import STATUS_ENV, refused_input
+
+    folder = tmp_path / "status"
+    folder.mkdir()
+    env = {**os.environ, STATUS_ENV: str(folder)}
+    done = subprocess.run([sys.executable, "-m", "workflow.cli", "inspect", str(tmp_path / "nothing")], env=env,
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == EXIT_BAD_INPUT
+    line = done.stderr.strip().removeprefix("namsa: error: ")
+    assert refused_input(folder, exit_status=EXIT_FAILED) == line and line.startswith("no store at")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert refused_input(empty, exit_status=EXIT_FAILED) is None
+    assert refused_input(empty, exit_status=EXIT_BAD_INPUT) == ""  # argparse's own exit 2: the log has the line
 
 
 def test_ctrl_c_keeps_its_own_status(monkeypatch, capsys):
@@ -155,9 +198,6 @@ def test_a_real_bad_input_exits_2_and_a_real_os_error_of_the_environment_exits_1
 
 def _write_past_a_file_size_limit(path: os.PathLike) -> int:
     """The errno of a write past RLIMIT_FSIZE in a child process (SIGXFSZ ignored, as a full disk would)."""
-    import subprocess
-    import sys
-
     child = ("import os, resource, signal, sys\n"
              "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
              "resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))\n"

@@ -122,12 +122,19 @@ def test_paper_scaling_prediction():
     assert all(math.isclose(r["efficiency_bitvector"], 1.0) for r in pm.paper_scaling(overlap=1.0))
 
 
+def namsa(argv: list[str]) -> int:
+    """`namsa perfmodel ARGV`, in process."""
+    from workflow.cli import main
+
+    return main(["perfmodel", *argv])
+
+
 def test_cli_scaling_predicts_your_own_job(capsys):
     """A measured single-GPU step and a preset's gradient size on your links, not the paper's."""
     assert pm.preset_parameters("small") == 3_045_088
     argv = ["scaling", "--preset", "small", "--step-s", "0.05", "--gpus-per-node", "4", "--nodes", "1", "8", "64",
             "--bandwidth", "12.5e9", "--grad-bytes", "4"]
-    assert pm.main(argv) == 0
+    assert namsa(argv) == 0
     out = capsys.readouterr().out
     assert out.startswith("3,045,088 parameters x 4 B per gradient, 4 GPUs per node, single-GPU step 0.05 s")
     rows = [line.split(" | ") for line in out.splitlines() if line.startswith("| ") and line[2].isdigit()]
@@ -138,13 +145,25 @@ def test_cli_scaling_predicts_your_own_job(capsys):
     eff = [float(r[6]) for r in rows]
     assert eff == sorted(eff, reverse=True) and eff[0] < 1
     with pytest.raises(SystemExit):
-        pm.main(["scaling", "--preset", "small", "--params", "10"])
+        namsa(["scaling", "--preset", "small", "--params", "10"])
 
 
 def test_cli_coordination_writes_figure(tmp_path, capsys):
-    assert pm.main(["coordination", "--plot", str(tmp_path / "coord.png")]) == 0
+    assert namsa(["coordination", "--plot", str(tmp_path / "coord.png")]) == 0
     assert (tmp_path / "coord.png").stat().st_size > 1000
     assert "master-worker exceeds the 5 ms cycle at" in capsys.readouterr().out
+
+
+def test_cli_reads_a_link_fit_and_refuses_another_file_in_one_line(tmp_path, capsys):
+    fit = tmp_path / "fit.json"
+    fit.write_text(json.dumps({"alpha_s": 1e-5, "beta_s_per_B": 1e-9}))
+    assert namsa(["coordination", "--fit", str(fit), "--max-ranks", "64"]) == 0
+    rows = pm.coordination_table(64, 7, pm.AlphaBeta(1e-5, 1e-9))
+    assert capsys.readouterr().out.startswith(pm.markdown_table(rows, pm.COORDINATION_COLUMNS, pm.COORDINATION_FORMATS))
+    fit.write_text(json.dumps({"alpha_s": 1e-5}))
+    assert namsa(["coordination", "--fit", str(fit)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"namsa: error: {fit} is not a link fit" in err
 
 
 @pytest.mark.distributed

@@ -7,10 +7,12 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 
 from namsa import SimulationConfig, load_structure
 from namsa.detector import poisson_noise
-from namsa.random_streams import AugmentationStream, SampleStream, sample_rng
+from namsa.random_streams import (MAX_SEED, AugmentationStream, GeneratorStream, SampleStream, TrainingStream,
+                                  sample_rng, training_seed)
 from namsa.supercell import orient_supercell
 from namsa.thermal import debye_waller_sigma_A, thermal_displace
 from namsa.variations import phonon_configurations, specimen_thickness_A
@@ -61,3 +63,52 @@ def test_the_augmentations_of_one_sample_draw_apart():
     assert dose != symmetry
     # the symmetry stream keeps its pre-table key, so training draws did not change
     assert symmetry == _first_draws(augmentation_rng(0, 3, "symmetry:Si-diamond__1_1_0__v0__abc"))
+
+
+def test_every_stream_number_of_the_table_is_distinct():
+    numbers = [int(s) for table in (SampleStream, GeneratorStream, TrainingStream) for s in table]
+    assert len(numbers) == len(set(numbers))
+    assert max(SampleStream) < min(GeneratorStream) <= max(GeneratorStream) < min(TrainingStream)
+    assert len({s.value for s in AugmentationStream}) == len(AugmentationStream)
+
+
+def test_the_training_order_keeps_its_seed_from_before_the_table():
+    """Runs of up to 101 ranks shuffle as they did, so a trained run's batches (and `make demo`) stay."""
+    for seed, epoch, rank, world_size in itertools.product((0, 1, 7, MAX_SEED), (0, 1, 99, 5000), (0, 1, 2), (3, 101)):
+        before = (seed * 1_000_003 + epoch * 101 + rank) % 2**64
+        assert training_seed(seed, TrainingStream.ORDER, epoch, rank, world_size) == before
+
+
+def _training_seeds(seed: int, epochs: int, world_size: int) -> list[tuple[tuple, int]]:
+    """(what, torch seed) of every generator a run of ``seed`` seeds in ``epochs`` epochs on ``world_size`` ranks."""
+    ranks = range(world_size)
+    uses = [((TrainingStream.ORDER, e, r), training_seed(seed, TrainingStream.ORDER, e, r, world_size))
+            for e in range(epochs) for r in ranks]
+    uses += [((stream, e), training_seed(seed, stream, e))
+             for stream in (TrainingStream.SHARED_ORDER, TrainingStream.LOADER_WORKERS) for e in range(epochs)]
+    uses += [((TrainingStream.DROPOUT, r), training_seed(seed, TrainingStream.DROPOUT, 0, r, world_size))
+             for r in ranks]
+    return uses + [((TrainingStream.DEV_LOADER,), training_seed(seed, TrainingStream.DEV_LOADER))]
+
+
+SEEDS = (0, 1, 2, 3, 7, 2**40, 2**62, MAX_SEED)
+
+
+@pytest.mark.parametrize("world_size, epochs", [(1, 400), (2, 300), (8, 120), (128, 20)])
+def test_no_two_training_generators_share_a_seed(world_size, epochs):
+    """Over epochs, ranks (more than 101 too) and seeds, no seed of one training stream is another's,
+    nor one of the same stream at another epoch or rank."""
+    seen: dict[int, tuple] = {}
+    for seed in SEEDS:
+        for use, value in _training_seeds(seed, epochs, world_size):
+            assert 0 <= value < 2**64
+            assert value not in seen, f"{(seed, use)} has the seed of {seen[value]}"
+            seen[value] = (seed, use)
+
+
+def test_the_main_stream_shares_a_seed_only_with_seed_0_s_first_shuffle():
+    """torch.manual_seed(training.seed) (the initial weights): its one share within a run is kept (see
+    namsa.random_streams), the loader's, dev loader's, shared sampler's and dropout's are gone."""
+    for seed in SEEDS:
+        shares = [use for use, value in _training_seeds(seed, 300, 4) if value == seed]
+        assert shares == ([(TrainingStream.ORDER, 0, 0)] if seed == 0 else []), seed

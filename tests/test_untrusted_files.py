@@ -96,9 +96,11 @@ def test_namsa_run_on_a_run_directory_with_a_planted_or_truncated_memo_file(tmp_
 
 
 def test_horovod_tuning_worker_does_not_unpickle_its_spec(tmp_path):
-    """`python -m models.distributed.tuning --horovod-worker FILE` takes JSON only: a pickle (bare,
+    """The Horovod tuning worker (`python -c HOROVOD_WORKER FILE`) takes JSON only: a pickle (bare,
     or base64 inside the old JSON spec) is refused before anything in it runs."""
     import base64
+
+    from models.distributed.tuning import HOROVOD_WORKER
 
     marker = tmp_path / "pwned"
     bare = tmp_path / "spec.pkl"
@@ -107,7 +109,7 @@ def test_horovod_tuning_worker_does_not_unpickle_its_spec(tmp_path):
     old_style.write_text(json.dumps({"cfg": {}, "problem": base64.b64encode(pickle.dumps(_Payload(marker))).decode(),
                                      "steps": 1, "warmup": 0, "out": str(tmp_path / "out")}))
     for spec in (bare, old_style):
-        done = subprocess.run([sys.executable, "-m", "models.distributed.tuning", "--horovod-worker", str(spec)],
+        done = subprocess.run([sys.executable, "-c", HOROVOD_WORKER, str(spec)],
                               capture_output=True, text=True, timeout=120, cwd=REPO)
         assert done.returncode != 0
         assert not marker.exists()

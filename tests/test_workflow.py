@@ -19,7 +19,7 @@ import pytest
 import stage
 from workflow.config import load_config
 from workflow.pipeline import Pipeline, run_pipeline
-from workflow.errors import NotEnoughSamples, StageFailed
+from workflow.errors import EXIT_BAD_INPUT, EXIT_FAILED, NotEnoughSamples, StageFailed
 
 MICRO = Path(__file__).resolve().parents[1] / "configs" / "micro.yaml"
 MICRO_IDS = 8  # 4 materials x 2 zone axes
@@ -173,18 +173,27 @@ def test_not_enough_samples_stops_before_training(tmp_path):
     assert not (tmp_path / "run" / "train_run.json").exists()
 
 
-def test_failed_training_fails_the_run_with_its_log_tail(tmp_path, capsys):
-    from workflow.cli import EXIT_FAILED, main
+def test_the_run_keeps_the_training_child_s_kind(tmp_path, capsys):
+    """Training runs as a `namsa train` child: a bad input there exits 2 with the child's own line, as
+    `namsa train` does, also under torchrun (which exits 1 whatever its ranks did); a training that
+    fails (here: it diverges) exits 1 with the log's tail."""
+    from workflow.cli import main
 
-    # No material lands in the train split, so the trainer refuses to start.
-    code = main(["run", str(MICRO), "--out", str(tmp_path / "run"), "--no-progress",
-                 "--set", "data.split_fractions=[0.0, 0.5, 0.5]"])
-    assert code == EXIT_FAILED
+    run = ["run", str(MICRO), "--out", str(tmp_path / "run"), "--no-progress"]
+    code = main([*run, "--set", f"training.init_from={tmp_path / 'no-such-model'}",
+                 "--set", "execution.train_processes_per_node=2"])
+    assert code == EXIT_BAD_INPUT
     err = capsys.readouterr().err
-    first, *tail = err.strip().splitlines()
+    assert err.count("\n") == 1 and err.startswith("namsa: error: model path ")
+    assert "no-such-model does not exist" in err
+    # the same data (simulated once), a training that diverges at its first step
+    code = main([*run, "--set", "training.optimizer=adam", "--set", "training.lr0=1e30",
+                 "--set", "training.max_nonfinite=1", "--set", "training.max_steps=20"])
+    assert code == EXIT_FAILED
+    first, *tail = capsys.readouterr().err.strip().splitlines()
     assert first.startswith("namsa: error: training failed") and str(tmp_path / "run" / "logs" / "train.log") in first
     # The trainer's own one-line reason, quoted from the log tail; training is not retried.
-    assert sum("no train samples in stores" in line for line in tail) == 1
+    assert sum("non-finite losses or gradients in a row" in line for line in tail) == 1
 
 
 def simulate_stage(cfg, run_dir: Path) -> Pipeline:

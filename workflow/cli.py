@@ -11,6 +11,8 @@ workflow.model_runners or workflow.reconstruct (the DAG of `namsa run`: workflow
     namsa reconstruct FILE --model DIR|pretrained:<name> --out DIR   an experimental 4D-STEM file -> maps
     namsa precompute CONFIG --data DIR    a split's ptychography into evaluation.baseline_cache, before any model
     namsa publish RUN NAME --out DIR | --into-package   a finished run's model + extended card as DIR/NAME
+    namsa perfmodel measure|scaling|coordination   the data-parallel performance model (workflow.cli_distributed)
+    namsa tuning --out FILE               time the reduction knobs here; the fastest as distributed.tuned_settings
 
 CONFIG may be left out: the embedded quickstart config is used. The commands that read a CONFIG take
 ``--set key=value`` overrides; stage, inspect and reconstruct read none. Every failure is one line
@@ -24,10 +26,12 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from namsa.errors import NamsaError, RunError
+from namsa.errors import MemoryShortage, NamsaError
 
+from . import child_status
 from .cli_args import NoOverrides, Parser, ShippedModelsHelp, fractions, positive_float, step_pair
-from .errors import EXIT_FAILED, EXIT_INTERRUPTED, NothingSimulated, StageFailed, exit_status
+from .cli_distributed import add_parsers as add_distributed_parsers
+from .errors import EXIT_FAILED, EXIT_INTERRUPTED, NothingSimulated, StageFailed, exit_status, out_of_memory
 from .oserrors import os_error
 
 
@@ -324,6 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--out", type=Path, help="write the model into DIR/NAME")
     where.add_argument("--into-package", action="store_true",
                        help="write into the source tree's models/pretrained/NAME, shipped with namsa (for maintainers)")
+    add_distributed_parsers(add)
     return parser
 
 
@@ -340,8 +345,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _report(exc)
     except OSError as exc:  # a full disk, a read-only or unwritable place: the system's word, and what to do
         return _report(os_error(args.command, exc, getattr(args, "out", None) or getattr(args, "dst", None)))
-    except MemoryError:  # what was written is kept (stores and checkpoints commit atomically)
-        return _report(RunError(
+    except Exception as exc:  # what was written is kept (stores and checkpoints commit atomically)
+        if not out_of_memory(exc):
+            raise
+        return _report(MemoryShortage(
             f"{args.command} ran out of memory; use smaller inputs (simulation.cell_lateral_A, simulation.thickness_A, "
             f"training.batch_size), fewer execution.workers, or a machine with more memory; rerun the same command "
             f"to resume"))
@@ -351,6 +358,7 @@ def _report(exc: NamsaError) -> int:
     """Print ``namsa: error: <one line>`` (and a failed stage's log tail below it); its exit status."""
     status = exit_status(exc)  # first: a class of no decided kind must fail loudly, not print a line
     print(f"namsa: error: {exc}", file=sys.stderr)
+    child_status.record(status, str(exc))  # a `namsa run` that started this command keeps its kind
     if isinstance(exc, StageFailed) and exc.detail:
         print(exc.detail, file=sys.stderr)
     return status

@@ -14,6 +14,8 @@ No Parsl import here.
 """
 from __future__ import annotations
 
+import sys
+
 from namsa.errors import NamsaError, RunError, UserError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -32,6 +34,14 @@ def exit_status(exc: NamsaError) -> int:
     return EXIT_BAD_INPUT if is_input else EXIT_FAILED
 
 
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is a memory shortage found while running: a `MemoryError`, or torch's
+    out-of-memory error of a GPU (looked up only where torch is already imported). The CLI reports it
+    as a `namsa.errors.MemoryShortage`, the kind the estimates before a run raise."""
+    gpu_kind = getattr(sys.modules.get("torch"), "OutOfMemoryError", MemoryError)
+    return isinstance(exc, (MemoryError, gpu_kind))
+
+
 class StageFailed(RunError):
     """A stage of the DAG failed for a reason that is not bad input (e.g. training crashed).
 
@@ -41,6 +51,11 @@ class StageFailed(RunError):
     def __init__(self, message: str, detail: str = ""):
         super().__init__(message)
         self.detail = detail
+
+
+class StageRefused(UserError):
+    """A stage's child process (the `namsa train` of `namsa run`) exited for bad input: its own one
+    line, so the run exits 2 as the child did (workflow.child_status carries the kind across)."""
 
 
 class NotEnoughSamples(UserError):

@@ -84,8 +84,9 @@ def cbed_problem(cfg: SimulationConfig, total_bytes: float) -> str | None:
 
 
 def check_fits(cfg: SimulationConfig, parallel: int = 1) -> None:
-    """Raise a one-line `MemoryBudgetError` unless ``parallel`` samples of ``cfg`` at once fit the
-    memory this machine has available, and their ``memory_budget_gb`` (on the CPU) fits the machine."""
+    """Raise a one-line `MemoryBudgetError` (a `namsa.errors.MemoryShortage`: the kind of running out
+    of memory later too) unless ``parallel`` samples of ``cfg`` at once fit the memory this machine
+    has available, and their ``memory_budget_gb`` (on the CPU) fits the machine."""
     from namsa.multislice import MemoryBudgetError
 
     total, available = machine_memory()

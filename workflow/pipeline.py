@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import os
-import shlex
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -24,19 +22,16 @@ from namsa.errors import NamsaError, RunError
 from stage.errors import StoreLockedError
 from stage.nofollow import open_no_follow
 
-from . import data_runners, model_runners, runner_io
+from . import data_runners, model_runners, runner_io, train_child
 from .apps import evaluate_app, simulate_app, train_app
 from .config import PipelineConfig, save_resolved
-from .errors import NotEnoughSamples, StageFailed
+from .errors import NotEnoughSamples, StageFailed, out_of_memory
 from .liveview import LiveView, last_step, total_steps, wait_ticking
 from .memory import check_fits
-from .outlock import HELD_ENV
-from .profiles import build_parsl_config, train_command, worker_slots
+from .profiles import build_parsl_config, worker_slots
 from .run_paths import TRAIN_RUN_FILE, FailureLog, RunPaths
 from .summary import RunSummary, TaskTiming, parsl_overhead
 
-#: lines of the training log quoted when training fails
-LOG_TAIL_LINES = 25
 #: profiles whose simulation tasks all run on this machine
 LOCAL_PROFILES = ("local", "local-htex")
 #: what models.train writes into its output directory (the run directory), plus our summary
@@ -265,16 +260,8 @@ class Pipeline:
         if not resume and any((self.paths.root / name).exists() for name in TRAINING_OUTPUTS):
             self._archive_training()
         runner_io.write_summary_json(launch_path, launch)
-        cli_args = [str(self.paths.resolved_config), "--data", str(self.paths.data),
-                    "--out", str(self.paths.root), "--no-progress"] + (["--resume"] if resume else [])
-        command, resource_spec = train_command(self.cfg.execution, cli_args)
-        started_file, ended_file = self.paths.logs / "train.started", self.paths.logs / "train.ended"
-        log_path = self.paths.logs / "train.log"
-        # Time stamps around the job itself, so Parsl's own latency can be told apart from it.
-        command = (f"date +%s.%N > {shlex.quote(str(started_file))}; {command}; rc=$?; "
-                   f"date +%s.%N > {shlex.quote(str(ended_file))}; exit $rc")
-        if os.environ.get(HELD_ENV):  # this run holds the run directory's lock: its `namsa train` must not wait on it
-            command = f"export {HELD_ENV}={shlex.quote(os.environ[HELD_ENV])}; {command}"
+        command, resource_spec = train_child.command(self.cfg, self.paths, resume)
+        log_path = train_child.log_path(self.paths)
         self.dfk()
         timing = TaskTiming("train", submitted=time.time())
         future = train_app(command, stdout=(str(log_path), "a"),
@@ -290,12 +277,10 @@ class Pipeline:
             raise
         finally:
             self.view.close()
-        if future.exception() is not None:
-            tail = _tail(log_path, LOG_TAIL_LINES)
-            raise StageFailed(f"training failed ({runner_io.one_line(future.exception())}); "
-                              f"log: {log_path}", tail)
+        if future.exception() is not None:  # its own line and exit 2 if it refused its input
+            raise train_child.failure(future.exception(), self.paths)
         self.train_summary = _read_json(summary_path)
-        timing.started, timing.ended = _read_stamp(started_file), _read_stamp(ended_file)
+        timing.started, timing.ended = train_child.stamps(self.paths)
         self.summary.tasks.append(timing)
         self._record_model(self.train_summary)
         self._add_time("train", time.time() - started)
@@ -347,7 +332,7 @@ class Pipeline:
         wait_ticking([future], lambda: None)
         if future.exception() is not None:
             exc = future.exception()
-            if isinstance(exc, (NamsaError, OSError)):   # one line from main(), not "evaluation failed"
+            if isinstance(exc, (NamsaError, OSError)) or out_of_memory(exc):  # one line from main(), as when run alone
                 raise exc
             raise StageFailed(f"evaluation failed: {runner_io.one_line(exc)}; see {self.paths.root / 'runinfo'}")
         result = future.result()
@@ -371,20 +356,6 @@ def _read_json(path: Path) -> dict[str, Any]:
         return json.loads(Path(path).read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return {}
-
-
-def _read_stamp(path: Path) -> float | None:
-    try:
-        return float(Path(path).read_text())
-    except (FileNotFoundError, ValueError):
-        return None
-
-
-def _tail(path: Path, n: int) -> str:
-    try:
-        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-n:])
-    except FileNotFoundError:
-        return f"(no log at {path})"
 
 
 def run_pipeline(cfg: PipelineConfig, run_dir: str | Path | None = None, *, progress: bool = True,

@@ -66,7 +66,7 @@ class DistributedConfig(BaseModel):
         except (OSError, ValueError) as exc:
             raise DistributedConfigError(
                 f"distributed.tuned_settings={path}: cannot read it ({type(exc).__name__}); "
-                "run `python -m models.distributed.tuning --out FILE` or unset it") from None
+                "run `namsa tuning --out FILE` or unset it") from None
         best = data.get("best", data)
         settings = {k: v for k, v in best.items() if k in TUNABLE_FIELDS}
         return self.model_copy(update={**DistributedConfig.model_validate(

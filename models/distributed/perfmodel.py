@@ -17,11 +17,10 @@ Units: seconds, bytes, bytes/second; P = number of ranks (GPUs or processes).
   paper's bitvector (one tree allreduce of ceil(G/64) int64 words): the former grows linearly in
   P, the latter logarithmically.
 
-Run ``python -m models.distributed.perfmodel --help``.
+From the command line: ``namsa perfmodel measure|scaling|coordination --help`` (workflow.cli_distributed).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from dataclasses import asdict, dataclass
@@ -29,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 from scipy.optimize import nnls
+
+from namsa.errors import UserError
 
 # The paper's model and machine (FACTS.md; Laanait et al. 2019).
 PAPER_PARAMS = 220_399_104
@@ -268,17 +269,23 @@ def markdown_table(rows: list[dict], columns: list[str], formats: dict[str, str]
     return "\n".join(lines)
 
 
-def _link_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--alpha", type=float, default=SUMMIT_INTER["alpha_s"], help="inter-node latency (s)")
-    p.add_argument("--bandwidth", type=float, default=SUMMIT_INTER["bandwidth_Bps"], help="node injection bandwidth (B/s)")
-    p.add_argument("--fit", type=Path, help="JSON with alpha_s/beta_s_per_B (from `measure`) to use instead")
+def link_from(alpha_s: float | None = None, bandwidth_Bps: float | None = None, fit: Path | None = None,
+              assumed: dict[str, float] = SUMMIT_INTER) -> AlphaBeta:
+    """The link ``fit`` holds (the JSON of `measure_fit`: alpha_s, beta_s_per_B), else one of latency
+    ``alpha_s`` and bandwidth ``bandwidth_Bps``, each ``assumed``'s (Summit's between nodes) where None."""
+    if fit is not None:
+        return _fitted_link(Path(fit))
+    return AlphaBeta.from_bandwidth(assumed["alpha_s"] if alpha_s is None else alpha_s,
+                                    assumed["bandwidth_Bps"] if bandwidth_Bps is None else bandwidth_Bps)
 
 
-def _link(args) -> AlphaBeta:
-    if args.fit:
-        data = json.loads(args.fit.read_text())
-        return AlphaBeta(data["alpha_s"], data["beta_s_per_B"])
-    return AlphaBeta.from_bandwidth(args.alpha, args.bandwidth)
+def _fitted_link(path: Path) -> AlphaBeta:
+    try:
+        data = json.loads(path.read_text())
+        return AlphaBeta(float(data["alpha_s"]), float(data["beta_s_per_B"]))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{path} is not a link fit (a JSON object with alpha_s and beta_s_per_B, as `namsa perfmodel "
+                        f"measure --out` writes): {type(exc).__name__}: {exc}") from None
 
 
 def preset_parameters(preset: str) -> int:
@@ -292,71 +299,46 @@ def preset_parameters(preset: str) -> int:
         return count_parameters(build_model(ModelConfig(preset=preset)))
 
 
-def _print_scaling(args: argparse.Namespace) -> None:
-    params = args.params or (preset_parameters(args.preset) if args.preset else PAPER_PARAMS)
-    intra = AlphaBeta.from_bandwidth(args.intra_alpha, args.intra_bandwidth)
-    inter = _link(args)
-    rows = paper_scaling(tuple(args.nodes), args.gpus_per_node, params, args.grad_bytes,
-                         batch_per_gpu=args.batch_per_gpu, overlap=args.overlap, intra=intra, inter=inter,
-                         compute_s=args.step_s)
-    print(f"{params:,} parameters x {args.grad_bytes} B per gradient, {args.gpus_per_node} GPUs per node, "
-          f"single-GPU step {rows[0]['compute_s']:.4g} s, overlap {args.overlap:g}; in-node alpha "
-          f"{intra.alpha_s * 1e6:g} us, {1 / intra.beta_s_per_B / 1e9:g} GB/s; between nodes alpha "
-          f"{inter.alpha_s * 1e6:g} us, {1 / inter.beta_s_per_B / 1e9:g} GB/s\n")
-    print(markdown_table(rows, SCALING_COLUMNS, SCALING_FORMATS))
+def gradient_parameters(params: int | None = None, preset: str | None = None) -> int:
+    """Gradient size in parameters: ``params``, else the model ``preset``'s, else the paper model's."""
+    return params or (preset_parameters(preset) if preset else PAPER_PARAMS)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m models.distributed.perfmodel", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    m = sub.add_parser("measure", help="time gloo allreduce vs size and rank count here; fit alpha/beta")
-    m.add_argument("--ranks", type=int, nargs="+", default=[2, 3, 4])
-    m.add_argument("--sizes", type=float, nargs="+", default=[4e3, 64e3, 1e6, 4e6], help="bytes")
-    m.add_argument("--repeats", type=int, default=5)
-    m.add_argument("--out", type=Path)
-    s = sub.add_parser("scaling", help="predicted scaling efficiency (default: the paper's model on Summit)")
-    s.add_argument("--nodes", type=int, nargs="+", default=list(PAPER_NODES))
-    s.add_argument("--gpus-per-node", type=int, default=PAPER_GPUS_PER_NODE)
-    s.add_argument("--overlap", type=float, default=0.0, help="fraction of backward that hides communication")
-    s.add_argument("--batch-per-gpu", type=int, default=1)
-    s.add_argument("--step-s", type=float, help="measured single-GPU training step (s) of your job "
-                   "(default: the paper's 5.151e13 ops per sample at 59.67 TFLOP/s)")
-    size = s.add_mutually_exclusive_group()
-    size.add_argument("--preset", choices=["tiny", "small", "paper"], help="gradient size of this model preset")
-    size.add_argument("--params", type=int, help="gradient size in parameters (default: the paper's)")
-    s.add_argument("--grad-bytes", type=int, default=2, choices=[2, 4], help="bytes per reduced gradient value")
-    s.add_argument("--intra-alpha", type=float, default=SUMMIT_INTRA["alpha_s"], help="in-node latency (s)")
-    s.add_argument("--intra-bandwidth", type=float, default=SUMMIT_INTRA["bandwidth_Bps"],
-                   help="in-node bandwidth per GPU (B/s)")
-    _link_args(s)
-    c = sub.add_parser("coordination", help="master-worker vs bitvector coordination from 1 to N ranks")
-    c.add_argument("--max-ranks", type=int, default=27_600)
-    c.add_argument("--groups", type=int, default=7)
-    c.add_argument("--cycle-ms", type=float, default=5.0, help="budget per cycle (Horovod's default cycle time)")
-    c.add_argument("--plot", type=Path)
-    _link_args(c)
-    args = parser.parse_args(argv)
-    if args.command == "measure":
-        from models.distributed.measure import measure_allreduce
-
-        samples = measure_allreduce(args.sizes, args.ranks, args.repeats)
-        fit, err = fit_alpha_beta(samples)
-        result = {**asdict(fit), "mean_relative_error": err, "samples": samples}
-        print(f"alpha = {fit.alpha_s * 1e6:.1f} us, beta = {fit.beta_s_per_B * 1e9:.3f} ns/B "
-              f"({1 / fit.beta_s_per_B / 1e9 if fit.beta_s_per_B else float('inf'):.2f} GB/s), fit error {err:.1%}")
-        if args.out:
-            args.out.write_text(json.dumps(result, indent=1))
-    elif args.command == "scaling":
-        _print_scaling(args)
-    else:
-        rows = coordination_table(args.max_ranks, args.groups, _link(args))
-        print(markdown_table(rows, COORDINATION_COLUMNS, COORDINATION_FORMATS))
-        budget = args.cycle_ms / 1e3
-        print(f"master-worker exceeds the {args.cycle_ms:g} ms cycle at {breakdown_rank(rows, budget)} ranks")
-        if args.plot:
-            print(f"figure: {plot_coordination(rows, args.plot, budget)}")
-    return 0
+def scaling_text(nodes: tuple[int, ...], gpus_per_node: int, params: int, grad_bytes: int, batch_per_gpu: int,
+                 overlap: float, intra: AlphaBeta, inter: AlphaBeta, step_s: float | None) -> str:
+    """`paper_scaling` for these settings: a line saying them, a blank line, the markdown table."""
+    rows = paper_scaling(tuple(nodes), gpus_per_node, params, grad_bytes, batch_per_gpu=batch_per_gpu, overlap=overlap,
+                         intra=intra, inter=inter, compute_s=step_s)
+    return (f"{params:,} parameters x {grad_bytes} B per gradient, {gpus_per_node} GPUs per node, "
+            f"single-GPU step {rows[0]['compute_s']:.4g} s, overlap {overlap:g}; in-node alpha "
+            f"{intra.alpha_s * 1e6:g} us, {1 / intra.beta_s_per_B / 1e9:g} GB/s; between nodes alpha "
+            f"{inter.alpha_s * 1e6:g} us, {1 / inter.beta_s_per_B / 1e9:g} GB/s\n\n"
+            + markdown_table(rows, SCALING_COLUMNS, SCALING_FORMATS))
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def coordination_text(max_ranks: int, groups: int, link: AlphaBeta, cycle_ms: float, plot: Path | None = None) -> str:
+    """`coordination_table` as markdown, the rank count where master-worker exceeds the cycle, and
+    the figure's path when ``plot`` names one (the figure is written there)."""
+    rows = coordination_table(max_ranks, groups, link)
+    budget = cycle_ms / 1e3
+    lines = [markdown_table(rows, COORDINATION_COLUMNS, COORDINATION_FORMATS),
+             f"master-worker exceeds the {cycle_ms:g} ms cycle at {breakdown_rank(rows, budget)} ranks"]
+    if plot:
+        lines.append(f"figure: {plot_coordination(rows, plot, budget)}")
+    return "\n".join(lines)
+
+
+def measure_fit(sizes: list[float], ranks: list[int], repeats: int) -> dict:
+    """gloo all_reduce timed here at every size and rank count, and the ring model fitted to it."""
+    from models.distributed.measure import measure_allreduce
+
+    samples = measure_allreduce(sizes, ranks, repeats)
+    fit, err = fit_alpha_beta(samples)
+    return {**asdict(fit), "mean_relative_error": err, "samples": samples}
+
+
+def fit_line(result: dict) -> str:
+    """One line of a `measure_fit` result: alpha, beta, bandwidth and the fit's error."""
+    beta = result["beta_s_per_B"]
+    return (f"alpha = {result['alpha_s'] * 1e6:.1f} us, beta = {beta * 1e9:.3f} ns/B "
+            f"({1 / beta / 1e9 if beta else float('inf'):.2f} GB/s), fit error {result['mean_relative_error']:.1%}")

@@ -2,7 +2,7 @@
 recovered 23.9% scaling efficiency by tuning Horovod's fusion threshold and cycle time), writing
 the best settings to a JSON file that ``DistributedConfig(tuned_settings=FILE)`` applies.
 
-    python -m models.distributed.tuning --ranks 2 --out tuned.json [--horovod]
+    namsa tuning --ranks 2 --out tuned.json [--horovod]      (workflow.cli_distributed)
 
 Each trial is a real multi-rank run (gloo on 127.0.0.1) timed over a few steps; the file holds
 every trial and, under ``best``, the fastest DDP bucket size, the fastest grouping, and (with
@@ -10,7 +10,6 @@ every trial and, under ``best``, the fastest DDP bucket size, the fastest groupi
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -29,11 +28,15 @@ DEFAULT_GRID = {
 }
 
 
-def _horovod_worker(spec_path: str) -> None:
-    """Entry point on horovodrun ranks: time one Horovod setting, rank 0 writes the result.
+#: what each horovodrun rank runs (``python -c HOROVOD_WORKER SPEC``): no module is an entry point of its own
+HOROVOD_WORKER = "import sys; from models.distributed.tuning import horovod_worker; horovod_worker(sys.argv[1])"
 
-    The spec is plain JSON (the problem as `BenchProblem.to_json`), never a pickle: this entry
-    point takes any path on its command line, and unpickling a file runs whatever it holds.
+
+def horovod_worker(spec_path: str) -> None:
+    """What a horovodrun rank runs: time one Horovod setting; each rank writes its result.
+
+    The spec is plain JSON (the problem as `BenchProblem.to_json`), never a pickle: the worker
+    takes any path on its command line, and unpickling a file runs whatever it holds.
     """
     from models.distributed.measure import _time_steps
 
@@ -53,8 +56,8 @@ def measure_horovod(cfg: dict, ranks: int, problem: BenchProblem, steps: int, wa
         horovodrun = Path(sys.executable).parent / "horovodrun"
         env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
         subprocess.run([str(horovodrun), "--gloo", "-np", str(ranks), "-H", f"localhost:{ranks}", sys.executable,
-                        "-m", "models.distributed.tuning", "--horovod-worker", str(spec)],
-                       check=True, env={**env, "OMP_NUM_THREADS": "1", "PYTHONSAFEPATH": "1"},   # -m: no cwd imports
+                        "-c", HOROVOD_WORKER, str(spec)],
+                       check=True, env={**env, "OMP_NUM_THREADS": "1", "PYTHONSAFEPATH": "1"},   # -c: no cwd imports
                        capture_output=True, timeout=timeout_s)
         results = [json.loads(Path(tmp, f"out.rank{r}.json").read_text()) for r in range(ranks)]
     return {**results[0], "step_s": max(r["step_s"] for r in results)}
@@ -94,30 +97,8 @@ def grid_search(problem: BenchProblem, ranks: int = 2, grid: dict | None = None,
             "steps": steps, "fastest_engine": fastest_engine, "best": best, "trials": trials}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m models.distributed.tuning", description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, help="write the tuned settings JSON here")
-    parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--width", type=int, default=48)
-    parser.add_argument("--depth", type=int, default=6)
-    parser.add_argument("--preset", choices=["tiny", "small"], help="time this FC-DenseNet preset instead of BenchNet")
-    parser.add_argument("--px", type=int, default=32, help="pattern size for --preset")
-    parser.add_argument("--horovod", action="store_true", help="also tune Horovod fusion threshold / cycle time")
-    parser.add_argument("--horovod-worker", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.horovod_worker:
-        _horovod_worker(args.horovod_worker)
-        return 0
-    if not args.out:
-        parser.error("--out is required")
-    problem = PresetProblem(args.preset, px=args.px) if args.preset else BenchProblem(args.width, args.depth)
-    result = grid_search(problem, args.ranks, steps=args.steps, horovod=args.horovod)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
-    print(f"best settings {result['best']} -> {args.out} (set distributed.tuned_settings: {args.out})")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def tune(ranks: int = 2, steps: int = 4, width: int = 48, depth: int = 6, preset: str | None = None, px: int = 32,
+         horovod: bool = False) -> dict:
+    """`grid_search` timing BenchNet (``width`` x ``depth``), or the FC-DenseNet ``preset`` on ``px`` patterns."""
+    problem = PresetProblem(preset, px=px) if preset else BenchProblem(width, depth)
+    return grid_search(problem, ranks, steps=steps, horovod=horovod)

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from namsa.random_streams import TrainingStream, training_seed
+
 from ..amp import LossScaler, autocast, grads_finite
 from ..config import Architecture, ModelConfig, TrainConfig
 from ..fcdensenet import build_model
@@ -138,7 +140,7 @@ class Trainer:
         from models.distributed import build_engine
 
         cfg = self.cfg
-        _seed_everything(cfg.seed)  # identical initial weights on every rank
+        _seed_everything(cfg.seed)  # identical initial weights on every rank: the run's main stream
         self.model = build_model(self.arch).to(self.device)
         if self.model.icom_residual is not None:  # start from iCoM's physical amplitude (a resume loads its own)
             norm = self.data.normalizer
@@ -161,7 +163,7 @@ class Trainer:
         self.pos = Position()
         self.timing = Timing(ops_forward_per_sample=fcdensenet_conv_ops(self.model, self.data.cbed_shape))
         # per-rank dropout streams, reproducible from the seed
-        _seed_everything(cfg.seed + 1_000_003 * (self.ctx.rank + 1))
+        _seed_everything(training_seed(cfg.seed, TrainingStream.DROPOUT, 0, self.ctx.rank, self.ctx.world_size))
 
     # ------------------------------------------------------------------ the loop
 
@@ -174,8 +176,8 @@ class Trainer:
             loader.set_epoch(self.pos.epoch)
             loader.skip_batches(self.pos.batch_in_epoch)
             # worker seeds come from this generator, not from the global RNG that dropout uses
-            # wrapped into torch's 64-bit seed range: training.seed goes up to 2**63 - 1
-            loader.generator = torch.Generator().manual_seed((self.cfg.seed * 1_000_003 + self.pos.epoch) % 2**64)
+            loader.generator = torch.Generator().manual_seed(
+                training_seed(self.cfg.seed, TrainingStream.LOADER_WORKERS, self.pos.epoch))
             t_prev = time.perf_counter()
             for batch in loader:
                 row = self._train_step(batch)
@@ -311,7 +313,8 @@ class Trainer:
         sums = torch.zeros(3, dtype=torch.float64)
         delta = huber_delta(self.pos.epoch, self.cfg.huber_delta0, self.cfg.huber_decay)
         if self.dev_loader is not None:
-            self.dev_loader.generator = torch.Generator().manual_seed(self.cfg.seed)
+            dev_seed = training_seed(self.cfg.seed, TrainingStream.DEV_LOADER)
+            self.dev_loader.generator = torch.Generator().manual_seed(dev_seed)
         for b, batch in enumerate(self.dev_loader or ()):
             if self.cfg.max_dev_batches is not None and b >= self.cfg.max_dev_batches:
                 break
