@@ -71,7 +71,7 @@ def test_the_budget_is_the_one_memory_gb_gives(tmp_path, capsys):
 def test_running_out_of_memory_all_the_same_gets_reconstruct_s_advice(tmp_path):
     """A MemoryError inside reconstruct (here from its pattern hook, as from other programs taking the
     memory) is reconstruct's one line, not the CLI's catch-all for simulate and train."""
-    from namsa.errors import RunError
+    from namsa.errors import MemoryShortage
     from workflow.reconstruct import reconstruct
 
     path = write_hspy(tmp_path / "scan.hspy", disc_scan((32, 32)))  # the study-scan model's physics
@@ -79,7 +79,7 @@ def test_running_out_of_memory_all_the_same_gets_reconstruct_s_advice(tmp_path):
     def exhausted(block: np.ndarray, y0: int, x0: int) -> np.ndarray:
         raise MemoryError
 
-    with pytest.raises(RunError, match=r"^namsa reconstruct ran out of memory at --memory-gb 0.05 \(.* GB available "
+    with pytest.raises(MemoryShortage, match=r"^namsa reconstruct ran out of memory at --memory-gb 0.05 \(.* GB available "
                                        r"now\); pass a smaller --memory-gb .* or bin the detector's patterns") as err:
         reconstruct(path, "pretrained:study-scan", tmp_path / "out", memory_gb=0.05, pattern_transform=exhausted)
     assert not any(word in str(err.value) for word in FOREIGN_ADVICE)

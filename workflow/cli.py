@@ -301,7 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"{what}; overrides the file's metadata")
     p.add_argument("--memory-gb", type=positive_float, default=2.0, metavar="GB",
                    help="RAM to aim at (default 2): the scan is read in blocks of overlapping tiles of at most half "
-                        "of it (at least one tile), so a scan of any size fits")
+                        "of it (at least one tile), so a scan of any number of positions fits; patterns too large for one tile in it are "
+                        "refused before the first read, saying how far to bin them")
     p.add_argument("--refine", action="store_true",
                    help="refine each tile's potential by single-slice ptychography (py4DSTEM) started from the "
                         "network's map, kept only where it lowers the data error (slow: seconds to minutes per tile; "

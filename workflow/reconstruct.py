@@ -9,8 +9,9 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from namsa.errors import RunError, UserError
+from namsa.errors import MemoryShortage, UserError
 
+from .errors import out_of_memory
 from .memory import machine_memory
 from .runner_io import require_directory
 
@@ -59,15 +60,15 @@ def reconstruct(source: Any, model: str | Path, out_dir: str | Path, *,
                                  symmetry_average)
     except BaseException as exc:
         discard(tmp)
-        if isinstance(exc, MemoryError):  # reconstruct's own advice: the CLI's catch-all names simulate's and train's
+        if out_of_memory(exc):  # a host or GPU shortage; reconstruct's own advice: the CLI's catch-all names simulate's and train's
             raise _out_of_memory(memory_gb) from None
         raise
 
 
-def _out_of_memory(memory_gb: float) -> RunError:
+def _out_of_memory(memory_gb: float) -> MemoryShortage:
     """The one line of a reconstruction that ran out of memory all the same (other programs took it)."""
     available = machine_memory()[1] / 2**30
-    return RunError(f"namsa reconstruct ran out of memory at --memory-gb {memory_gb:g} ({available:.3g} GB available "
+    return MemoryShortage(f"namsa reconstruct ran out of memory at --memory-gb {memory_gb:g} ({available:.3g} GB available "
                     "now); pass a smaller --memory-gb (the scan is then read in smaller blocks, down to one tile of "
                     "the model) or bin the detector's patterns; an earlier result in --out is unchanged")
 
