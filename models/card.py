@@ -7,19 +7,13 @@ non-finite numbers, JSON that is not an object, bytes that are not UTF-8 and car
 `MAX_CARD_BYTES` are refused with one line (`ModelDirError`, a `UserError`: exit 2 in the CLI).
 Informational sections (training facts, metrics, provenance) are free-form objects.
 
-`inside(base, relpath)` resolves a path named inside a card or a checkpoint state and refuses it
-when it (or a symlink on the way) leaves ``base``. `open_regular(path)` is how every file of a model
-directory is opened: a symbolic link, a FIFO or a device is refused from its `lstat`, before any
-open, so nothing a link points at is ever read.
+The card file is opened and parsed by `models.safe_files` (no link followed, bounded JSON).
 """
 from __future__ import annotations
 
-import json
 import math
-import os
-import stat
 from pathlib import Path
-from typing import Annotated, Any, BinaryIO, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
@@ -29,13 +23,13 @@ from namsa.sampling import ScanSampling, config_sampling
 
 from .card_statistics import DoseAugmentationRecord, StatisticName, TrainingStatistics  # noqa: F401 (re-exported)
 from .config import Architecture, ModelConfigError, _check_architecture
+from .errors import ModelDirError
+from .safe_files import open_regular, parse_json_bytes
 
 CARD_FILE = "model_card.json"
 MODEL_FILE = "model.safetensors"
 #: the shipped card is 35 kB; a card is metadata, never data
 MAX_CARD_BYTES = 4 << 20
-#: JSON nesting deeper than this is refused before parsing (the json module recurses)
-MAX_JSON_DEPTH = 64
 #: a normaliser's statistics: inputs are log1p/sqrt of patterns carrying total intensity ~1 and targets
 #: are in V*Angstrom or electrons/Angstrom^2 (the shipped card: 0.04 ... 1.5e3); beyond these they are absurd
 NORMALIZER_LIMIT = 1e6
@@ -45,10 +39,6 @@ _STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, protected
 _LOOSE = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
 Pos = Annotated[int, Field(ge=1)]
 TargetName = Literal["potential", "density"]
-
-
-class ModelDirError(UserError):
-    """A model directory (card, weights or checkpoint state) that cannot be used as it is."""
 
 
 class ArchitectureSpec(BaseModel):
@@ -302,69 +292,6 @@ def validate_card(obj: Any, where: str) -> ModelCard:
                             f"(or re-export the model)") from None
 
 
-def parse_json_bytes(raw: bytes, where: str, limit: int = MAX_CARD_BYTES, kind: str = "a card") -> Any:
-    """JSON from untrusted bytes: size, UTF-8, nesting depth and syntax checked; one line otherwise
-    (``kind``: what the file should have been, for the message, e.g. "a card")."""
-    if len(raw) > limit:
-        raise ModelDirError(f"{where} is {len(raw)} bytes, more than the {limit} {kind} may have; it is not {kind}")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ModelDirError(f"{where} is not UTF-8 text (byte {exc.start}); it is damaged or not {kind}") from None
-    if _depth(text) > MAX_JSON_DEPTH:
-        raise ModelDirError(f"{where} nests deeper than {MAX_JSON_DEPTH} levels; it is not {kind}")
-    try:
-        return json.loads(text, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as exc:
-        reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
-        raise ModelDirError(f"{where} is not valid JSON ({reason}); it is damaged or not {kind}") from None
-
-
-def _no_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
-def _depth(text: str) -> int:
-    """Deepest bracket nesting outside strings (bounds json's recursion)."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            escaped = not escaped and ch == "\\"
-            in_string = escaped or ch != '"'
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth -= 1
-    return deepest
-
-
-def open_regular(path: str | Path, what: str = "file") -> BinaryIO:
-    """``path`` opened for binary reading once its `lstat` shows a regular file (not a symbolic link,
-    FIFO, socket or device); opened with O_NOFOLLOW | O_NONBLOCK and its `fstat` compared, so a
-    file swapped in between is refused too. A link's target is never opened (a FIFO would block,
-    a device or another user's file would be read). One-line `ModelDirError` otherwise."""
-    path = Path(path)
-    try:
-        before = os.lstat(path)
-        if not stat.S_ISREG(before.st_mode):
-            kind = "a symbolic link" if stat.S_ISLNK(before.st_mode) else "not a regular file"
-            raise ModelDirError(f"{what} {path} is {kind}; a model directory holds regular files only: put the "
-                                f"file itself there (cp -L), not a link or a special file")
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise ModelDirError(f"{what} {path} cannot be read ({exc.strerror or exc}); check the model "
-                            f"directory") from None
-    after = os.fstat(fd)
-    if (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino) or not stat.S_ISREG(after.st_mode):
-        os.close(fd)
-        raise ModelDirError(f"{what} {path} changed while it was opened; check the model directory and try again")
-    return os.fdopen(fd, "rb")
-
-
 def read_card_file(path: Path) -> ModelCard:
     """The validated card of the card file ``path``, read with a size cap."""
     where = f"model card {path}"
@@ -373,27 +300,9 @@ def read_card_file(path: Path) -> ModelCard:
             raw = fh.read(MAX_CARD_BYTES + 1)
         except OSError as exc:
             raise ModelDirError(f"{where} cannot be read ({exc.strerror or exc}); check the model directory") from None
-    return validate_card(parse_json_bytes(raw, where), where)
+    return validate_card(parse_json_bytes(raw, where, MAX_CARD_BYTES), where)
 
 
-def inside(base: str | Path, relpath: str | Path, what: str = "path") -> Path:
-    """``base / relpath`` resolved (symlinks followed); refused with one line when it leaves ``base``.
-
-    For every path a card or a checkpoint state names (weights file, metrics CSV, ...): the file a
-    user received decides nothing outside its own directory.
-    """
-    text = str(relpath)
-    if not text or "\x00" in text:
-        raise ModelDirError(f"{what} {text!r} in {base} is not a file name")
-    root = Path(base).resolve()
-    target = (root / relpath).resolve()
-    if not target.is_relative_to(root):
-        raise ModelDirError(f"{what} {text!r} leads outside {base} (to {target}); a model directory may only "
-                            f"name files inside itself")
-    return target
-
-
-__all__ = ["ModelCard", "ModelDirError", "ArchitectureSpec", "NormalizerSpec", "ExpectsInput", "TrainingStatistics",
-           "validate_card", "read_card_file", "parse_json_bytes", "inside", "open_regular", "CARD_FILE", "MODEL_FILE",
-           "MAX_CARD_BYTES"]
+__all__ = ["ModelCard", "ArchitectureSpec", "NormalizerSpec", "ExpectsInput", "TrainingStatistics", "validate_card",
+           "read_card_file", "CARD_FILE", "MODEL_FILE", "MAX_CARD_BYTES"]
 

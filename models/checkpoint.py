@@ -38,7 +38,9 @@ from namsa.errors import RunError, UserError
 from stage import dir_swap
 from stage.jsonfile import fsync_dir, write_json_atomic
 
-from .card import MODEL_FILE, ModelDirError, inside, open_regular, parse_json_bytes
+from .card import MODEL_FILE
+from .errors import ModelDirError
+from .safe_files import inside, open_regular, parse_json_bytes
 
 FORMAT_VERSION = 1
 OPTIM_FILE, STATE_FILE = "optimizer.safetensors", "state.json"
@@ -100,7 +102,7 @@ def has_safetensors_header(path: Path) -> bool:
 
 def refuse_pickles(directory: Path) -> None:
     """Raise PickledCheckpointError if any file in ``directory`` is (or is named like) a pickle; a
-    symbolic link or special file among them is refused (`models.card.open_regular`) before it is
+    symbolic link or special file among them is refused (`models.safe_files.open_regular`) before it is
     opened: nothing outside a model or checkpoint directory is read for it."""
     for path in sorted(directory.iterdir()):
         if path.is_dir() and not path.is_symlink():
@@ -272,7 +274,7 @@ def recover_checkpoints(root: Path) -> None:
 
 def read_state(path: Path) -> dict[str, Any]:
     """The JSON state of checkpoint ``path`` (no verification of the tensor files), read with a
-    size and nesting cap (`models.card.parse_json_bytes`)."""
+    size and nesting cap (`models.safe_files.parse_json_bytes`)."""
     try:
         with open_regular(_state_file(Path(path), STATE_FILE), "checkpoint state") as fh:
             raw = fh.read(MAX_STATE_BYTES + 1)

@@ -22,10 +22,12 @@ import torch
 from namsa.ptychography.refine import RefineSettings, missing_meta
 
 from . import checkpoint as ckpt
-from .card import CARD_FILE, ModelCard, ModelDirError, inside, read_card_file
+from .card import CARD_FILE, ModelCard, read_card_file
 from .card_writer import card_from_state
 from .config import Architecture
+from .errors import ModelDirError
 from .fcdensenet import FCDenseNet
+from .safe_files import inside
 from .scan_fit.card_checks import OutsideTrainingWarning  # noqa: F401  (the category predict warns with)
 from .weights_check import check_header, check_size, expected_tensors
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import torch
 
-from .card import ModelDirError, open_regular, parse_json_bytes
+from .errors import ModelDirError
+from .safe_files import open_regular, parse_json_bytes
 from .config import Architecture
 
 #: the paper preset has 220,399,104 parameters; a card may ask for at most 4x that
@@ -79,7 +80,7 @@ def expected_tensors(arch: Architecture) -> dict[str, tuple[str, tuple[int, ...]
 
 def read_header(path: Path) -> tuple[dict[str, object], int]:
     """(the safetensors header, bytes of tensor data after it), read with a size cap from a regular
-    file (`models.card.open_regular`: never through a link)."""
+    file (`models.safe_files.open_regular`: never through a link)."""
     with open_regular(path, "weights file") as fh:
         try:
             size = os.fstat(fh.fileno()).st_size

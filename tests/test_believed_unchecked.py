@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 import namsa
-from models.card import ModelDirError, read_card_file
+from models.card import read_card_file
+from models.errors import ModelDirError
 from models.scan_fit import card_checks
 from namsa.constants import MIN_DOSE_E_PER_A2
 from namsa.optics import scan_step_A

@@ -12,7 +12,8 @@ import torch
 from pydantic import ValidationError
 
 from models import ModelConfig, build_model
-from models.card import ArchitectureSpec, ModelDirError, validate_card
+from models.card import ArchitectureSpec, validate_card
+from models.errors import ModelDirError
 from models.config import Architecture
 from models.fcdensenet import edge_reach
 from models.scan_fit import Stitcher, tile_grid

@@ -25,7 +25,9 @@ from safetensors.torch import save_file
 import models
 import stage
 from models import checkpoint as ckpt
-from models.card import CARD_FILE, MAX_CARD_BYTES, ModelDirError, inside, read_card_file
+from models.card import CARD_FILE, MAX_CARD_BYTES, read_card_file
+from models.errors import ModelDirError
+from models.safe_files import inside
 from models.weights_check import MAX_PARAMETERS
 from namsa.errors import UserError
 from _models_fixture import tiny_trained_model  # noqa: F401  (session fixture)

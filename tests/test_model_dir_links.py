@@ -1,6 +1,6 @@
 """Links and special files in a model or checkpoint directory (issue 32, E): a symlinked file inside
 a model directory used to be opened (and read) before anything refused it. Now every file the
-loader opens is `lstat`ed first and opened with O_NOFOLLOW (`models.card.open_regular`): a link's
+loader opens is `lstat`ed first and opened with O_NOFOLLOW (`models.safe_files.open_regular`): a link's
 target is never opened. The FIFO here counts every open of it for reading, so a test of "refused"
 cannot pass while the target is still opened. `namsa publish` publishes nothing
 from a model directory that holds a link.

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from models import checkpoint as ckpt
-from models.card import CARD_FILE, open_regular, validate_card
+from models.card import CARD_FILE, validate_card
 from models.card_writer import write_card
 from models.reconstructor import PRETRAINED_DIR, load_reconstructor
+from models.safe_files import open_regular
 from namsa.errors import UserError
 from namsa.sampling import sampling_fields
 

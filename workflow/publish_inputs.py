@@ -3,9 +3,9 @@
 A run directory may come from someone else. Before any file in it is opened, every part is checked
 for symbolic links (`RunPaths.check_parts`, the check `namsa run` makes: a linked ``model/`` would
 ship another model's weights under this run's figures, a linked ``metrics.json`` publish another
-run's figures); each file is then opened without following a link (`models.card.open_regular`)
+run's figures); each file is then opened without following a link (`models.safe_files.open_regular`)
 and read with a size cap, YAML through the bounded loader (`workflow.safe_yaml.load_yaml`: alias
-bombs, deep nesting) and JSON through the bounded parser (`models.card.parse_json_bytes`). What
+bombs, deep nesting) and JSON through the bounded parser (`models.safe_files.parse_json_bytes`). What
 publish uses of them is validated into small typed records (`RunConfig`, `HeldOutMetrics`), so a
 wrong shape is one line naming the file and the field, never a traceback.
 """
@@ -22,8 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from evaluation.methods import NETWORK
 from evaluation.views import LEGACY
 from models import checkpoint as ckpt
-from models.card import CARD_FILE, TargetName, open_regular, parse_json_bytes
+from models.card import CARD_FILE, TargetName
 from models.card import _describe as first_problem   # the card's one-line account of a pydantic error
+from models.safe_files import open_regular, parse_json_bytes
 from namsa.config import MACHINE_FIELDS, SimulationConfig
 from namsa.errors import UserError
 from stage import DataConfig
