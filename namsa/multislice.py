@@ -19,6 +19,7 @@ import numpy as np
 from .backend import Backend
 from .errors import MemoryShortage
 from .optics import plane_wave_rows, shift_phases, spatial_frequencies
+from .sample_memory import bytes_per_probe
 
 
 class MemoryBudgetError(MemoryShortage):
@@ -49,25 +50,12 @@ def cpu_batch_cap(gpts: tuple[int, int]) -> int:
     return max(1, CPU_CACHE_BYTES // (8 * gpts[0] * gpts[1]))
 
 
-#: working memory per probe and grid pixel of a batch at its peak (the exit intensity), bytes: the
-#: complex64 wave (8), the FFT's work area or out-of-place result (8: cuFFT's in-place work area is at
-#: most the data's size), the band-limited exit wave (8), the float32 intensity (4) and the imag**2
-#: temporary (4). Measured, not guessed: on the strict cupy stand-in a batch's marginal peak is 24-28
-#: (tests/test_device_path.py, which fails if a change makes it exceed this), on a GPU the memory pool
-#: (cuFFT plans and their work areas included) is measured by tests/test_multislice.py's gpu test.
-BYTES_PER_PROBE_PIXEL = 32
-
-
-def bytes_per_probe(gpts: tuple[int, int]) -> int:
-    """Working memory per probe in a batch (bytes): see `BYTES_PER_PROBE_PIXEL`."""
-    return gpts[0] * gpts[1] * BYTES_PER_PROBE_PIXEL
-
-
 def plan_batch(n_positions: int, gpts: tuple[int, int], n_slices: int, budget_bytes: float,
                fixed_bytes: float = 0.0, max_batch: int = 64) -> int:
     """Largest batch of probes that fits the budget next to the shared arrays; `MemoryBudgetError` if none does.
 
-    Shared: transmission functions (n_slices complex64 grids) + propagators + ``fixed_bytes``.
+    Shared: transmission functions (n_slices complex64 grids) + propagators + ``fixed_bytes``; per
+    probe: `namsa.sample_memory.bytes_per_probe` (the multislice path's figure).
     """
     n = gpts[0] * gpts[1]
     shared = n_slices * n * 8 + 4 * n * 8 + fixed_bytes

@@ -15,6 +15,7 @@ from .optics import band_limit_frequency, band_limit_mask, check_sampling, probe
 from .periodic import PeriodicSimulation, build_periodic, estimated_cost, tile_atoms, tile_grid_for
 from .potential import (CellError, Grid, SlicedPotential, build_potential, device_transmissions, make_grid,
                         transmission_functions)
+from .sample_memory import bytes_per_probe
 
 
 # --------------------------------------------------------------------------------------------
@@ -173,7 +174,7 @@ def _prepare(structure: Any, *, energy_kv: float, semiangle_mrad: float,
         periodic = build_periodic(tile_pos, tile_num, atoms.cell_A, structure.tiling, grid,
                                   np.linspace(0.0, atoms.cell_A[2], edges_n + 1), backend.asnumpy(probe), sigma, lam, cutoff,
                                   tilt_mrad, backend, threads, tile_grid)
-        # periodic batches: per probe one float32 pattern plus the reducer's copy (12 bytes/pixel)
+        # periodic batches: namsa.sample_memory.PERIODIC_BYTES_PER_PROBE_PIXEL per probe and pixel
         common["batch_size"] = _periodic_batch(backend, grid, n_positions, memory_budget_gb * 1e9, threads)
         info.update(method="periodic", tile_gpts=list(tile_grid.gpts), n_beams=periodic.n_beams,
                     transmission_bandlimit_loss=periodic.transmission_loss, batch_size=common["batch_size"])
@@ -234,9 +235,9 @@ def _batch_size(backend: Backend, grid: Grid, n_slices: int, n_positions: int, b
 
 
 def _periodic_batch(backend: Backend, grid: Grid, n_positions: int, budget: float, threads: int) -> int:
-    """Probes per batch of the periodic path: per probe one float32 pattern plus the reducer's copy
-    (12 bytes/pixel); at most 256 on CPU, as the free memory allows on a GPU."""
-    per_probe = 12 * grid.gpts[0] * grid.gpts[1]
+    """Probes per batch of the periodic path (`namsa.sample_memory.bytes_per_probe` of its path); at
+    most 256 on CPU, as the free memory allows on a GPU."""
+    per_probe = bytes_per_probe(grid.gpts, "periodic")
     if backend.on_device:
         return int(max(1, min(n_positions, min(budget, GPU_MEMORY_SHARE * backend.free_bytes()) / per_probe)))
     return int(max(1, min(256, n_positions, budget / (threads * per_probe))))

@@ -14,7 +14,7 @@ import strict_cupy
 from namsa.config import SimulationConfig
 from namsa.detector import pattern_rebinner
 from namsa.library import get
-from namsa.multislice import BYTES_PER_PROBE_PIXEL, bytes_per_probe
+from namsa.sample_memory import MULTISLICE_BYTES_PER_PROBE_PIXEL, bytes_per_probe
 from namsa.scan_simulation import prepare_simulation
 from namsa.supercell import orient_supercell
 
@@ -115,11 +115,11 @@ def test_a_sample_simulated_on_the_stand_in_matches_the_cpu_sample(monkeypatch, 
     cpu = simulate_sample("Si-diamond", (1, 1, 0), SimulationConfig(**physics))
     strict_cupy.install(monkeypatch)
     dev = simulate_sample("Si-diamond", (1, 1, 0), SimulationConfig(**physics, device="cuda"))
-    assert dev.meta["method"] == cpu.meta["method"] == ("multislice" if phonons else "periodic")
+    assert dev.meta.method == cpu.meta.method == ("multislice" if phonons else "periodic")
     assert dev.id == cpu.id and dev.cbed.dtype == np.float32 and dev.cbed.shape == cpu.cbed.shape
     assert rel_l2(dev.cbed, cpu.cbed) < 1e-5
     assert rel_l2(dev.potential, cpu.potential) < 1e-5 and rel_l2(dev.density, cpu.density) < 1e-5
-    assert dev.meta["intensity_kept_min"] == pytest.approx(cpu.meta["intensity_kept_min"], rel=1e-5)
+    assert dev.meta.intensity_kept_min == pytest.approx(cpu.meta.intensity_kept_min, rel=1e-5)
 
 
 def test_fft_friendly_grids_are_5_smooth_and_enter_the_physics_hash_only_when_on():
@@ -140,8 +140,8 @@ def test_fft_friendly_grids_are_5_smooth_and_enter_the_physics_hash_only_when_on
     small = dict(scan_shape=(2, 2), pattern_px=8, target_px=8, cell_lateral_A=6.0, thickness_A=4.0, sampling_A=0.1)
     plain_sample = simulate_sample("Si-diamond", (1, 1, 0), SimulationConfig(**small))
     smooth_sample = simulate_sample("Si-diamond", (1, 1, 0), SimulationConfig(**small, fft_friendly_grid=True))
-    assert all(smooth_fft_length(n) == n for n in smooth_sample.meta["gpts"])
-    assert smooth_sample.meta["gpts"] != plain_sample.meta["gpts"] and smooth_sample.id != plain_sample.id
+    assert all(smooth_fft_length(n) == n for n in smooth_sample.meta.gpts)
+    assert smooth_sample.meta.gpts != plain_sample.meta.gpts and smooth_sample.id != plain_sample.id
     base = SimulationConfig()
     assert SimulationConfig(fft_friendly_grid=False).physics_hash() == base.physics_hash()
     assert SimulationConfig(fft_friendly_grid=True).physics_hash() != base.physics_hash()
@@ -237,10 +237,11 @@ def _batch_peak_bytes(structure, batch: int) -> tuple[float, int]:
 
 
 def test_the_batch_plan_holds_what_a_batch_really_keeps_alive(monkeypatch, si110):
-    """The multislice batch plan's bytes per probe and pixel (namsa.multislice.BYTES_PER_PROBE_PIXEL) is at
-    least what one more probe in a batch really keeps alive at the peak, measured on the stand-in's
-    arrays (each cupy operation's result is an allocation there too); it used to count 20 against ~32."""
+    """The multislice batch plan's bytes per probe and pixel (namsa.sample_memory's
+    MULTISLICE_BYTES_PER_PROBE_PIXEL) is at least what one more probe in a batch really keeps alive at
+    the peak, measured on the stand-in's arrays (each cupy operation's result is an allocation there
+    too); it used to count 20 against ~32."""
     strict_cupy.install(monkeypatch)
     (small, n), (large, _) = _batch_peak_bytes(si110, 2), _batch_peak_bytes(si110, 10)
     marginal = (large - small) / (8 * n)   # bytes per probe and pixel
-    assert 20 < marginal <= BYTES_PER_PROBE_PIXEL, marginal
+    assert 20 < marginal <= MULTISLICE_BYTES_PER_PROBE_PIXEL, marginal

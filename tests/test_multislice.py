@@ -173,10 +173,10 @@ def test_cpu_and_gpu_agree_to_float32_precision(si110):
 def test_the_batch_plan_holds_what_a_gpu_batch_really_uses(si110):
     """On a real GPU: the bytes one more probe in a batch adds to cupy's memory pool at the peak of its run
     (read in the reducer, when the wave, the exit wave, the intensity and cuFFT's plans with their work
-    areas are all alive) stay within namsa.multislice.BYTES_PER_PROBE_PIXEL."""
+    areas are all alive) stay within namsa.sample_memory.MULTISLICE_BYTES_PER_PROBE_PIXEL."""
     import cupy
 
-    from namsa.multislice import BYTES_PER_PROBE_PIXEL
+    from namsa.sample_memory import MULTISLICE_BYTES_PER_PROBE_PIXEL
     from namsa.scan_simulation import prepare_simulation
 
     pool = cupy.get_default_memory_pool()
@@ -193,8 +193,8 @@ def test_the_batch_plan_holds_what_a_gpu_batch_really_uses(si110):
         used[batch] = (max(peak) - before, sim.grid.gpts[0] * sim.grid.gpts[1])
     (small, n), (large, _) = used[2], used[10]
     marginal = (large - small) / (8 * n)
-    print(f"measured {marginal:.1f} bytes per probe and pixel (plan: {BYTES_PER_PROBE_PIXEL})")
-    assert marginal <= BYTES_PER_PROBE_PIXEL, marginal
+    print(f"measured {marginal:.1f} bytes per probe and pixel (plan: {MULTISLICE_BYTES_PER_PROBE_PIXEL})")
+    assert marginal <= MULTISLICE_BYTES_PER_PROBE_PIXEL, marginal
 
 
 def test_periodic_path_reproduces_probe_by_probe_multislice():

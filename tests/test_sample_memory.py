@@ -1,12 +1,15 @@
-"""workflow.memory: the memory a sample needs, estimated from the config before simulating."""
+"""The memory a sample needs: namsa's one model of it (namsa.sample_memory), which the simulator plans its
+batches with and workflow.memory holds against the machine before simulating."""
 from __future__ import annotations
 
 import pytest
 
 from namsa.config import SimulationConfig
 from namsa.multislice import MemoryBudgetError
+from namsa.sample_memory import (GB, MIN_BYTES_PER_PROBE_PIXEL, MULTISLICE_BYTES_PER_PROBE_PIXEL,
+                                 PERIODIC_BYTES_PER_PROBE_PIXEL, bytes_per_probe, largest_square_scan, sample_memory)
 from namsa.sampling import config_sampling
-from workflow.memory import GB, cbed_problem, check_fits, largest_square_scan, machine_memory, sample_memory
+from workflow.memory import cbed_problem, check_fits, machine_memory
 
 
 def test_the_estimate_is_the_cbed_stack_and_one_wave_per_thread():
@@ -48,3 +51,27 @@ def test_a_memory_budget_beyond_the_machine_is_refused_with_what_fits():
     with pytest.raises(MemoryBudgetError, match=r"more than this machine's .* set it to at most"):
         check_fits(SimulationConfig(memory_budget_gb=budget))
     check_fits(SimulationConfig(memory_budget_gb=0.4 * total / GB), parallel=2)
+
+
+def test_the_simulator_plans_its_batches_with_the_model_the_estimate_uses():
+    """One memory model: the multislice plan (namsa.multislice.plan_batch) and the periodic plan
+    (namsa.scan_simulation._periodic_batch) take their bytes per probe from namsa.sample_memory, and the
+    estimate before a run (which does not know the path yet) is the lesser of the two."""
+    from namsa.backend import get_backend
+    from namsa.multislice import plan_batch
+    from namsa.potential import make_grid
+    from namsa.scan_simulation import _periodic_batch
+
+    gpts = (96, 96)
+    per_multislice, per_periodic = bytes_per_probe(gpts), bytes_per_probe(gpts, "periodic")
+    assert (per_multislice, per_periodic) == (96 * 96 * MULTISLICE_BYTES_PER_PROBE_PIXEL,
+                                              96 * 96 * PERIODIC_BYTES_PER_PROBE_PIXEL)
+    shared = 4 * 96 * 96 * 8   # no slices, the propagators only
+    assert plan_batch(100, gpts, 0, shared + 5 * per_multislice) == 5
+    assert plan_batch(100, gpts, 0, shared + 6 * per_multislice - 1) == 5
+    grid = make_grid((12.0, 12.0, 4.0), gpts=96)
+    assert grid.gpts == gpts
+    assert _periodic_batch(get_backend("cpu"), grid, 100, 7 * per_periodic, threads=1) == 7
+    cfg = SimulationConfig(gpts=96, cell_lateral_A=12.0)
+    assert sample_memory(cfg, threads=3).waves == 3 * bytes_per_probe(gpts, "periodic")
+    assert MIN_BYTES_PER_PROBE_PIXEL == min(MULTISLICE_BYTES_PER_PROBE_PIXEL, PERIODIC_BYTES_PER_PROBE_PIXEL)

@@ -1,68 +1,19 @@
-"""How much memory one simulated sample needs, estimated from the config before anything runs.
+"""Whether a simulation fits this machine, checked from the config before anything runs.
 
 An absurd size (a 100000 x 100000 scan, a grid of billions of pixels) must be refused in a second
-with what fits, not found out by a MemoryError after planning or by an OOM kill. The estimate is
-a lower bound from the sizes the config fixes (the grid is at least the smallest one
-`namsa.sampling.config_sampling` says the config allows, ``grid_px[0]`` pixels per side):
-
-* the CBED stack: S = scan_y * scan_x float32 patterns of pattern_px^2, held twice while the
-  batches are concatenated and converted;
-* the wave batch: at least one probe per thread on the full grid, 12 bytes per pixel on either
-  path (namsa.scan_simulation._prepare: the periodic path's float32 pattern and its reduced copy; the
-  multislice path's complex64 wave and float32 intensity are more).
-
-The potential slices are not part of the bound: the periodic path builds them for one unit cell,
-not the whole supercell, and the multislice path checks them against ``memory_budget_gb`` itself
-(namsa.multislice.plan_batch).
+with what fits, not found out by a MemoryError after planning or by an OOM kill. What one sample
+needs is namsa's own model of it (`namsa.sample_memory`: the CBED stack and the wave batch, a lower
+bound); here it is held against the machine's memory (`machine_memory`) and the advice is written.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import psutil
 
 from namsa.config import SimulationConfig
+from namsa.sample_memory import GB, cbed_bytes, largest_square_scan, sample_memory
 from namsa.sampling import config_sampling
-
-GB = 1e9
-#: bytes per grid pixel of one probe in flight (lower bound over both simulation paths)
-PROBE_BYTES_PER_PX = 12
-#: copies of the float32 CBED stack alive at once (the batches and their concatenation)
-CBED_COPIES = 2
-
-
-@dataclass(frozen=True)
-class SampleMemory:
-    """Bytes simulating one sample needs, by part (lower bounds)."""
-
-    cbed: float
-    waves: float
-
-    @property
-    def total(self) -> float:
-        return self.cbed + self.waves
-
-    def parts(self) -> str:
-        return f"CBED stack {self.cbed / GB:.3g} GB, wave batch {self.waves / GB:.3g} GB"
-
-
-def cbed_bytes(cfg: SimulationConfig) -> float:
-    """The float32 CBED stack of one sample, with its transient copy (bytes)."""
-    scan_y, scan_x = cfg.scan_shape
-    return float(CBED_COPIES * scan_y * scan_x * cfg.pattern_px ** 2 * 4)
-
-
-def sample_memory(cfg: SimulationConfig, threads: int = 1) -> SampleMemory:
-    """Lower bound of the memory (bytes) simulating one sample of ``cfg`` needs on ``threads`` threads."""
-    side = config_sampling(cfg).grid_px[0]  # the smallest grid the config allows (namsa's own rounding)
-    return SampleMemory(cbed=cbed_bytes(cfg), waves=float(max(1, threads) * side ** 2 * PROBE_BYTES_PER_PX))
-
-
-def largest_square_scan(cfg: SimulationConfig, free_bytes: float) -> int:
-    """Side of the largest square scan whose CBED stack fits ``free_bytes``."""
-    per_pattern = CBED_COPIES * cfg.pattern_px ** 2 * 4
-    return int(math.isqrt(max(int(free_bytes // per_pattern), 0)))
 
 
 def machine_memory() -> tuple[float, float]:
