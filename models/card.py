@@ -245,21 +245,17 @@ class ModelCard(BaseModel):
     @model_validator(mode="after")
     def _expects_fits_architecture(self) -> "ModelCard":
         """``expects_input`` decides the tiles `namsa reconstruct` cuts and stitches (scan_shape,
-        pattern_px, target_px): they must be what the architecture takes and gives."""
-        e, arch = self.expects_input, self.architecture
+        pattern_px, target_px): they must be data the architecture takes and gives
+        (`models.config.Architecture.data_mismatch`, the rule training and the config check ask)."""
+        e = self.expects_input
         if e is None:
             return self
-        sy, sx = e.scan_shape
-        if sy * sx != arch.in_channels:
-            raise ValueError(f"expects_input.scan_shape {e.scan_shape} holds {sy * sx} patterns but "
-                             f"architecture.in_channels is {arch.in_channels}; the card contradicts itself")
-        if arch.input_layout == "scan" and list(arch.scan_shape) != list(e.scan_shape):
-            raise ValueError(f"expects_input.scan_shape {e.scan_shape} is not architecture.scan_shape "
-                             f"{list(arch.scan_shape)}; the card contradicts itself")
-        problem = arch.architecture().data_mismatch(arch.in_channels, e.pattern_px, e.target_px)
+        (sy, sx), p, t = e.scan_shape, e.pattern_px, e.target_px
+        problem = self.architecture.architecture().data_mismatch(sy * sx, p, t, (sy, sx))
         if problem:
-            raise ValueError(f"expects_input.pattern_px={e.pattern_px} / target_px={e.target_px} do not fit "
-                             f"architecture.input_layout={arch.input_layout!r}: {problem}")
+            reason = problem.reason.replace("model.", "architecture.").replace("simulation.", "expects_input.")
+            raise ValueError(f"expects_input (scan_shape [{sy}, {sx}], pattern_px {p}, target_px {t}) does not fit "
+                             f"its architecture: {reason}; the card contradicts itself")
         return self
 
     def to_json(self) -> dict[str, Any]:

@@ -152,37 +152,51 @@ class Architecture:
         return self.in_channels + len(self.physics_inputs)
 
     def data_mismatch(self, patterns: int, pattern_px: int, target_px: int | None,
-                      scan_shape: tuple[int, int] | None = None) -> str | None:
+                      scan_shape: tuple[int, int] | None = None) -> DataMismatch | None:
         """Why data of ``patterns`` patterns of ``pattern_px`` px with ``target_px`` targets, taken
-        over a ``scan_shape`` = (scan_y, scan_x) scan, cannot train this network (a one-line hint
-        naming the setting to change), or None if it can. ``target_px`` / ``scan_shape`` None check
-        the input alone (what a forward pass sees: a stack of patterns, not where they were taken).
-        The one owner of these rules: the pipeline config and the training data check both ask here."""
+        over a ``scan_shape`` = (scan_y, scan_x) scan, cannot train this network (what differs and the
+        setting to change), or None if it can. ``target_px`` / ``scan_shape`` None check the input
+        alone (what a forward pass sees: a stack of patterns, not where they were taken). The one
+        owner of these rules: the pipeline config, the training data check and the card ask here."""
         m = self.size_multiple
         if patterns != self.in_channels:
-            return (f"the data has {patterns} patterns per sample but the model expects in_channels="
-                    f"{self.in_channels}; set model.in_channels={patterns} or simulate a matching scan")
+            return DataMismatch(f"the data has {patterns} patterns per sample but the model expects in_channels="
+                                f"{self.in_channels}", f"set model.in_channels={patterns} or simulate a matching scan")
         if self.input_layout == "patterns":
             if pattern_px % m:
-                return (f"pattern_px={pattern_px} is not a multiple of {m} (tu_stride^levels); change "
-                        "simulation.pattern_px or lower model.levels")
+                return DataMismatch(f"pattern_px={pattern_px} is not a multiple of {m} (tu_stride^levels)",
+                                    "change simulation.pattern_px or lower model.levels")
             if target_px is not None and target_px != pattern_px:
-                return (f"the patterns layout maps (S, P, P) to (C, P, P), but targets are {target_px} px and "
-                        f"patterns {pattern_px} px: set simulation.target_px = pattern_px, or model.input_layout: scan")
+                return DataMismatch(f"the patterns layout maps (S, P, P) to (C, P, P), but targets are {target_px} px "
+                                    f"and patterns {pattern_px} px",
+                                    "set simulation.target_px = pattern_px, or model.input_layout: scan")
             return None
         if min(self.scan_shape) % m:
-            return (f"scan {list(self.scan_shape)} is not a multiple of {m} (tu_stride^levels) on both axes; "
-                    "change simulation.scan_shape or lower model.levels")
+            return DataMismatch(f"scan {list(self.scan_shape)} is not a multiple of {m} (tu_stride^levels) on both "
+                                "axes", "change simulation.scan_shape or lower model.levels")
         if pattern_px % self.pattern_bins:
-            return (f"pattern_px={pattern_px} is not a multiple of model.pattern_bins={self.pattern_bins}; "
-                    f"choose pattern_bins dividing {pattern_px}")
+            return DataMismatch(f"pattern_px={pattern_px} is not a multiple of model.pattern_bins={self.pattern_bins}",
+                                f"choose pattern_bins dividing {pattern_px}")
         if target_px is not None and self.scan_shape != (target_px, target_px):
-            return (f"the scan layout maps a {self.scan_shape[0]}x{self.scan_shape[1]} scan to maps of the same size, "
-                    f"but targets are {target_px}x{target_px}: set simulation.target_px to the scan size")
+            return DataMismatch(f"the scan layout maps a {self.scan_shape[0]}x{self.scan_shape[1]} scan to maps of "
+                                f"the same size, but targets are {target_px}x{target_px}",
+                                "set simulation.target_px to the scan size")
         if scan_shape is not None and tuple(scan_shape) != self.scan_shape:
-            return (f"model.scan_shape {list(self.scan_shape)} differs from simulation.scan_shape "
-                    f"{list(scan_shape)}; set model.scan_shape to the simulated scan")
+            return DataMismatch(f"model.scan_shape {list(self.scan_shape)} differs from simulation.scan_shape "
+                                f"{list(scan_shape)}", "set model.scan_shape to the simulated scan")
         return None
+
+
+@dataclass(frozen=True)
+class DataMismatch:
+    """Why data does not fit a network (`Architecture.data_mismatch`): ``reason``, what differs, and
+    ``advice``, the setting to change; ``str()`` is the one line a user reads."""
+
+    reason: str
+    advice: str
+
+    def __str__(self) -> str:
+        return f"{self.reason}; {self.advice}"
 
 
 #: Presets. ``paper``: Laanait et al. 2019 (FACTS.md), 220,399,104 parameters. ``small``: the same

@@ -262,7 +262,7 @@ class FCDenseNet(nn.Module):
                 f"set model.in_channels to the data's patterns per sample (scan_y * scan_x)")
         problem = arch.data_mismatch(arch.in_channels, x.shape[-1], target_px=None)
         if problem:
-            raise ModelConfigError(problem)
+            raise ModelConfigError(str(problem))
 
     def set_activation_checkpointing(self, enabled: bool) -> None:
         """Recompute dense-layer inputs in the backward pass instead of storing them (less memory,

@@ -271,9 +271,10 @@ MODEL_CASES: list[tuple[str, Callable[[Path], None], str]] = [
     ("card-normalizer-tiny-cbed-std", edit(_set("normalizer.cbed_std", 1e-30)), "cbed_std is 1e-30"),
     ("card-normalizer-absurd-scale", edit(_set("normalizer.intensity_scale", 1e300)), "intensity_scale is 1e+300"),
     ("card-expects-vs-in-channels", edit(_set("expects_input", expects(scan_shape=[4, 4]))),
-     "expects_input.scan_shape [4, 4] holds 16 patterns but architecture.in_channels is 64"),
+     "expects_input (scan_shape [4, 4], pattern_px 16, target_px 16) does not fit its architecture: the data has "
+     "16 patterns per sample but the model expects in_channels=64"),
     ("card-expects-vs-target-px", edit(_set("expects_input", expects(target_px=32))),
-     "expects_input.pattern_px=16 / target_px=32 do not fit"),
+     "targets are 32 px and patterns 16 px; the card contradicts itself"),
 ]
 
 

@@ -40,7 +40,7 @@ def test_expects_input_that_contradicts_the_architecture_is_refused(sample, tiny
     edit(_set("expects_input", expects(scan_shape=[4, 4])))(model)
     path = _write(tmp_path / "scan.hspy", sample)
     assert _run("reconstruct", path, "--model", model, "--out", tmp_path / "out") == 2
-    assert "expects_input.scan_shape [4, 4] holds 16 patterns but architecture.in_channels" in _one_error_line(capsys)
+    assert "the data has 16 patterns per sample but the model expects in_channels=64" in _one_error_line(capsys)
 
 
 def test_the_stitcher_refuses_maps_of_another_shape():
