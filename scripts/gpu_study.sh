@@ -40,8 +40,14 @@ FLAGSHIP=pretrained:study-scan-gpu   # evaluation.verdict.STUDY_PRETRAINED
 # what this call changes in the config (training and deadlines only: the physics, splits and model stay)
 FINE_TUNE="--set training.init_from=$FLAGSHIP --set execution.simulate_deadline_s=200 --set training.max_wall_s=100"
 # the plan that scripts/gpu_wheels.sh stored on the build machine (read when namsa and the structure
-# libraries match; planned afresh otherwise, as without it)
+# libraries match; planned afresh otherwise, as without it), signed with the key it carries beside the
+# plans (workflow.plan_signature); plans of the caller's own (NAMSA_PLAN_CACHE: the rehearsal's) are read
+# with the caller's own key
 FINE_TUNE="$FINE_TUNE --set execution.plan_cache_dir=${NAMSA_PLAN_CACHE:-.gpu-wheels/plans}"
+if [[ -z ${NAMSA_PLAN_CACHE:-} ]]; then
+  export NAMSA_PLAN_KEY=$PWD/.gpu-wheels/plan-cache.key
+  chmod 600 "$NAMSA_PLAN_KEY" 2>/dev/null || true   # a copy may arrive readable by others: then it is refused
+fi
 FAILED=0
 T0=$SECONDS
 mkdir -p "$OUT"

@@ -65,6 +65,9 @@ mapfile -t wanted < <(grep -v '^#' "$OUT/urls.txt")
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 "${PLATFORMS[@]}" -d "$OUT" "${wanted[@]}"
 rm -f "$report" "$OUT/urls.txt"
 # The GPU study's plan, made here so that the device's simulate step reads it instead of planning
-# (~45 s of its 200 s on an H200): workflow.plan_cache; scripts/gpu_study.sh sets execution.plan_cache_dir
-"${VENV_PY:-.venv/bin/python}" scripts/store_plan.py configs/gpu-study.yaml "$OUT/plans" --wheels "$OUT"
+# (~45 s of its 200 s on an H200): workflow.plan_cache; scripts/gpu_study.sh sets execution.plan_cache_dir.
+# It is signed with a key of its own, made afresh beside the plans (not in them, and not the user's
+# ~/.cache key, which never leaves this machine): the device has no other, and gpu_study.sh reads with it.
+NAMSA_PLAN_KEY="$PWD/$OUT/plan-cache.key" \
+  "${VENV_PY:-.venv/bin/python}" scripts/store_plan.py configs/gpu-study.yaml "$OUT/plans" --wheels "$OUT"
 echo "$(ls "$OUT"/*.whl | wc -l) wheels, $(du -sh "$OUT" | cut -f1) in $OUT"

@@ -3,7 +3,12 @@ execution.plan_cache_dir to DIR, so that run reads the plan's slow choices (gene
 automatic zone axes; checked against its config there) instead of spending a minute or two of one
 core on them (scripts/gpu_wheels.sh stores the GPU study's, which scripts/gpu_study.sh reads).
 
-    python scripts/store_plan.py CONFIG DIR [--wheels WHEELS] [--set KEY=VALUE ...]
+    [NAMSA_PLAN_KEY=KEYFILE] python scripts/store_plan.py CONFIG DIR [--wheels WHEELS] [--set KEY=VALUE ...]
+
+The plan is signed with the key file NAMSA_PLAN_KEY names (made when missing; default: the user's
+~/.cache/namsa/plan-cache.key, `workflow.plan_signature`): the other run reads it only with the same
+key, so carry that file beside DIR (not in it) and set NAMSA_PLAN_KEY to it there. A key file that
+cannot be trusted stores nothing: one line, exit 1.
 
 ``--wheels``: the wheels the other machine installs; the plan is only read there when their
 pymatgen and spglib are this interpreter's versions, so a difference is reported.
@@ -17,8 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workflow.plan_cache import PLANNING_LIBRARIES, cached_plan, library_version, plan_key  # noqa: E402
 from workflow.config import load_config  # noqa: E402
+from workflow.plan_cache import PLANNING_LIBRARIES, cached_plan, library_version, plan_key, plan_path  # noqa: E402
+from workflow.plan_signature import PlanKeyRefused, key_path, plan_secret  # noqa: E402
 
 
 def wheel_versions(wheels: Path) -> dict[str, str]:
@@ -38,9 +44,15 @@ def main() -> int:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
     cfg = load_config(args.config, args.set).simulation
+    try:
+        secret = plan_secret()
+    except PlanKeyRefused as exc:
+        print(f"store_plan: {exc}, so no plan is stored: {exc.advice}", file=sys.stderr)
+        return 1
     plan, read_from = cached_plan(cfg, args.dir)
+    stored = plan_path(plan_key(cfg), args.dir, secret)
     print(f"{args.config}: {len(plan.specs)} samples, {len(plan.failures)} materials not planned; "
-          f"{'already stored' if read_from else 'stored'} in {args.dir} (key {plan_key(cfg)[:24]})")
+          f"{'already stored' if read_from else 'stored'} in {args.dir} ({stored.name}, signed with {key_path()})")
     if args.wheels:
         carried = wheel_versions(args.wheels)
         for name in PLANNING_LIBRARIES:

@@ -5,9 +5,13 @@ can put a file there that the next `namsa simulate` finds. Before, such a file d
 ``sources`` read a CIF from anywhere on the machine and stored that structure under the config's ids,
 or simulated every material as gold; its specs added materials or variants (other seeds); a FIFO at
 its name hung every simulate, deep nesting was a RecursionError traceback. Now only a regular file
-under a size cap is read, only the slow choices (generated ids, automatic zone axes) are taken from
-it and each is checked against the config; anything else is planned over and stored again. Every
-case ends with exit 0 and the plan the config makes (`plan_samples`).
+under a size cap is read, only when the user's own key signed it (`workflow.plan_signature`), only
+the slow choices (generated ids, automatic zone axes) are taken from it and each is checked against
+the config (these cases are signed with the user's key, so the checks are shown to hold by
+themselves); anything else is planned over and stored again. Every case ends with exit 0 and the plan
+the config makes (`plan_samples`). The signature closes what no check can: another valid choice
+(gold substituted in a recipe, another low-index axis), and a key file that cannot be trusted is
+refused in one warning line.
 """
 from __future__ import annotations
 
@@ -22,11 +26,14 @@ from pymatgen.io.cif import CifWriter
 
 import stage
 from fuzzing import fuzz_settings
-from namsa import SimulationConfig, library, plan_samples
+from namsa import SimulationConfig, generator, library, plan_samples, zone_axes
+from namsa.material_id import generated_id, split_generated_id
+from test_plan_cache import unplannable
 from workflow import plan_cache
 from workflow.cli import main
 from workflow.config import load_config
 from workflow.data_runners import stored_ids
+from workflow.plan_signature import KEY_ENV, MAC_FIELD, plan_secret, signed
 
 MICRO = str(Path(__file__).resolve().parents[1] / "configs" / "micro.yaml")
 # two materials on one explicit axis: two samples, a second or two per simulate
@@ -37,15 +44,33 @@ AUTO = SimulationConfig(materials=["Si-diamond", "NaCl-rocksalt", "no-such-mater
                         max_zone_axes=2)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def plan_key_file(tmp_path_factory):
+    """The module's signing key (this user's, as far as the cache can tell), not ~/.cache's."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(KEY_ENV, str(tmp_path_factory.mktemp("key") / "plan-cache.key"))
+        yield
+
+
 def small_config() -> SimulationConfig:
     return load_config(MICRO, SMALL[1::2]).simulation
+
+
+def plan_file(cfg: SimulationConfig, cache: Path) -> Path:
+    """Where this user's plan of ``cfg`` is kept in ``cache``."""
+    return plan_cache.plan_path(plan_cache.plan_key(cfg), cache, plan_secret())
 
 
 def store(cfg: SimulationConfig, cache: Path) -> tuple[Path, dict]:
     """The plan file `cached_plan` stores for ``cfg`` in ``cache``, and its JSON."""
     plan_cache.cached_plan(cfg, cache)
-    path = cache / f"plan-{plan_cache.plan_key(cfg)[:24]}.json"
+    path = plan_file(cfg, cache)
     return path, json.loads(path.read_text())
+
+
+def write_signed(path: Path, payload: dict) -> None:
+    """``payload`` (its old signature dropped) signed with this user's key: only the checks judge it."""
+    path.write_text(json.dumps(signed({k: v for k, v in payload.items() if k != MAC_FIELD}, plan_secret())))
 
 
 def old_form(cfg: SimulationConfig, key: str, **edits) -> dict:
@@ -84,7 +109,7 @@ def assert_the_configs_plan(cfg: SimulationConfig, cache: Path, out: Path) -> No
 
 
 def assert_planned_over(cfg: SimulationConfig, cache: Path) -> None:
-    path = cache / f"plan-{plan_cache.plan_key(cfg)[:24]}.json"
+    path = plan_file(cfg, cache)
     assert path.is_file() and not path.is_symlink()
     plan, read_from = plan_cache.cached_plan(cfg, cache)
     assert plan == plan_samples(cfg) and read_from == path
@@ -121,7 +146,7 @@ def test_an_edited_plan_decides_nothing(tmp_path, case):
     cfg, cache = small_config(), tmp_path / "plans"
     path, _ = store(cfg, cache)
     outside = gold_cif(tmp_path)
-    path.write_text(json.dumps(hostile_payloads(cfg, plan_cache.plan_key(cfg), outside)[case]))
+    write_signed(path, hostile_payloads(cfg, plan_cache.plan_key(cfg), outside)[case])
     assert_the_configs_plan(cfg, cache, simulate_over(tmp_path, cache))
 
 
@@ -182,7 +207,7 @@ BAD_GENERATED = {"a-library-id": ["Au-fcc"], "too-many": ["Cu-fcc:Au:1.0000", "C
 def assert_auto_planned_over(cache: Path, edit) -> None:
     path, payload = store(AUTO, cache)
     edit(payload)
-    path.write_text(json.dumps(payload))
+    write_signed(path, payload)
     plan, read_from = plan_cache.cached_plan(AUTO, cache)
     assert plan == plan_samples(AUTO) and read_from is None
     assert_planned_over(AUTO, cache)
@@ -254,17 +279,122 @@ def test_fuzz_a_mutated_plan_decides_no_material_source_or_variant(auto_plan, tm
     path = data.draw(st.sampled_from(list(_nodes(tree))), label="path")
     action = data.draw(st.sampled_from(["replace", "delete", "insert"]), label="action")
     tree = _mutate(tree, path, action, data.draw(JSON_VALUES, label="value"))
-    cache = tmp_path_factory.mktemp("fuzz")
-    (cache / f"plan-{plan_cache.plan_key(AUTO)[:24]}.json").write_text(json.dumps(tree))
+    # re-signed: what the user's own key signed is judged by the checks alone
+    resigned = isinstance(tree, dict) and data.draw(st.booleans(), label="re-signed")
+    target = plan_file(AUTO, tmp_path_factory.mktemp("fuzz"))
+    try:
+        if resigned:
+            write_signed(target, tree)
+    except ValueError:   # an infinite float: JSON cannot spell it, so no key signs it
+        resigned = False
+    if not resigned:
+        target.write_text(json.dumps(tree))
+    cache = target.parent
     plan, read_from = plan_cache.cached_plan(AUTO, cache)
     # what follows from the config is the config's whatever the file says ...
     assert plan.sources == fresh.sources and plan.failures == fresh.failures
     assert {(s.material_id, s.variant) for s in plan.specs} == {(s.material_id, s.variant) for s in fresh.specs}
-    # ... and a file that is not exactly a valid one is planned over; a valid one (another axis the
+    # ... a file not exactly as signed is planned over; a valid one the key signed (another axis the
     # search could return) is the one choice a file still makes
     if read_from is None:
         assert plan == fresh
     else:
+        assert resigned or tree == stored
         assert all(spec.zone_axis in plan_cache.SEARCH_AXES for spec in plan.specs)
     again, _ = plan_cache.cached_plan(AUTO, cache)
     assert again == plan
+
+
+# --- the signature: another valid choice, and the key file ------------------------------------------
+
+def another_valid_choice(payload: dict, choice: str) -> dict:
+    """``payload`` with one choice swapped for another that every check accepts (its signature kept)."""
+    edited = json.loads(json.dumps(payload))
+    if choice == "gold-substituted":   # the generated recipe with gold on its first site
+        (drawn,) = edited["generated"]
+        template, elements, scale = split_generated_id(drawn)
+        edited["generated"] = [generated_id(template, ["Au", *elements[1:]], float(scale))]
+        edited["zone_axes"][edited["generated"][0]] = edited["zone_axes"].pop(drawn)
+    else:   # another low-index axis the search could return
+        axes = edited["zone_axes"]["Si-diamond"]
+        axes[0] = list(next(a for a in sorted(plan_cache.SEARCH_AXES) if list(a) not in axes))
+    assert edited["generated"] != payload["generated"] or edited["zone_axes"] != payload["zone_axes"]
+    return edited
+
+
+@pytest.mark.parametrize("mac", ["the-old-one", "none", "another-users"])
+@pytest.mark.parametrize("choice", ["gold-substituted", "another-axis"])
+def test_another_valid_choice_without_this_users_signature_is_planned_over(tmp_path, monkeypatch, choice, mac):
+    path, payload = store(AUTO, tmp_path / "plans")
+    edited = another_valid_choice(payload, choice)
+    if mac == "none":
+        del edited[MAC_FIELD]
+    elif mac == "another-users":
+        monkeypatch.setenv(KEY_ENV, str(tmp_path / "another-user.key"))
+        edited = signed({k: v for k, v in edited.items() if k != MAC_FIELD}, plan_secret())
+        monkeypatch.undo()
+    path.write_text(json.dumps(edited))
+    plan, read_from = plan_cache.cached_plan(AUTO, tmp_path / "plans")
+    assert plan == plan_samples(AUTO) and read_from is None
+    assert_planned_over(AUTO, tmp_path / "plans")
+
+
+@pytest.mark.parametrize("choice", ["gold-substituted", "another-axis"])
+def test_a_signed_plan_is_read_without_planning_and_the_key_decides(tmp_path, monkeypatch, choice):
+    # the same choices signed with the user's key are believed: the signature, not the checks, refused them above
+    path, payload = store(AUTO, tmp_path)
+    write_signed(path, another_valid_choice(payload, choice))
+    fresh = plan_samples(AUTO)
+    monkeypatch.setattr(generator, "generated_ids", unplannable)
+    monkeypatch.setattr(zone_axes, "planned_zone_axes", unplannable)
+    plan, read_from = plan_cache.cached_plan(AUTO, tmp_path)
+    assert read_from == path and plan != fresh and len(plan.specs) == len(fresh.specs)
+
+
+def test_the_key_file_is_the_one_named_and_another_key_does_not_accept_its_plans(tmp_path, monkeypatch):
+    cache, alice, bob = tmp_path / "plans", tmp_path / "alice" / "plan-cache.key", tmp_path / "bob" / "plan-cache.key"
+    monkeypatch.setenv(KEY_ENV, str(alice))
+    alices_plan, _ = store(AUTO, cache)
+    assert alice.stat().st_size == 32 and alice.stat().st_mode & 0o777 == 0o600
+    assert alice.parent.stat().st_mode & 0o777 == 0o700
+    monkeypatch.setenv(KEY_ENV, str(bob))
+    bobs_plan = plan_file(AUTO, cache)
+    assert bobs_plan != alices_plan and not bobs_plan.exists()   # side by side in a shared folder
+    bobs_plan.write_text(alices_plan.read_text())   # alice's signed plan where bob reads his
+    plan, read_from = plan_cache.cached_plan(AUTO, cache)
+    assert plan == plan_samples(AUTO) and read_from is None
+    assert plan_cache.cached_plan(AUTO, cache)[1] == bobs_plan   # stored again, signed with bob's key
+    monkeypatch.setenv(KEY_ENV, str(alice))
+    assert plan_cache.cached_plan(AUTO, cache)[1] == alices_plan
+
+
+def refused_key(folder: Path, kind: str) -> Path:
+    """A key file of ``kind`` that is not to be trusted (a link's target is a good key)."""
+    key, real = folder / "plan-cache.key", folder / "real.key"
+    real.write_bytes(os.urandom(16 if kind == "short" else 32))
+    real.chmod(0o640 if kind == "group-readable" else 0o600)
+    if kind == "not-yours":
+        os.chown(real, os.geteuid() + 1, -1)
+    if kind == "symlink":
+        key.symlink_to(real)
+    elif kind == "fifo":
+        os.mkfifo(key, 0o600)
+    else:
+        real.rename(key)
+    return key
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["symlink", "group-readable", "fifo", "short", pytest.param(
+    "not-yours", marks=pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file away"))])
+def test_a_key_file_that_cannot_be_trusted_is_refused_in_one_line_and_planning_goes_on(tmp_path, monkeypatch,
+                                                                                        capsys, kind):
+    key = refused_key(tmp_path, kind)
+    monkeypatch.setenv(KEY_ENV, str(key))
+    cfg, cache = small_config(), tmp_path / "plans"
+    plan, read_from = plan_cache.cached_plan(cfg, cache)
+    assert plan == plan_samples(cfg) and read_from is None
+    assert not cache.exists()   # nothing stored without a key to sign it
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "warning" in err[0] and str(key) in err[0] and KEY_ENV in err[0], err
+    assert "made afresh and not stored" in err[0]

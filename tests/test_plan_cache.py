@@ -1,7 +1,8 @@
 """execution.plan_cache_dir (`workflow.plan_cache`): a plan's slow choices (generated materials, automatic
 zone axes) are read instead of made again only while everything the plan is a function of is unchanged;
-nothing else is stored; a bad or foreign file is planned over, never trusted (hostile files:
-tests/test_hostile_plan_cache.py); `namsa simulate` says when it read one and simulates the same samples."""
+nothing else is stored, and it is signed with the user's key; a bad, foreign or unsigned file is planned
+over, never trusted (hostile files and keys: tests/test_hostile_plan_cache.py); `namsa simulate` says
+when it read one and simulates the same samples."""
 from __future__ import annotations
 
 import json
@@ -19,6 +20,12 @@ MICRO = str(Path(__file__).resolve().parents[1] / "configs" / "micro.yaml")
 # planned: the plan holds specs, sources and a failure
 CFG = SimulationConfig(materials=["Si-diamond", "NaCl-rocksalt", "no-such-material"], generator={"count": 1},
                        max_zone_axes=2)
+
+
+@pytest.fixture(autouse=True)
+def plan_key_file(tmp_path_factory, monkeypatch):
+    """A signing key of the test's own (workflow.plan_signature), not the user's ~/.cache one."""
+    monkeypatch.setenv("NAMSA_PLAN_KEY", str(tmp_path_factory.mktemp("key") / "plan-cache.key"))
 
 
 def unplannable(*args, **kwargs):
@@ -40,7 +47,7 @@ def test_only_the_slow_choices_are_stored(tmp_path):
     made, _ = plan_cache.cached_plan(CFG, tmp_path)
     (path,) = tmp_path.glob("plan-*.json")
     stored = json.loads(path.read_text())
-    assert set(stored) == {"key", "generated", "zone_axes"}
+    assert set(stored) == {"key", "generated", "zone_axes", "mac"}
     generated = [m for m in made.sources if ":" in m]
     assert stored["generated"] == generated and len(generated) == CFG.generator.count
     assert stored["zone_axes"] == {m: [list(s.zone_axis) for s in made.specs if s.material_id == m]

@@ -9,32 +9,40 @@ each is loaded from, which fail and why, the variants (and so their seeds) and t
 the study's plan takes ~12 s in a fresh process against ~60 s of planning, 8 s of it loading the
 AFLOW templates, which its simulation would load next anyway.
 
-The cache folder may be shared, and anyone who can write it can edit a file whose key (a public
-function of config and code) matches, so what is read is checked against the config first:
+The cache folder may be shared, and anyone who can write it can put a file there whose key (a public
+function of config and code) matches. So a stored plan is believed only when it is signed: an
+HMAC-SHA256 over its content with this user's secret key, which never lives in the cache folder
+(`workflow.plan_signature`: ``~/.cache/namsa/plan-cache.key`` or the file ``NAMSA_PLAN_KEY`` names);
+a writer of the folder without the key can make a run plan afresh, never make it believe another
+choice. Each user's plans are stored under their own signer's name, so users sharing a folder do not
+replace each other's. A key file that cannot be trusted (a link, not a regular file, open to group or
+others, another user's) is refused in one warning line: the plan is made afresh and not stored.
+What is read is also checked against the config, as a second layer:
 
 - a regular file only, under `MAX_PLAN_BYTES`, opened without following a link and without blocking
   on a FIFO, parsed with a nesting cap (`models.card.open_regular`, `models.card.parse_json_bytes`);
-- exactly the fields `_payload` writes, under this config's key;
+- signed with this user's key, then exactly the fields `_payload` writes, under this config's key;
 - the generated ids: generator.count of them, distinct, each a recipe of the config's generator in
   its canonical spelling (template among the config's templates and sources, elements from the pool,
   the light slots' from its light elements; `namsa.generator.build` accepts it);
 - the zone axes: stored only under ``zone_axes: auto``, one to max_zone_axes distinct axes per
   material, each three integers of the form and index range the search returns.
 
-A file that fails a check is planned over as if it were absent, and stored again: a bad cache is
-never an error and never a traceback. A material without stored axes is searched (a failure is always
-searched again, so no material is dropped by leaving it out), and an entry for a material the config
-does not plan is never used; such a file is stored again too. What no check can tell apart is one
-valid choice from another (a recipe the generator could have drawn, another low-index axis): the key
-and the folder's permissions guard that.
+A file that fails a check (its signature included) is planned over as if it were absent, and stored
+again: a bad cache is never an error and never a traceback. A material without stored axes is
+searched (a failure is always searched again, so no material is dropped by leaving it out), and an
+entry for a material the config does not plan is never used; such a file is stored again too. What
+no check of the content can tell apart is one valid choice from another (a recipe the generator could
+have drawn, another low-index axis): the signature is what guards that.
 
-The key is everything the plan is a function of: the simulation config (but for the machine's
-fields: device, memory, workers, threads), every file of the namsa package (its code and structure
-data), the CIF files of ``cif_dir`` and the structure libraries that planning calls (pymatgen,
-spglib). numpy and scipy versions are deliberately not part of it, so that a plan made on one
-machine serves another (scripts/gpu_study.sh reads the study's plan made on the build machine): at
-worst another numpy resolves a floating-point tie between two zone axes differently, and the stored
-choices are still valid ones of the config, the same on both machines.
+The plan's key (`plan_key`, public, unlike the signing key) is everything the plan is a function
+of: the simulation config (but for the machine's fields: device, memory, workers, threads), every
+file of the namsa package (its code and structure data), the CIF files of ``cif_dir`` and the
+structure libraries that planning calls (pymatgen, spglib). numpy and scipy versions are deliberately
+not part of it, so that a plan made on one machine serves another (scripts/gpu_study.sh reads the
+study's plan made on the build machine, with the signing key scripts/gpu_wheels.sh ships beside it):
+at worst another numpy resolves a floating-point tie between two zone axes differently, and the
+stored choices are still valid ones of the config, the same on both machines.
 
 Orchestration, not physics: it lives beside the runners that plan, and stores through stage's one
 atomic JSON writer (`stage.jsonfile.write_json_atomic`).
@@ -44,6 +52,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import math
+import sys
 from importlib import metadata
 from itertools import product
 from pathlib import Path
@@ -61,12 +70,14 @@ from namsa.sample import config_hash
 from namsa.zone_axes import auto_zone_axes
 from stage.jsonfile import write_json_atomic
 
+from .plan_signature import MAC_FIELD, PlanKeyRefused, plan_secret, signed, signer_id, verified
+
 #: the structure libraries whose answers a plan holds (symmetry, oxidation states, neighbours)
 PLANNING_LIBRARIES = ("pymatgen", "pymatgen-core", "spglib")
 #: largest plan file read: the GPU study's is ~0.1 MB, 20,000 generated materials (generator's
 #: MAX_GENERATED) with three axes each ~5 MB
 MAX_PLAN_BYTES = 16 << 20
-_FIELDS = frozenset({"key", "generated", "zone_axes"})
+_FIELDS = frozenset({"key", "generated", "zone_axes"})   # signed; the signature beside them
 _PACKAGE_DIR = Path(namsa.__file__).resolve().parent
 #: the largest index the automatic search tries: `auto_zone_axes`' default, which planning uses
 _SEARCH_MAX_INDEX: int = inspect.signature(auto_zone_axes).parameters["max_index"].default
@@ -80,23 +91,34 @@ class _Untrusted(Exception):
 
 
 def cached_plan(cfg: SimulationConfig, cache_dir: str | Path | None) -> tuple[Plan, Path | None]:
-    """(the plan of ``cfg``, the file its choices were read from or None). With ``cache_dir`` the
-    stored choices of the same key are checked and used, and stored (again) whenever they are not
-    exactly the plan's; None: always planned afresh."""
+    """(the plan of ``cfg``, the file its choices were read from or None). With ``cache_dir`` this
+    user's signed choices of the same key are checked and used, and stored (again, signed) whenever
+    they are not exactly the plan's; None, or a key file that cannot be trusted (one warning line):
+    planned afresh, nothing stored."""
     if cache_dir is None:
         return plan_samples(cfg), None
+    try:
+        secret = plan_secret()
+    except PlanKeyRefused as exc:
+        print(f"namsa: warning: {exc}, so the plan is made afresh and not stored: {exc.advice}", file=sys.stderr)
+        return plan_samples(cfg), None
     key = plan_key(cfg)
-    path = Path(cache_dir) / f"plan-{key[:24]}.json"
-    stored = _read(path, key, cfg)
+    path = plan_path(key, cache_dir, secret)
+    stored = _read(path, key, cfg, secret)
     plan, choices = plan_and_choices(cfg, stored)
     if choices == stored:
         return plan, path
     try:
-        write_json_atomic(path, _payload(key, choices), make_parents=True)
+        write_json_atomic(path, signed(_payload(key, choices), secret), make_parents=True)
     except OSError as exc:
         raise UserError(f"execution.plan_cache_dir={cache_dir}: cannot store the plan there ({exc.strerror or exc}); "
                         f"point it at a writable folder or leave it unset") from exc
     return plan, None
+
+
+def plan_path(key: str, cache_dir: str | Path, secret: bytes) -> Path:
+    """Where the plan of ``key`` signed with ``secret`` is kept in ``cache_dir`` (one file per signer)."""
+    return Path(cache_dir) / f"plan-{key[:24]}-{signer_id(secret)}.json"
 
 
 def plan_key(cfg: SimulationConfig) -> str:
@@ -126,15 +148,24 @@ def library_version(name: str) -> str | None:
         return None
 
 
-def _read(path: Path, key: str, cfg: SimulationConfig) -> PlanChoices | None:
-    """The choices stored at ``path`` under ``key`` once every check of the module docstring passes;
-    None when there is no such file or it fails one (it is then planned over)."""
+def _read(path: Path, key: str, cfg: SimulationConfig, secret: bytes) -> PlanChoices | None:
+    """The choices stored at ``path`` under ``key``, signed with ``secret``, once every check of the
+    module docstring passes; None when there is no such file or it fails one (it is then planned over)."""
     try:
         with open_regular(path, "stored plan") as fh:   # refuses a link, a FIFO, a device
             raw = fh.read(MAX_PLAN_BYTES + 1)
-        return _checked(parse_json_bytes(raw, f"stored plan {path}", MAX_PLAN_BYTES), key, cfg)
+        return _checked(_authentic(parse_json_bytes(raw, f"stored plan {path}", MAX_PLAN_BYTES), secret), key, cfg)
     except (UserError, OSError, _Untrusted):
         return None
+
+
+def _authentic(stored: Any, secret: bytes) -> dict[str, Any]:
+    """``stored`` less its signature when ``secret`` signed it; `_Untrusted` otherwise (unsigned, another
+    user's, or edited since: the content is not even looked at)."""
+    content = verified(stored, secret) if isinstance(stored, dict) and MAC_FIELD in stored else None
+    if content is None:
+        raise _Untrusted("not signed with this user's key")
+    return content
 
 
 def _checked(stored: Any, key: str, cfg: SimulationConfig) -> PlanChoices:
@@ -206,9 +237,10 @@ def _checked_axis(axis: Any) -> tuple[int, int, int]:
 
 
 def _payload(key: str, choices: PlanChoices) -> dict:
-    """The stored form of ``choices`` under ``key`` (what `_read` reads back)."""
+    """The stored form of ``choices`` under ``key``, before its signature (what `_read` reads back)."""
     zone_axes = {material_id: [list(axis) for axis in axes] for material_id, axes in choices.zone_axes.items()}
     return {"key": key, "generated": list(choices.generated), "zone_axes": zone_axes}
 
 
-__all__ = ["cached_plan", "plan_key", "library_version", "PLANNING_LIBRARIES", "MAX_PLAN_BYTES", "SEARCH_AXES"]
+__all__ = ["cached_plan", "plan_path", "plan_key", "library_version", "PLANNING_LIBRARIES", "MAX_PLAN_BYTES",
+           "SEARCH_AXES"]
