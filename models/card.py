@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from namsa.config import SimulationConfig
 from namsa.errors import UserError
-from namsa.sampling import ScanSampling, config_sampling
+from namsa.sampling import ScanSampling, config_sampling, sampling_fields
 
 from .card_statistics import DoseAugmentationRecord, StatisticName, TrainingStatistics  # noqa: F401 (re-exported)
 from .config import Architecture, ModelConfigError, _check_architecture
@@ -157,6 +157,12 @@ class ExpectsInput(BaseModel):
         except (ValidationError, UserError) as exc:
             raise ValueError(f"not a simulation namsa can run ({' '.join(str(exc).split())[:160]})") from None
         return self
+
+    @classmethod
+    def of(cls, cfg: SimulationConfig) -> "ExpectsInput":
+        """What a model trained on samples of ``cfg`` expects (`namsa.sampling.sampling_fields`): the
+        one builder of ``expects_input``, for the trainer's export and `namsa publish`."""
+        return cls.model_validate(sampling_fields(cfg))
 
     def simulation_config(self) -> SimulationConfig:
         """These fields as a `namsa.SimulationConfig` (unset ones at its defaults)."""

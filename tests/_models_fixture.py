@@ -31,12 +31,14 @@ def tiny_train_configs(**train_overrides: Any) -> tuple[Any, Any, Any, Any]:
 
 
 @pytest.fixture(scope="session")
-def tiny_trained_model(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """`models.TrainResult` of the tiny run (``.model_dir``, ``.metrics_csv``, ...)."""
+def tiny_trained_model(tiny_data_dir: Path, tiny_sim_config: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """`models.TrainResult` of the tiny run (``.model_dir``, ``.metrics_csv``, ...); its card records
+    the input it expects (``expects_input``: the config that simulated ``tiny_data_dir``)."""
     if "result" not in _CACHE:
         import models
 
         model_cfg, train_cfg, dist_cfg, data_cfg = tiny_train_configs()
         out = tmp_path_factory.mktemp("tiny_model")
-        _CACHE["result"] = models.train(model_cfg, train_cfg, dist_cfg, data_cfg, [tiny_data_dir], out)
+        _CACHE["result"] = models.train(model_cfg, train_cfg, dist_cfg, data_cfg, [tiny_data_dir], out,
+                                        simulation=tiny_sim_config)
     return _CACHE["result"]

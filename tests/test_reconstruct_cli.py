@@ -350,7 +350,7 @@ def test_pretrained_study_scan_on_a_simulated_file_correlates_with_the_truth(tmp
 
 
 @pytest.mark.usefixtures("one_thread")
-def test_a_physics_input_model_gets_the_files_own_calibration(sample, tiny_data_dir, tmp_path):
+def test_a_physics_input_model_gets_the_files_own_calibration(sample, tiny_data_dir, tiny_sim_config, tmp_path):
     """A model with CoM/iCoM input planes computes them with the file's detector sampling and scan
     step (not the training set's typical ones), for a window (not periodic); the JSON records it."""
     import models
@@ -358,7 +358,7 @@ def test_a_physics_input_model_gets_the_files_own_calibration(sample, tiny_data_
 
     model_cfg = models.ModelConfig(preset="tiny", physics_inputs=["com_y", "com_x", "icom"], icom_residual=True)
     result = models.train(model_cfg, tiny_train_cfg(max_steps=2, eval_every=2, checkpoint_every=2), None, DATA_CFG,
-                          [tiny_data_dir], tmp_path / "run")
+                          [tiny_data_dir], tmp_path / "run", simulation=tiny_sim_config)
     rec = models.load_reconstructor(result.model_dir, device="cpu")
     assert _run("reconstruct", _write(tmp_path / "scan.hspy", sample), "--model", result.model_dir, "--out",
                 tmp_path / "out") == 0

@@ -67,7 +67,8 @@ EVAL_SECTIONS = TRAIN_SECTIONS + ("evaluation",)
 def train(cfg: "PipelineConfig", data_dirs: Sequence[str | Path], out_dir: str | Path, *,
           resume: bool = False, progress: bool = True) -> dict[str, Any]:
     """`namsa train`: `models.train` on the stores below ``data_dirs`` into ``out_dir`` (a run
-    directory: checkpoints/, model/, metrics.csv); writes ``out_dir/train-summary.json``.
+    directory: checkpoints/, model/, metrics.csv), with the config's simulation section as what the
+    exported card expects of its input; writes ``out_dir/train-summary.json``.
 
     The summary records the data fingerprint and config hash the model was trained on, which is
     how the DAG knows a finished training need not run again.
@@ -78,7 +79,7 @@ def train(cfg: "PipelineConfig", data_dirs: Sequence[str | Path], out_dir: str |
     started = time.time()
     training = cfg.training if progress else cfg.training.model_copy(update={"progress": False})
     result = models.train(cfg.model, training, cfg.distributed, cfg.data, list(data_dirs), out_dir,
-                          resume=resume)
+                          resume=resume, simulation=cfg.simulation)
     summary = {
         "model_dir": str(result.model_dir),
         "best_checkpoint": None if result.best_checkpoint is None else str(result.best_checkpoint),

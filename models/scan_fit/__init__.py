@@ -4,7 +4,7 @@ Reading and calibrating the file is stage.microscope (the data room); here, with
 card (`models.card.ModelCard`):
 
 1. `model_expectation(card)` (expectation.py): the physics and sampling the model was trained on,
-   from its card's ``expects_input`` (namsa.sampling.config_sampling) or its training stores.
+   from its card's ``expects_input`` (namsa.sampling.config_sampling).
 2. `plan_fit(shape, calibrations, expectation)` (fit.py): checks the physics against it and decides
    how the detector and the scan are resampled to the model's sampling; `read_fitted` applies it to
    one block, `normalise_tile` scales a tile to the training intensity.

@@ -29,8 +29,8 @@ def manifest_hash(manifests: list[dict[str, Any]]) -> str:
 
 
 class TrainingData:
-    """The run's data: ``store_paths``, ``data_hash``, ``normalizer``, ``train_ds`` / ``dev_ds``,
-    sample totals and ``cbed_shape``. Opening checks the shapes against the model."""
+    """The run's data: ``store_paths``, ``data_hash``, ``config_hashes``, ``normalizer``, ``train_ds`` /
+    ``dev_ds``, sample totals and ``cbed_shape``. Opening checks the shapes against the model."""
 
     def __init__(self, model_cfg: ModelConfig, cfg: TrainConfig, arch: Architecture, data_cfg: Any, ctx: Any,
                  device: torch.device, data_dirs: Any, normalizer: Any = None):
@@ -58,6 +58,8 @@ class TrainingData:
         with stage.open_stores(paths) as stores:
             self.data_hash = manifest_hash(stores.manifests)
             self.scan_shape = _scan_shape(stores)
+            #: the physics hash of the simulation config each store was written with (namsa.SimulationConfig)
+            self.config_hashes = frozenset(m.get("config_hash") for m in stores.manifests)
         self.normalizer = normalizer or stage.Normalizer.fit(paths, self.data_cfg.transform,
                                                              physics_inputs=self.arch.physics_inputs)
         self.local_data = bool(self.data_cfg.node_local_dir)

@@ -1,5 +1,6 @@
 """Exporting a trained model: ``<out>/model/`` (model.safetensors + the model card) from a
-checkpoint, and the card's facts about the run (metrics, training length, data)."""
+checkpoint, and the card's facts about the run (metrics, training length, data, and the input it
+expects: `expected_input`)."""
 from __future__ import annotations
 
 import shutil
@@ -8,9 +9,11 @@ from typing import Any
 
 import torch
 
+from namsa.config import SimulationConfig
 from stage import dir_swap
 
 from .. import checkpoint as ckpt
+from ..card import ExpectsInput
 from ..card_writer import card_from_state, write_card
 from ..config import TrainConfig
 from ..fcdensenet import count_parameters
@@ -25,13 +28,16 @@ TARGET_UNITS = {"potential": "V*Angstrom", "density": "electrons/Angstrom^2"}
 def card_extra(source: Path, *, out: Path, pos: Position, cfg: TrainConfig, data: TrainingData,
                timing: Timing, model: torch.nn.Module, world_size: int, engine_name: str, steps_per_epoch: int,
                total_steps: int, stopped_by_wall: bool = False,
-               initialized_from: dict[str, Any] | None = None) -> dict[str, Any]:
+               initialized_from: dict[str, Any] | None = None,
+               expects_input: ExpectsInput | None = None) -> dict[str, Any]:
     """The card's facts about the run that exported checkpoint ``source`` into ``out``: metrics,
     training length (`_length_facts`), data and parameters; ``engine_name``: the gradient engine
     (``"none"`` with one rank); ``stopped_by_wall``: training.max_wall_s ended the run;
     ``initialized_from``: the model it was fine-tuned from (`InitialModel.facts`), recorded under
-    ``training.initialized_from``; times in seconds, rates in TFLOP/s."""
+    ``training.initialized_from``; ``expects_input``: what the model expects of its input
+    (`expected_input`), None to record nothing; times in seconds, rates in TFLOP/s."""
     origin = {"initialized_from": initialized_from} if initialized_from else {}
+    expects = {"expects_input": expects_input} if expects_input is not None else {}
     return {"metrics": {"best_dev_loss": pos.best_dev_loss, "best_step": pos.best_step,
                         "final_dev_loss": pos.last_dev_loss, "final_train_loss": pos.last_train_loss,
                         "dev_loss_definition": "mean squared error on standardised targets"},
@@ -50,7 +56,17 @@ def card_extra(source: Path, *, out: Path, pos: Position, cfg: TrainConfig, data
                      "dev_samples": data.dev_total, "node_local_dir": data.data_cfg.node_local_dir,
                      "input_shape": list(data.cbed_shape)},
             "parameters": count_parameters(model),
-            "forward_conv_ops_per_sample": timing.ops_forward_per_sample}
+            "forward_conv_ops_per_sample": timing.ops_forward_per_sample, **expects}
+
+
+def expected_input(simulation: SimulationConfig | None, data: TrainingData) -> ExpectsInput | None:
+    """The card's ``expects_input``: the sampling of ``simulation``, the config the run was given
+    (`ExpectsInput.of`), when every training store was simulated with it (each store's config hash is
+    its `SimulationConfig.physics_hash`); None without a config or when the stores hold another
+    config's samples: the card then claims nothing it cannot back."""
+    if simulation is None or data.config_hashes != {simulation.physics_hash()}:
+        return None
+    return ExpectsInput.of(simulation)
 
 
 def device_name(model: torch.nn.Module) -> str:
@@ -105,4 +121,4 @@ def export_model(checkpoint_dir: Path, model_dir: Path, extra: dict[str, Any]) -
     return model_dir
 
 
-__all__ = ["MODEL_DIR", "TARGET_UNITS", "card_extra", "resolved_model_config", "export_model"]
+__all__ = ["MODEL_DIR", "TARGET_UNITS", "card_extra", "expected_input", "resolved_model_config", "export_model"]

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from namsa.config import SimulationConfig
 from namsa.random_streams import TrainingStream, training_seed
 
 from ..amp import LossScaler, autocast, grads_finite
@@ -30,7 +31,7 @@ from ..optim import BlockOptimizer
 from ..schedules import LRSchedule, huber_delta
 from .data import TrainingData
 from .errors import NonFiniteLossError, TrainingError
-from .export import MODEL_DIR, card_extra, export_model
+from .export import MODEL_DIR, card_extra, expected_input, export_model
 from .init_weights import InitialModel
 from .logs import METRICS_FILE, MetricsLog, Timing
 from .run_state import Position, RunState
@@ -50,16 +51,19 @@ class TrainResult:
 
 
 def train(model_cfg: ModelConfig | None, train_cfg: TrainConfig | None, dist_cfg: Any, data_cfg: Any,
-          data_dirs: Any, out_dir: str | os.PathLike, resume: bool = False) -> TrainResult:
+          data_dirs: Any, out_dir: str | os.PathLike, resume: bool = False,
+          simulation: SimulationConfig | None = None) -> TrainResult:
     """Train the reconstructor on the ``train`` split of the stores under ``data_dirs``.
 
     model_cfg / train_cfg: `ModelConfig` / `TrainConfig` (None = defaults); dist_cfg: a
     `models.distributed.DistributedConfig` or None (single process); data_cfg: `stage.DataConfig`
     (normalisation transform, loader knobs; None = defaults). ``resume=True`` continues the run in
-    ``out_dir`` from its newest intact checkpoint (or starts it if there is none).
+    ``out_dir`` from its newest intact checkpoint (or starts it if there is none). ``simulation``:
+    the `namsa.SimulationConfig` the stores were simulated with; the exported card records the input
+    it expects from it (`export.expected_input`), when the stores' config hashes say they are its.
     """
     trainer = Trainer(model_cfg or ModelConfig(), train_cfg or TrainConfig(), dist_cfg, data_cfg, data_dirs,
-                      Path(out_dir), resume)
+                      Path(out_dir), resume, simulation)
     try:
         return trainer.fit()
     finally:
@@ -87,7 +91,7 @@ class Trainer:
     and export live in the sibling modules (`TrainingData`, `MetricsLog`, `RunState`, `export`)."""
 
     def __init__(self, model_cfg: ModelConfig, train_cfg: TrainConfig, dist_cfg: Any, data_cfg: Any,
-                 data_dirs: Any, out: Path, resume: bool):
+                 data_dirs: Any, out: Path, resume: bool, simulation: SimulationConfig | None = None):
         import stage
         from models.distributed import DistributedConfig, init_from_env
 
@@ -109,6 +113,11 @@ class Trainer:
                                      data_dirs, normalizer=self.initial.normalizer if self.initial else None)
             if self.data.dev_total == 0:  # said after the checks, so bad data gets one line only
                 self.ctx.notice("no dev samples: no dev-set evaluation; the final weights are exported")
+            self.expects_input = expected_input(simulation, self.data)
+            if simulation is not None and self.expects_input is None:
+                self.ctx.notice("the stores were not simulated with this config's simulation section (their config "
+                                "hash differs): the exported card records no expects_input, so namsa reconstruct "
+                                "cannot fit a scan to it")
             self.run_state = RunState(self.out, self.ctx, self.arch, model_cfg, train_cfg, self.data.normalizer,
                                       self.data.data_hash)
             self.run_state.claim(resume)
@@ -349,7 +358,8 @@ class Trainer:
                                model=self.model, world_size=self.ctx.world_size, engine_name=engine,
                                steps_per_epoch=len(self.train_loader), total_steps=self.total_steps,
                                stopped_by_wall=self.stopped_by_wall,
-                               initialized_from=self.initial.facts if self.initial else None)
+                               initialized_from=self.initial.facts if self.initial else None,
+                               expects_input=self.expects_input)
             export_model(best, self.out / MODEL_DIR, facts)
         self.ctx.barrier()
         return TrainResult(model_dir=self.out / MODEL_DIR, best_checkpoint=best, metrics_csv=self.out / METRICS_FILE,
