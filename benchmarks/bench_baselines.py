@@ -132,7 +132,7 @@ def main() -> None:
         for material in args.materials:
             path = Path(tmp) / f"{material}.pkl"
             simulate(material, args.thickness, path)
-            thickness = pickle.loads(path.read_bytes()).meta["thickness_A"]
+            thickness = pickle.loads(path.read_bytes()).meta.thickness_A
             net = _spawn("network", path, args.repeats)
             for name in args.methods:
                 r = net if name == "network" else _spawn(name, path, args.repeats)

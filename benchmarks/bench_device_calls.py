@@ -48,9 +48,9 @@ def count_calls(config: str, samples: int, multislice: bool) -> list[dict]:
         strict_cupy.DeviceClock.reset()
         sample = simulate_sample(plan.sources.get(spec.material_id, spec.material_id), spec.zone_axis, cfg,
                                  spec.variant)
-        rows.append({"sample_id": sample.id, "method": sample.meta["method"], "calls": strict_cupy.DeviceClock.calls,
-                     "gpts": sample.meta.get("gpts"), "thickness_A": sample.meta["thickness_A"]})
-        print(f"{sample.id}: {sample.meta['method']}, {rows[-1]['calls']} device calls", flush=True)
+        rows.append({"sample_id": sample.id, "method": sample.meta.method, "calls": strict_cupy.DeviceClock.calls,
+                     "gpts": sample.meta.gpts, "thickness_A": sample.meta.thickness_A})
+        print(f"{sample.id}: {sample.meta.method}, {rows[-1]['calls']} device calls", flush=True)
         if len(rows) == samples:
             break
     return rows

@@ -42,7 +42,7 @@ import numpy as np
 
 import stage
 from namsa.material_id import sample_id
-from namsa.sample import Sample
+from namsa.sample import Sample, SampleMeta
 
 GB = 1e9
 CONFIG_HASH = "bench" + "0" * 59
@@ -80,13 +80,13 @@ def synthetic_cbed(n_patterns: int, px: int, seed: int) -> np.ndarray:
 def make_sample(k: int, px: int, scan: int = 32) -> Sample:
     s = scan * scan
     material = f"bench-{k}"
-    meta = {"sample_id": sample_id(material, (0, 0, 1), 0, CONFIG_HASH), "material_id": material,
+    meta = SampleMeta.from_json({"sample_id": sample_id(material, (0, 0, 1), 0, CONFIG_HASH), "material_id": material,
             "formula": "Si", "elements": ["Si"], "zone_axis": [0, 0, 1], "variant": 0, "thickness_A": 200.0,
             "energy_kv": 200.0, "semiangle_mrad": 20.0, "aberrations": {"C1_A": 0.0, "C3_mm": 0.0},
             "sampling_A": [0.1, 0.1], "scan_shape": [scan, scan],
             "scan_positions_A": [[0.3 * y, 0.3 * x] for y in range(scan) for x in range(scan)],
             "fov_A": [0.0, 0.0, 0.3 * scan, 0.3 * scan], "seed": k, "code_version": "bench",
-            "config_hash": CONFIG_HASH}
+            "config_hash": CONFIG_HASH})   # the JSON form a store holds
     rng = np.random.default_rng(k)
     return Sample(cbed=synthetic_cbed(s, px, k), potential=rng.normal(size=(px, px)).astype(np.float32),
                   density=rng.gamma(2.0, size=(px, px)).astype(np.float32), meta=meta)

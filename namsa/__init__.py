@@ -5,7 +5,7 @@ from .version import __version__
 
 from .errors import NamsaError, RunError, UserError
 from .material_id import sample_id
-from .sample import Sample
+from .sample import Sample, SampleMeta
 from .config import SimulationConfig
 from .plan import Plan, SampleSpec, plan_samples
 from .simulate import simulate_cbed, simulate_sample
@@ -28,5 +28,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'namsa' has no attribute {name!r}")
 
 
-__all__ = ["__version__", "NamsaError", "UserError", "RunError", "Sample", "sample_id", "SimulationConfig", "load_structure",
+__all__ = ["__version__", "NamsaError", "UserError", "RunError", "Sample", "SampleMeta", "sample_id", "SimulationConfig", "load_structure",
            "simulate_cbed", "simulate_sample", "plan_samples", "Plan", "SampleSpec"]

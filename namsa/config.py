@@ -134,7 +134,7 @@ class SimulationConfig(BaseModel):
     Grid: give ``sampling_A`` (Angstrom/pixel) or ``gpts`` (pixels per side); ``gpts`` wins when both
     are set. The default 0.12 Angstrom keeps laptop runs cheap (~100-150 px grids) but bounds the
     patterns at ~70 mrad at 200 kV: through the default 40 Angstrom it keeps 97% of the probe
-    intensity for Si [110] and 74% for SrTiO3 [001] (``meta["intensity_kept_min"]``); use
+    intensity for Si [110] and 74% for SrTiO3 [001] (``meta.intensity_kept_min``); use
     0.05-0.06 Angstrom for quantitative work (>= 0.99 kept). The scanned field of view is ``scan_fov_A`` = [y0, x0, height, width] (Angstrom) when
     given, else the central ``scan_fov_fraction`` of the supercell.
     """

@@ -22,21 +22,15 @@ Physics only: numpy/scipy.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from namsa.constants import interaction_constant, wavelength_A
 from namsa.errors import UserError
 
-#: sample meta keys of the detector sampling: 1/Angstrom per pattern pixel, else mrad per pixel
-#: (written by namsa.simulate_sample; the pattern spans the band-limited disc).
-K_SAMPLING_KEY_INV_A = "pattern_dk_inv_A"
-K_SAMPLING_KEY_MRAD = "pattern_mrad_per_px"
-
-__all__ = ["icom_reconstruct", "icom_from_sample", "ScanCalibration", "calibration_from_meta", "center_of_mass", "integrate_gradient",
+__all__ = ["icom_reconstruct", "icom_from_sample", "ScanCalibration", "k_sampling_inv_A", "center_of_mass", "integrate_gradient",
            "integrate_gradient_mirrored", "fourier_resample", "resample_map", "wavelength_A", "interaction_constant",
            "ICoMInputError"]
 
@@ -160,7 +154,7 @@ def icom_reconstruct(cbed: np.ndarray, scan_shape: Sequence[int], *,
     if cbed.ndim != 3 or cbed.shape[0] != scan_y * scan_x:
         raise ICoMInputError(f"cbed shape {cbed.shape} does not hold scan_shape {scan_y}x{scan_x} "
                              f"= {scan_y * scan_x} patterns; pass the scan shape the stack was taken with")
-    k_unit, physical = _k_sampling(k_sampling_invA, k_sampling_mrad, energy_kv)
+    k_unit, physical = k_sampling_inv_A(k_sampling_invA, k_sampling_mrad, energy_kv)
     if not np.any(cbed.sum(axis=(1, 2), dtype=np.float64) > 0):  # one blank frame is data; a blank scan is not
         raise ICoMInputError(f"none of the {len(cbed)} cbed patterns has positive intensity; check the stack")
     com = center_of_mass(cbed, k_unit).reshape(scan_y, scan_x, 2)
@@ -231,49 +225,17 @@ class ScanCalibration:
                                  "optionally k_sampling_invA, energy_kv, scan_step_A, shift_frac, periodic") from None
 
 
-def fov_is_one_period(meta: Mapping[str, Any]) -> bool | None:
-    """Whether a sample's field of view ``fov_A`` (y0, x0, height, width, Angstrom) is the whole supercell
-    ``cell_A`` = [Lx, Ly, Lz], i.e. its scan is one period of a periodic specimen; None when the meta holds
-    no cell (a microscope tile, or a sample stored without it)."""
-    cell = meta.get("cell_A")
-    if cell is None:
-        return None
-    fov = meta["fov_A"]
-    return math.isclose(float(fov[2]), float(cell[1]), rel_tol=1e-6) and math.isclose(float(fov[3]), float(cell[0]),
-                                                                                      rel_tol=1e-6)
-
-
-def calibration_from_meta(meta: dict[str, Any]) -> ScanCalibration:
-    """The `ScanCalibration` of a sample from its meta (see `icom_from_sample` for the keys read).
-
-    The target grid's pixel (0, 0) sits at the field-of-view origin ``fov_A[:2]`` (namsa.targets);
-    the scan is periodic when the field of view is the whole supercell ``cell_A`` = [Lx, Ly, Lz].
-    """
-    scan_y, scan_x = (int(v) for v in meta["scan_shape"])
-    y0, x0, height, width = (float(v) for v in meta["fov_A"])
-    first = np.asarray(meta["scan_positions_A"], dtype=np.float64).reshape(-1, 2)[0]
-    periodic = fov_is_one_period(meta) is not False   # a sample without its cell: as simulated, periodic
-    energy = meta.get("energy_kv")
-    inv_a, mrad = meta.get(K_SAMPLING_KEY_INV_A), meta.get(K_SAMPLING_KEY_MRAD)
-    k_unit = _k_sampling(inv_a, mrad, energy)[0] if inv_a is not None or mrad is not None else None
-    return ScanCalibration(scan_shape=(scan_y, scan_x), k_sampling_invA=k_unit,
-                           energy_kv=None if energy is None else float(energy),
-                           scan_step_A=(height / scan_y, width / scan_x),
-                           shift_frac=((y0 - first[0]) / height, (x0 - first[1]) / width), periodic=periodic)
-
-
 def icom_from_sample(sample: Any, output_shape: Sequence[int] | None = None) -> np.ndarray:
     """iCoM of a ``namsa.Sample`` (V * Angstrom), on the grid of its targets unless ``output_shape``.
 
-    Reads ``scan_shape``, ``fov_A``, ``scan_positions_A``, ``energy_kv``, the detector sampling
-    (``pattern_dk_inv_A`` or ``pattern_mrad_per_px``; without either the result is in arbitrary
-    units) and ``cell_A`` from ``sample.meta`` (`calibration_from_meta`). The scan is treated as
-    periodic when the field of view is the whole supercell (namsa's default), else as a window
-    (mirrored integration).
+    Takes the calibration of ``sample.meta`` (`namsa.sample_meta.SampleMeta.calibration`: its scan,
+    energy, detector sampling, without which the result is in arbitrary units, and its cell). The
+    scan is treated as periodic when the field of view is the whole supercell (namsa's default), else
+    as a window (mirrored integration).
     """
     if output_shape is None:
         output_shape = np.asarray(sample.potential).shape
-    cal = calibration_from_meta(sample.meta)
+    cal = sample.meta.calibration
     return icom_reconstruct(sample.cbed, cal.scan_shape, k_sampling_invA=cal.k_sampling_invA,
                             energy_kv=cal.energy_kv, scan_step_A=cal.scan_step_A, output_shape=output_shape,
                             output_shift_frac=cal.shift_frac, periodic=cal.periodic)
@@ -288,9 +250,10 @@ def resample_map(img: np.ndarray, output_shape: Sequence[int], shift_frac: Seque
     return fourier_resample(img, output_shape, shift_frac) if periodic else _spline_resample(img, output_shape, shift_frac)
 
 
-def _k_sampling(inv_a: Sequence[float] | float | None, mrad: Sequence[float] | float | None,
-                energy_kv: float | None) -> tuple[tuple[float, float], bool]:
-    """Detector sampling in 1/Angstrom per pixel and whether it is physical (else 1 px)."""
+def k_sampling_inv_A(inv_a: Sequence[float] | float | None, mrad: Sequence[float] | float | None,
+                     energy_kv: float | None) -> tuple[tuple[float, float], bool]:
+    """Detector sampling (dky, dkx) in 1/Angstrom per pixel, from 1/Angstrom or mrad (with the energy,
+    kV), and whether it is physical (else 1 px)."""
     if inv_a is not None:
         return _two(inv_a, "k_sampling_invA"), energy_kv is not None
     if mrad is not None:

@@ -26,7 +26,7 @@ from .errors import UserError
 from .optics import scan_positions
 from .potential import Grid
 from .material_id import sample_id
-from .sample import Sample
+from .sample import Sample, SampleMeta
 from .scan_simulation import prepare_simulation
 from .targets import projected_density_map, projected_potential_map, target_fwhm_A
 from .variations import (phonon_configurations, sample_seed, specimen_thickness_A, tilt_and_aberrations,
@@ -308,44 +308,44 @@ def run_prepared(prepared: PreparedSample, cfg: SimulationConfig, pool: Any = No
     prototype = cheap_label(material_id)
     if prototype is None:  # a CIF: matched only if a split by structure type asks (namsa.structure_type)
         remember(material_id, structure)
-    meta = {
-        "sample_id": sample_id(material_id, axis, variant, config_hash),
-        "material_id": material_id,
-        "formula": structure.composition.reduced_formula,
+    meta = SampleMeta(
+        sample_id=sample_id(material_id, axis, variant, config_hash),
+        material_id=material_id,
+        formula=structure.composition.reduced_formula,
         # its structure type, for splits that hold out whole prototypes (stage.splits.split_key); None
         # for a CIF, whose AFLOW label is matched when a split asks for it
-        "prototype": prototype,
-        "elements": sorted({symbol(int(z)) for z in numbers}),
-        "zone_axis": axis,
-        "variant": int(variant),
-        "thickness_A": float(cell[2]),
-        "energy_kv": float(cfg.energy_kv),
-        "semiangle_mrad": float(cfg.semiangle_mrad),
-        "aberrations": aberrations,
-        "sampling_A": [float(s) for s in sim.grid.sampling],
-        "scan_shape": [int(s) for s in cfg.scan_shape],
-        "scan_positions_A": positions.tolist(),
-        "fov_A": [float(v) for v in fov],
-        "seed": int(seed),
-        "code_version": __version__,
-        "config_hash": config_hash,
-        # beyond the required keys: what a reader needs to interpret the arrays
-        "cell_A": [float(c) for c in cell],
-        "gpts": [int(g) for g in sim.grid.gpts],
-        "n_slices": int(sim.info["n_slices"]),
-        "slice_thickness_A": float(sim.info["slice_thickness_A"]),
-        "tilt_mrad": [float(t) for t in tilt],
-        "frozen_phonon": uses_frozen_phonon(cfg, seed),
-        "dose_e_per_A2": var.dose_e_per_A2,
-        "pattern_dk_inv_A": stats["pattern_dk_inv_A"],
-        "pattern_mrad_per_px": stats["pattern_dk_inv_A"] * lam * 1e3,
-        "target_sampling_A": [float(fov[2]) / cfg.target_px, float(fov[3]) / cfg.target_px],
+        prototype=prototype,
+        elements=tuple(sorted({symbol(int(z)) for z in numbers})),
+        zone_axis=tuple(axis),
+        variant=int(variant),
+        thickness_A=float(cell[2]),
+        energy_kv=float(cfg.energy_kv),
+        semiangle_mrad=float(cfg.semiangle_mrad),
+        aberrations=aberrations,
+        sampling_A=tuple(float(s) for s in sim.grid.sampling),
+        scan_shape=tuple(int(s) for s in cfg.scan_shape),
+        scan_positions_A=tuple(tuple(p) for p in positions.tolist()),
+        fov_A=tuple(float(v) for v in fov),
+        seed=int(seed),
+        code_version=__version__,
+        config_hash=config_hash,
+        # beyond the required fields: what a reader needs to interpret the arrays
+        cell_A=tuple(float(c) for c in cell),
+        gpts=tuple(int(g) for g in sim.grid.gpts),
+        n_slices=int(sim.info["n_slices"]),
+        slice_thickness_A=float(sim.info["slice_thickness_A"]),
+        tilt_mrad=tuple(float(t) for t in tilt),
+        frozen_phonon=uses_frozen_phonon(cfg, seed),
+        dose_e_per_A2=var.dose_e_per_A2,
+        pattern_dk_inv_A=stats["pattern_dk_inv_A"],
+        pattern_mrad_per_px=stats["pattern_dk_inv_A"] * lam * 1e3,
+        target_sampling_A=(float(fov[2]) / cfg.target_px, float(fov[3]) / cfg.target_px),
         # the targets' resolution: FWHM of the Gaussian they are convolved with (namsa.targets)
-        "target_fwhm_A": stats["target_fwhm_A"],
-        "phonon_configs": len(configurations),
-        "intensity_kept_min": stats["intensity_kept_min"],
-        "transmission_bandlimit_loss": stats["transmission_bandlimit_loss"],
-        "method": sim.method,
-        "strain": float(getattr(supercell, "strain", 0.0)),
-    }
+        target_fwhm_A=stats["target_fwhm_A"],
+        phonon_configs=len(configurations),
+        intensity_kept_min=stats["intensity_kept_min"],
+        transmission_bandlimit_loss=stats["transmission_bandlimit_loss"],
+        method=sim.method,
+        strain=float(getattr(supercell, "strain", 0.0)),
+    )
     return Sample(cbed=cbed, potential=potential, density=density, meta=meta).validate()

@@ -12,7 +12,8 @@ import numpy as np
 import xxhash
 
 from namsa.errors import UserError
-from namsa.sample import Sample
+from namsa.sample import Sample, SampleMeta
+from namsa.sample_meta import SampleMetaError
 
 from . import codec
 from .errors import (CorruptRecordError, EmptyStoreError, NotAStoreError, SchemaError, StoreError,
@@ -69,6 +70,14 @@ def _copy_out_verified(raw: Any, rec: codec.DecodedRecord, dtype: Any, out: dict
     hasher.update(view[pos:end])
     (stored,) = struct.unpack("<Q", view[end:])
     return arrays if hasher.intdigest() == stored else None
+
+
+def _sample_meta(store: str, sid: str, data: Any) -> SampleMeta:
+    """The typed meta of a record's stored JSON; a meta without its scan is a `CorruptRecordError`."""
+    try:
+        return SampleMeta.from_json(data)
+    except SampleMetaError as exc:
+        raise CorruptRecordError(store, sid, str(exc)) from None
 
 
 class StoreReader:
@@ -224,8 +233,9 @@ class StoreReader:
 
     def read_arrays(self, i: int, names: Sequence[str] = ARRAY_NAMES, dtype: Any = None,
                     verify: bool | None = None, out: dict[str, np.ndarray] | None = None,
-                    physical: bool = True) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """Arrays ``names`` of sample ``i`` (copied out of the map, cast to ``dtype`` if given) + meta.
+                    physical: bool = True) -> tuple[dict[str, np.ndarray], SampleMeta]:
+        """Arrays ``names`` of sample ``i`` (copied out of the map, cast to ``dtype`` if given) + its
+        `SampleMeta` (the stored JSON read into the record: this is where a store's meta becomes typed).
 
         ``physical``: undo the storage scale of float16 cbed (float32 intensities, total 1 per
         pattern); False returns the values as stored (see `stage.transforms.intensity_scale`).
@@ -263,7 +273,7 @@ class StoreReader:
             if not fused:
                 # Copy (or cast) inside the transaction: the views die with it.
                 arrays = {n: _copy_out(a, dtype, (out or {}).get(n), scales[n]) for n, a in rec.arrays.items()}
-        return arrays, rec.meta
+        return arrays, _sample_meta(str(self.path), sid, rec.meta)
 
     def read_raw(self, i: int, verify: bool = True) -> tuple[bytearray, dict[str, Any]]:
         """The sealed record bytes of sample ``i`` (checksum verified) and its index entry."""
@@ -288,8 +298,8 @@ class StoreReader:
         arrays, meta = self.read_arrays(i % len(self))
         return Sample(cbed=arrays["cbed"], potential=arrays["potential"], density=arrays["density"], meta=meta)
 
-    def meta(self, i: int) -> dict[str, Any]:
-        """The meta dict of sample ``i`` (checksum verified) without copying its arrays out."""
+    def meta(self, i: int) -> SampleMeta:
+        """The `SampleMeta` of sample ``i`` (checksum verified) without copying its arrays out."""
         return self.read_arrays(i, names=())[1]
 
     def get(self, sample_id: str) -> Sample:

@@ -203,8 +203,8 @@ class StoreWriter:
         key = sid.encode()
         if not 0 < len(key) <= 480:
             raise UserError(f"sample id {sid[:60]!r} is {len(key)} bytes; LMDB keys hold at most 480")
-        if sample.meta.get("config_hash") != self.config_hash:
-            raise UserError(f"sample {sid} has config_hash {sample.meta.get('config_hash')!r} but store "
+        if sample.meta.config_hash != self.config_hash:
+            raise UserError(f"sample {sid} has config_hash {sample.meta.config_hash!r} but store "
                             f"{self.path} holds config {self.config_hash!r}; write it to its own store")
         arrays, scales = self._stored_arrays(sample)
         shapes = {name: {"dtype": a.dtype.str, "shape": list(a.shape), "scale": scales.get(name, 1.0)}
@@ -214,10 +214,10 @@ class StoreWriter:
             raise SchemaError(f"sample {sid} has arrays {shapes} but store {self.path} holds "
                               f"{self.info['arrays']}; all samples of a store share shapes and dtypes")
         codecs = {"cbed": "zstd-shuffle"} if self.cfg.compression == "zstd" else {}
-        record = codec.encode_record(arrays, sample.meta, codecs, self.cfg.compression_level, scales)
+        record = codec.encode_record(arrays, sample.meta.to_json(), codecs, self.cfg.compression_level, scales)
         split = sample_split(sample.meta, self.cfg.split_fractions, self.cfg.split_seed, self.cfg.split_by)
         stats_scale = intensity_scale(arrays["cbed"].shape[-1]) / scales["cbed"]
-        entry = {"split": split, "material_id": str(sample.meta["material_id"]), "nbytes": len(record),
+        entry = {"split": split, "material_id": str(sample.meta.material_id), "nbytes": len(record),
                  "stats": sample_statistics(arrays["cbed"], {k: arrays[k] for k in ("potential", "density")},
                                             scale=stats_scale)}
         return self.put_record(sid, record, entry, shapes)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from namsa.material_id import sample_id
-from namsa.sample import Sample
+from namsa.sample import Sample, SampleMeta
 
 CONFIG_HASH = "c0ffee" * 10 + "abcd"
 #: the tests folder: a child process started by `run_child` imports this module from it
@@ -32,7 +32,7 @@ def make_sample(material_id: str, variant: int = 0, *, scan: tuple[int, int] = (
     cbed = (disc[None] * rng.uniform(0.2, 1.0, (s, 1, 1)) + rng.uniform(0, 1e-3, (s, px, px)))
     cbed /= cbed.sum(axis=(1, 2), keepdims=True)
     zone = [1, 1, 0]
-    meta = {
+    meta = SampleMeta.from_json({   # the JSON form a store holds, read as a store's reader reads it
         "sample_id": sample_id(material_id, zone, variant, config_hash),
         "material_id": material_id, "formula": "Si", "elements": ["Si"], "zone_axis": zone,
         "variant": variant, "thickness_A": 100.0, "energy_kv": 200.0, "semiangle_mrad": 20.0,
@@ -40,7 +40,7 @@ def make_sample(material_id: str, variant: int = 0, *, scan: tuple[int, int] = (
         "scan_positions_A": [[float(y), float(x)] for y in range(scan[0]) for x in range(scan[1])],
         "fov_A": [0.0, 0.0, 4.0, 4.0], "seed": int(variant), "code_version": "0.1.0",
         "config_hash": config_hash,
-    }
+    })
     potential = rng.normal(10.0, 3.0, (px, px)).astype(np.float32)
     density = rng.gamma(2.0, 1.0, (px, px)).astype(np.float32)
     return Sample(cbed=cbed.astype(np.float32), potential=potential, density=density, meta=meta)

@@ -143,16 +143,16 @@ def _ase(cell):
 def _abtem_rebinned(atoms_or_ensemble, sample, cfg) -> np.ndarray:
     """abTEM patterns of ``sample``'s scan, rebinned exactly as namsa rebins: (..., S, P, P)."""
     m = sample.meta
-    grid = Grid(gpts=tuple(m["gpts"]), sampling=tuple(m["sampling_A"]))
+    grid = Grid(gpts=tuple(m.gpts), sampling=tuple(m.sampling_A))
     abtem.config.set({"antialias.taper": 0.0, "device": "cpu"})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         potential = abtem.Potential(atoms_or_ensemble, gpts=grid.gpts[::-1],
-                                    slice_thickness=[m["slice_thickness_A"]] * m["n_slices"],
+                                    slice_thickness=[m.slice_thickness_A] * m.n_slices,
                                     parametrization="kirkland", projection="infinite")
         probe = abtem.Probe(energy=200e3, semiangle_cutoff=20.0)
         probe.grid.match(potential)
-        positions = np.array(m["scan_positions_A"])
+        positions = np.array(m.scan_positions_A)
         measured = probe.scan(potential, scan=abtem.CustomScan(positions[:, ::-1]),
                               detectors=abtem.PixelatedDetector(max_angle="full"), max_batch=4)
         patterns = np.swapaxes(np.asarray(measured.compute(progress_bar=False).array), -1, -2)
@@ -165,7 +165,7 @@ def test_phonon_average_matches_abtems_ensemble_mean_over_the_same_configuration
     from abtem.inelastic.phonons import AtomsEnsemble
 
     cfg, sample, perfect = _phonon_case(4)
-    seed = sample.meta["seed"]
+    seed = sample.meta.seed
     configurations = phonon_configurations(perfect, cfg, np.random.default_rng(seed), seed)
     theirs = _abtem_rebinned(AtomsEnsemble([_ase(c) for c in configurations]), sample, cfg)
     assert theirs.shape == sample.cbed.shape   # the ensemble mean, not one pattern set per configuration

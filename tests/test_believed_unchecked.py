@@ -158,7 +158,7 @@ def _scan(material: str, axis: tuple[int, int, int], c1_A: float) -> namsa.Sampl
 def _defocus_report(sample: namsa.Sample) -> dict:
     from models import pretrained_card
 
-    step = scan_step_A(sample.meta["fov_A"], sample.meta["scan_shape"])
+    step = scan_step_A(sample.meta.fov_A, sample.meta.scan_shape)
     return card_checks.input_report(sample.cbed, pretrained_card("study-scan"), {"scan_step_A": list(step)})
 
 
@@ -170,8 +170,8 @@ def test_a_defocus_of_3000_A_is_outside_the_search_window_not_a_number_inside_it
     """+3000 Angstrom wraps past the ~+-450 Angstrom window: Si [110] peaks at the window's edge, Si [001]
     reads a focus inside it whose y and x frequencies disagree. Either is said, with no number."""
     sample = _scan(material, axis, 3000.0)
-    step = scan_step_A(sample.meta["fov_A"], sample.meta["scan_shape"])
-    found = parallax_defocus(sample.cbed, sample.meta["scan_shape"], step, 20.0)
+    step = scan_step_A(sample.meta.fov_A, sample.meta.scan_shape)
+    found = parallax_defocus(sample.cbed, sample.meta.scan_shape, step, 20.0)
     assert found.outside and found.value_A is None and how in found.reason
     report = _defocus_report(sample)
     assert report["measured"]["defocus_A"]["value"] is None

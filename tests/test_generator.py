@@ -76,17 +76,17 @@ def test_plan_simulate_and_split_generated_materials():
     assert generator.is_generated_id(spec.material_id)
     one = namsa.simulate_sample(spec.material_id, spec.zone_axis, cfg, spec.variant)
     again = namsa.simulate_sample(spec.material_id, spec.zone_axis, cfg, spec.variant)
-    assert one.meta["sample_id"] == spec.sample_id(cfg)
+    assert one.meta.sample_id == spec.sample_id(cfg)
     assert np.array_equal(one.cbed, again.cbed)
     other = namsa.simulate_sample(spec.material_id, spec.zone_axis, cfg, 1 - spec.variant)
-    assert one.meta["thickness_A"] != other.meta["thickness_A"]       # each variant draws its thickness
+    assert one.meta.thickness_A != other.meta.thickness_A       # each variant draws its thickness
     for sample in (one, other):
-        assert 8.0 <= sample.meta["thickness_A"] < 20.0 + 10.0  # whole beam repeats, each < 10 A here
+        assert 8.0 <= sample.meta.thickness_A < 20.0 + 10.0  # whole beam repeats, each < 10 A here
     assert split_of(spec.material_id, (0.5, 0.25, 0.25), 0) in ("train", "dev", "test")
     # the sample records its structure type: its template's, which a prototype split holds whole
     template = spec.material_id.split(":")[0]
-    assert one.meta["prototype"] == prototype_label(template) == LIBRARY_AFLOW[library.info(template)["prototype"]]
-    assert sample_split(one.meta, (0.5, 0.25, 0.25), 0, "prototype") == split_of(one.meta["prototype"],
+    assert one.meta.prototype == prototype_label(template) == LIBRARY_AFLOW[library.info(template)["prototype"]]
+    assert sample_split(one.meta, (0.5, 0.25, 0.25), 0, "prototype") == split_of(one.meta.prototype,
                                                                                  (0.5, 0.25, 0.25), 0)
 
 
@@ -97,13 +97,13 @@ def test_dose_noise_is_poisson_at_the_dose_and_keeps_the_scale():
     dose = 1e3  # electrons / A^2 -> (8 A / 4)^2 * 1e3 = 4000 electrons per pattern
     noisy = namsa.simulate_sample("Si-diamond", (0, 0, 1), namsa.SimulationConfig(
         **base, variations={"dose_e_per_A2": dose}))
-    per_pattern = dose * (clean.meta["fov_A"][2] * clean.meta["fov_A"][3]) / 16
+    per_pattern = dose * (clean.meta.fov_A[2] * clean.meta.fov_A[3]) / 16
     counts = noisy.cbed * per_pattern
     assert np.allclose(counts, np.round(counts), atol=1e-2)                       # whole electrons
     assert noisy.cbed.sum() == pytest.approx(clean.cbed.sum(), rel=0.01)          # same intensity scale
     z = (counts - clean.cbed * per_pattern) / np.sqrt(np.maximum(clean.cbed * per_pattern, 1.0))
     assert 0.7 < z[clean.cbed * per_pattern > 20].std() < 1.3                     # Poisson spread
-    assert noisy.meta["dose_e_per_A2"] == dose
+    assert noisy.meta.dose_e_per_A2 == dose
 
 
 @pytest.mark.parametrize("bad, fix", [

@@ -135,8 +135,8 @@ def _namsa_icom(material: str, thickness_A: float):
                            target_px=32, sampling_A=0.1, semiangle_mrad=25.0, energy_kv=200.0, workers=2)
     sample = simulate_sample(material, (0, 0, 1), cfg)
     # at the targets' resolution: the targets are Gaussian-smoothed (namsa.targets), so is iCoM here
-    out = to_target_resolution(icom.icom_from_sample(sample), sample.meta["fov_A"], sample.meta["target_fwhm_A"])
-    blurred = _probe_blur(sample.potential.astype(np.float64), sample.meta["fov_A"], 25.0, 200.0)
+    out = to_target_resolution(icom.icom_from_sample(sample), sample.meta.fov_A, sample.meta.target_fwhm_A)
+    blurred = _probe_blur(sample.potential.astype(np.float64), sample.meta.fov_A, 25.0, 200.0)
     return sample, out, blurred
 
 
@@ -147,7 +147,7 @@ def test_icom_recovers_thin_graphite_potential_from_namsa_simulation():
     (iCoM is in V*Angstrom), r = 0.928 against the unblurred target.
     """
     sample, out, blurred = _namsa_icom("C-graphite", 3.0)
-    assert sample.meta["thickness_A"] < 8.0
+    assert sample.meta.thickness_A < 8.0
     assert out.shape == sample.potential.shape
     assert pearson_r(out, blurred) > 0.98
     scale, _ = fit_affine(out, blurred)
@@ -168,9 +168,10 @@ def test_icom_breaks_down_for_thick_heavy_crystal():
 
 def test_the_field_of_view_is_one_period_only_when_it_spans_the_cell():
     """One rule for iCoM's calibration and the refinement's start (namsa.ptychography.refine)."""
-    from namsa.icom import fov_is_one_period
+    from namsa.sample_meta import SampleMeta
 
-    meta = {"fov_A": [0.0, 0.0, 12.0, 10.0], "cell_A": [10.0, 12.0, 50.0]}   # height = Ly, width = Lx
-    assert fov_is_one_period(meta) is True
-    assert fov_is_one_period({**meta, "fov_A": [0.0, 0.0, 6.0, 10.0]}) is False   # half the cell
-    assert fov_is_one_period({"fov_A": meta["fov_A"]}) is None                    # no cell: a microscope tile
+    meta = SampleMeta(scan_shape=(4, 4), fov_A=(0.0, 0.0, 12.0, 10.0), cell_A=(10.0, 12.0, 50.0))  # height = Ly
+    assert meta.fov_is_one_period is True
+    assert meta.replace(fov_A=(0.0, 0.0, 6.0, 10.0)).fov_is_one_period is False   # half the cell
+    assert meta.replace(cell_A=None).fov_is_one_period is None                    # no cell: a microscope tile
+    assert meta.calibration.periodic and not meta.replace(fov_A=(0.0, 0.0, 6.0, 10.0)).calibration.periodic

@@ -57,8 +57,8 @@ def test_host_threads_stay_out_of_the_physics_hash_and_must_be_positive():
 def test_samples_prepared_ahead_on_cpu_equal_the_sequential_ones():
     sequential = [simulate_sample(source, axis, _config(), variant) for source, axis, variant in JOBS]
     # two frozen-phonon configurations (the next one prepared while one runs) and a perfect crystal
-    assert [s.meta["frozen_phonon"] for s in sequential] == [True, False, True]
-    assert [s.meta["phonon_configs"] for s in sequential] == [2, 1, 2]
+    assert [s.meta.frozen_phonon for s in sequential] == [True, False, True]
+    assert [s.meta.phonon_configs for s in sequential] == [2, 1, 2]
     inline, ahead = _pipelined(_config())
     assert ahead == [False] * len(JOBS)   # host_threads=1 on CPU: nothing runs ahead
     threaded, ahead = _pipelined(_config(host_threads=2))

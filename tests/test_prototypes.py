@@ -164,7 +164,7 @@ def test_phonon_fraction_sample_records_whether_it_was_displaced() -> None:
     assert set(flags.values()) == {True, False}
     for variant in (next(v for v, f in flags.items() if f), next(v for v, f in flags.items() if not f)):
         sample = simulate_sample("Si-diamond", (1, 0, 0), cfg, variant)
-        assert sample.meta["frozen_phonon"] is flags[variant]
+        assert sample.meta.frozen_phonon is flags[variant]
 
 
 def test_a_template_the_planner_cannot_orient_is_reported_not_dropped() -> None:

@@ -20,6 +20,7 @@ from evaluation.scoring import _method_maps, subset_rules
 from evaluation.metrics import fit_affine, pearson_r, relative_l2
 from namsa.targets import to_target_resolution
 from namsa.errors import UserError
+from namsa.sample_meta import SampleMeta
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,7 @@ def test_ptycho_recovers_thin_graphite_potential(graphite):
     result = ptycho_from_sample(graphite, iterations=4, batch_size=64)
     assert result.potential.shape == truth.shape and result.seconds > 0 and np.isfinite(result.error)
     # at the targets' resolution, as the evaluation compares it (evaluation.baselines.maps)
-    potential = to_target_resolution(result.potential, graphite.meta["fov_A"], graphite.meta["target_fwhm_A"])
+    potential = to_target_resolution(result.potential, graphite.meta.fov_A, graphite.meta.target_fwhm_A)
     r = pearson_r(potential, truth)
     assert r > 0.93
     scale, _ = fit_affine(potential, truth)
@@ -67,7 +68,7 @@ def test_ptycho_baseline_is_a_raw_map_in_physical_units_made_without_the_truth(g
 
 
 def test_ptycho_needs_a_detector_sampling(graphite):
-    meta = {k: v for k, v in graphite.meta.items() if k not in ("pattern_dk_inv_A", "pattern_mrad_per_px")}
+    meta = graphite.meta.replace(pattern_dk_inv_A=None, pattern_mrad_per_px=None)
     sample = SimpleNamespace(cbed=graphite.cbed, potential=graphite.potential, meta=meta)
     with pytest.raises(UserError, match="detector sampling"):
         ptycho_from_sample(sample, iterations=1)
@@ -176,7 +177,7 @@ def test_multislice_runs_on_a_thin_stack_and_returns_a_projected_potential_in_vo
     settings = MultisliceSettings(max_slice_A=12.0, convergence=ConvergenceRule(max_iterations=6))
     result = multislice_from_sample(_without_truth(thick_si), settings, output_shape=thick_si.potential.shape)
     truth = thick_si.potential.astype(np.float64)
-    assert result.n_slices == 3 and result.slice_thickness_A == pytest.approx(thick_si.meta["thickness_A"] / 3)
+    assert result.n_slices == 3 and result.slice_thickness_A == pytest.approx(thick_si.meta.thickness_A / 3)
     assert result.potential.shape == truth.shape and result.potential.dtype == np.float32
     assert np.all(np.isfinite(result.potential)) and result.iterations == 6 and result.seconds > 0
     # Units: the slices' phases summed over sigma are V * Angstrom, so the least-squares scale to the
@@ -189,8 +190,9 @@ def test_multislice_runs_on_a_thin_stack_and_returns_a_projected_potential_in_vo
 def test_multislice_subset_takes_the_first_thick_samples_only():
     cfg = EvaluationConfig(multislice_ptycho={"max_samples": 2, "min_thickness_A": 20.0})
     rule = subset_rules(cfg, ["potential"])[MULTISLICE_PTYCHO]
-    taken = [rule.take({"thickness_A": t}) for t in (10.0, 30.0, 15.0, 40.0, 50.0, 60.0)]
-    assert taken == [False, True, False, True, False, False]
+    scan = SampleMeta(scan_shape=(2, 2), fov_A=(0.0, 0.0, 2.0, 2.0))
+    taken = [rule.take(scan.replace(thickness_A=t)) for t in (10.0, 30.0, None, 15.0, 40.0, 50.0, 60.0)]
+    assert taken == [False, True, False, False, True, False, False]   # an unknown thickness is not thick
     assert rule.note() == "scored on a subset: the first 2 samples at least 20 A thick"
     assert subset_rules(EvaluationConfig(), ["potential"]) == {}   # off: no sample gets it
     assert subset_rules(cfg, ["density"]) == {}                    # it makes potential maps only

@@ -28,17 +28,17 @@ def test_the_derivation_is_what_a_simulated_sample_records(name, material, axis)
     cfg = CONFIGS[name]
     meta = simulate_sample(material, axis, cfg).meta
     # exactly, for this sample's supercell: the detector pixel from its grid, the step from its fov
-    assert meta["pattern_dk_inv_A"] == detector_pixel_inv_A(meta["sampling_A"], cfg.band_limit, cfg.pattern_px)
-    step = scan_step_A(meta["fov_A"], meta["scan_shape"])
-    positions = np.asarray(meta["scan_positions_A"]).reshape(*cfg.scan_shape, 2)
+    assert meta.pattern_dk_inv_A == detector_pixel_inv_A(meta.sampling_A, cfg.band_limit, cfg.pattern_px)
+    step = scan_step_A(meta.fov_A, meta.scan_shape)
+    positions = np.asarray(meta.scan_positions_A).reshape(*cfg.scan_shape, 2)
     assert np.allclose(positions[1, 0] - positions[0, 0], [step[0], 0.0], rtol=1e-12, atol=1e-12)
     assert np.allclose(positions[0, 1] - positions[0, 0], [0.0, step[1]], rtol=1e-12, atol=1e-12)
     # and inside the spans the config's derivation gives every supercell it allows
     sampling = config_sampling(cfg)
-    assert sampling.dk_inv_A[0] <= meta["pattern_dk_inv_A"] <= sampling.dk_inv_A[1]
+    assert sampling.dk_inv_A[0] <= meta.pattern_dk_inv_A <= sampling.dk_inv_A[1]
     assert sampling.step_A[0] <= min(step) <= max(step) <= sampling.step_A[1]
-    assert sampling.grid_px[0] <= min(meta["gpts"]) <= max(meta["gpts"]) <= sampling.grid_px[1]
-    assert meta["pattern_mrad_per_px"] == pytest.approx(meta["pattern_dk_inv_A"] * sampling.dk_mrad[0]
+    assert sampling.grid_px[0] <= min(meta.gpts) <= max(meta.gpts) <= sampling.grid_px[1]
+    assert meta.pattern_mrad_per_px == pytest.approx(meta.pattern_dk_inv_A * sampling.dk_mrad[0]
                                                         / sampling.dk_inv_A[0], rel=1e-12)
 
 

@@ -50,7 +50,7 @@ def test_scan_layout_agrees_with_the_physical_scan_of_a_real_sample():
     cfg = namsa.SimulationConfig(scan_shape=(16, 16), pattern_px=16, target_px=16, cell_lateral_A=8.0,
                                  thickness_A=20.0, sampling_A=0.15, scan_fov_A=(0.0, 0.0, 7.81, 3.905))
     sample = namsa.simulate_sample("SrTiO3-perovskite", (0, 0, 1), cfg)
-    positions = np.asarray(sample.meta["scan_positions_A"]).reshape(16, 16, 2)
+    positions = np.asarray(sample.meta.scan_positions_A).reshape(16, 16, 2)
     assert np.all(np.diff(positions[..., 0], axis=0) > 0) and np.all(np.diff(positions[..., 1], axis=1) > 0)
     binned = ScanSpaceInput((16, 16), 8)(torch.from_numpy(sample.cbed)[None])[0].numpy()
     ky, kx = np.divmod(np.arange(64), 8)

@@ -26,18 +26,18 @@ def test_sample_has_the_contract_shapes_and_meta(si_sample):
     assert s.cbed.shape == (36, 12, 12) and s.cbed.dtype == np.float32
     assert s.potential.shape == s.density.shape == (12, 12)
     assert s.potential.dtype == s.density.dtype == np.float32
-    assert set(REQUIRED_META_KEYS) <= set(s.meta)
+    assert not s.meta.missing(REQUIRED_META_KEYS) and set(REQUIRED_META_KEYS) <= set(s.meta.to_json())
     m = s.meta
-    assert m["material_id"] == "Si-diamond" and m["formula"] == "Si" and m["elements"] == ["Si"]
-    assert m["zone_axis"] == [1, 1, 0] and m["scan_shape"] == [6, 6]
-    assert len(m["scan_positions_A"]) == 36
-    assert m["config_hash"] == SimulationConfig(**SMALL).physics_hash()
-    assert m["sample_id"] == SampleSpec("Si-diamond", (1, 1, 0), 0).sample_id(SimulationConfig(**SMALL))
+    assert m.material_id == "Si-diamond" and m.formula == "Si" and m.elements == ("Si",)
+    assert m.zone_axis == (1, 1, 0) and m.scan_shape == (6, 6)
+    assert len(m.scan_positions_A) == 36
+    assert m.config_hash == SimulationConfig(**SMALL).physics_hash()
+    assert m.sample_id == SampleSpec("Si-diamond", (1, 1, 0), 0).sample_id(SimulationConfig(**SMALL))
     # the probe never gains intensity; most of it stays inside the band limit
     sums = s.cbed.sum(axis=(1, 2))
     assert (sums <= 1.0 + 1e-5).all() and sums.min() > 0.9
-    assert m["intensity_kept_min"] > 0.9
-    assert m["method"] == "multislice"   # 36 probes: cheaper than propagating ~500 aperture beams
+    assert m.intensity_kept_min > 0.9
+    assert m.method == "multislice"   # 36 probes: cheaper than propagating ~500 aperture beams
 
 
 def test_patterns_centred_on_k0(si_sample):
@@ -52,7 +52,7 @@ def test_patterns_centred_on_k0(si_sample):
 def test_targets_over_the_fov(si_sample):
     """Mean projected potential = mean inner potential x thickness; density holds sum(Z) per area."""
     m = si_sample.meta
-    lx, ly, lz = m["cell_A"]
+    lx, ly, lz = m.cell_A
     atoms_per_A3 = 8 / 5.431 ** 3
     assert si_sample.density.mean() == pytest.approx(14 * atoms_per_A3 * lz, rel=1e-3)
     # Kirkland f_e(0) of Si gives a 13.9 V mean inner potential
@@ -65,10 +65,10 @@ def test_same_inputs_same_sample_and_variants_differ():
     b = simulate_sample("Si-diamond", (1, 1, 0), cfg, variant=0)
     c = simulate_sample("Si-diamond", (1, 1, 0), cfg, variant=1)
     np.testing.assert_array_equal(a.cbed, b.cbed)
-    assert a.meta["seed"] == b.meta["seed"] != c.meta["seed"]
-    assert a.meta["aberrations"]["C1_A"] != c.meta["aberrations"]["C1_A"]
-    assert a.meta["method"] == "multislice"   # displaced atoms: no exact tiling
-    assert -50 <= a.meta["aberrations"]["C1_A"] <= 50 and a.meta["frozen_phonon"]
+    assert a.meta.seed == b.meta.seed != c.meta.seed
+    assert a.meta.aberrations["C1_A"] != c.meta.aberrations["C1_A"]
+    assert a.meta.method == "multislice"   # displaced atoms: no exact tiling
+    assert -50 <= a.meta.aberrations["C1_A"] <= 50 and a.meta.frozen_phonon
     assert np.abs(a.cbed - c.cbed).max() > 1e-3
     assert a.id != c.id
 
@@ -101,7 +101,7 @@ def test_a_sample_is_bit_identical_in_every_process(kind, tmp_path):
 def test_tilt_variation_is_recorded_and_bounded():
     cfg = SimulationConfig(**SMALL, variations={"tilt_mrad": 5.0})
     s = simulate_sample("Si-diamond", (1, 1, 0), cfg, variant=3)
-    assert 0 < np.hypot(*s.meta["tilt_mrad"]) <= 5.0
+    assert 0 < np.hypot(*s.meta.tilt_mrad) <= 5.0
 
 
 def test_rebinning_conserves_intensity_and_puts_k0_at_p_half():
@@ -199,19 +199,19 @@ def test_phonon_configs_average_the_patterns_of_that_many_thermal_configurations
     cfg = SimulationConfig(**SMALL, variations=varied, phonon_configs=3)
     mean3 = simulate_sample("Si-diamond", (1, 1, 0), cfg)
     one = simulate_sample("Si-diamond", (1, 1, 0), SimulationConfig(**SMALL, variations=varied))
-    assert mean3.meta["phonon_configs"] == 3 and one.meta["phonon_configs"] == 1
+    assert mean3.meta.phonon_configs == 3 and one.meta.phonon_configs == 1
     # the other draws of the sample do not depend on how many configurations are averaged
-    assert mean3.meta["seed"] == one.meta["seed"] and mean3.meta["aberrations"] == one.meta["aberrations"]
+    assert mean3.meta.seed == one.meta.seed and mean3.meta.aberrations == one.meta.aberrations
     supercell = orient_supercell(get("Si-diamond"), (1, 1, 0), cfg.cell_lateral_A, cfg.thickness_A)
-    seed = mean3.meta["seed"]
+    seed = mean3.meta.seed
     configs = phonon_configurations(supercell, cfg, np.random.default_rng(seed), seed)
     assert len(configs) == 3 and len({c.positions_A.tobytes() for c in configs}) == 3
-    positions = np.array(mean3.meta["scan_positions_A"])
+    positions = np.array(mean3.meta.scan_positions_A)
     patterns = []
     for config in configs:
         full, info = simulate_cbed(config, positions, energy_kv=cfg.energy_kv, semiangle_mrad=cfg.semiangle_mrad,
                                    sampling_A=cfg.sampling_A, slice_thickness_A=cfg.slice_thickness_A,
-                                   aberrations=mean3.meta["aberrations"], return_info=True)
+                                   aberrations=mean3.meta.aberrations, return_info=True)
         reduce, _ = pattern_rebinner(Grid(gpts=tuple(info["gpts"]), sampling=tuple(info["sampling_A"])),
                                      cfg.band_limit, cfg.pattern_px)
         patterns.append(reduce(np.fft.ifftshift(full, axes=(-2, -1))))

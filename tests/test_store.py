@@ -101,7 +101,7 @@ def test_manifest_describes_the_store(tmp_path):
     assert manifest["count"] == 6 and manifest["config_hash"] == CONFIG_HASH
     assert manifest["checksum"] == "xxh3_64"
     assert set(manifest["arrays"]) == {"cbed", "potential", "density"}
-    assert {s["material_id"] for s in manifest["samples"]} == {s.meta["material_id"] for s in samples}
+    assert {s["material_id"] for s in manifest["samples"]} == {s.meta.material_id for s in samples}
     for entry in manifest["samples"]:
         assert entry["split"] == stage.split_of(entry["material_id"], (0.9, 0.05, 0.05), 0)
     assert sum(manifest["counts"].values()) == 6
@@ -149,7 +149,7 @@ def test_open_stores_concatenates_and_find_stores_finds_them(tmp_path):
     both = stage.open_stores(tmp_path / "data")
     assert len(both) == 4
     assert [s.id for s in both] == both.ids()
-    assert both[3].meta["material_id"] == "mp-901"
+    assert both[3].meta.material_id == "mp-901"
     assert both.manifest["count"] == 4 and len(both.manifests) == 2
     assert stage.find_stores(tmp_path / "data" / "w0") == [tmp_path / "data" / "w0"]
 

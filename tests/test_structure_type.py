@@ -45,7 +45,7 @@ cif = {str(tmp_path / "my-periclase.cif")!r}
 Structure.from_spacegroup("Fm-3m", Lattice.cubic(4.2), ["Mg", "O"], [[0, 0, 0], [0.5, 0.5, 0.5]]).to(filename=cif)
 cfg = SimulationConfig(scan_shape=(2, 2), pattern_px=8, target_px=8, cell_lateral_A=8.0, thickness_A=4.0, sampling_A=0.25)
 meta = simulate_sample(cif, (0, 0, 1), cfg).meta
-print(meta["prototype"], "pymatgen.analysis.prototypes._data" in sys.modules)
+print(meta.prototype, "pymatgen.analysis.prototypes._data" in sys.modules)
 print(split_key(meta, "material"), "pymatgen.analysis.prototypes._data" in sys.modules)
 print(split_key(meta, "prototype"), "pymatgen.analysis.prototypes._data" in sys.modules)
 """

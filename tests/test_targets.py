@@ -95,9 +95,9 @@ def test_sample_records_its_resolution_and_non_negative_targets():
     cfg = SimulationConfig(scan_shape=(2, 2), pattern_px=8, target_px=8, cell_lateral_A=6.0, thickness_A=4.0,
                            sampling_A=0.2)
     sample = simulate_sample("Au-fcc", (0, 0, 1), cfg)
-    fov = sample.meta["fov_A"]
-    grid = Grid(tuple(sample.meta["gpts"]), tuple(sample.meta["sampling_A"]))
-    assert sample.meta["target_fwhm_A"] == pytest.approx(target_fwhm_A(grid, fov, 8, 200.0, 20.0))
+    fov = sample.meta.fov_A
+    grid = Grid(tuple(sample.meta.gpts), tuple(sample.meta.sampling_A))
+    assert sample.meta.target_fwhm_A == pytest.approx(target_fwhm_A(grid, fov, 8, 200.0, 20.0))
     for target in (sample.potential, sample.density):
         assert target.min() > -1e-6 * target.max()
 

@@ -7,7 +7,7 @@ potential. The calibrations, the stack check and the phase -> V * Angstrom conve
 target grid are `single_slice.py`'s, shared so both baselines use exactly the same geometry.
 
 Slices: ``n = ceil(thickness_A / max_slice_A)`` slices of equal thickness ``thickness_A / n``
-(``meta["thickness_A"]``, the simulated specimen's thickness). Output: the sum over slices of the
+(``meta.thickness_A``, the simulated specimen's thickness). Output: the sum over slices of the
 object phase, over sigma (phase = sigma V_p per slice, so the sum is the projected potential of the
 whole specimen). The solver iterates to convergence on its own data error (`convergence.py`).
 py4DSTEM's kz regularisation (``kz_regularization_gamma``) couples the slices, as its multislice
@@ -22,6 +22,8 @@ from typing import Any, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
+
+from namsa.sample_meta import SampleMeta
 
 from .convergence import ConvergenceRule, iterate
 from .single_slice import PtychoError, PtychoResult, checked_stack, phase_to_potential, prepared_solver, require_py4dstem
@@ -46,9 +48,9 @@ class MultisliceSettings(BaseModel):
     kz_regularization_gamma: float | None = Field(1.0, gt=0.0, description="py4DSTEM's kz filter; None = off")
     convergence: ConvergenceRule = Field(default_factory=lambda: ConvergenceRule(max_iterations=24))
 
-    def eligible(self, meta: dict) -> bool:
-        """True when the sample is thick enough for this baseline (thickness from its meta)."""
-        return float(meta.get("thickness_A", 0.0)) >= self.min_thickness_A
+    def eligible(self, meta: SampleMeta) -> bool:
+        """True when the sample is thick enough for this baseline (thickness from its meta; unknown: not)."""
+        return meta.thickness_A is not None and float(meta.thickness_A) >= self.min_thickness_A
 
 
 @dataclass
@@ -68,7 +70,7 @@ def slicing(thickness_A: float, max_slice_A: float) -> tuple[int, float]:
     return n, thickness_A / n
 
 
-def multislice_solver(meta: dict, cbed4d: np.ndarray, positions: np.ndarray, n_slices: int, slice_A: float,
+def multislice_solver(meta: SampleMeta, cbed4d: np.ndarray, positions: np.ndarray, n_slices: int, slice_A: float,
                       initial_object: np.ndarray | None = None) -> Any:
     """py4DSTEM's `MultislicePtychography` of ``n_slices`` slices of ``slice_A`` Angstrom, preprocessed;
     ``initial_object``: the (slices, p, q) start phase (rad) or None (`single_slice.prepared_solver`)."""
@@ -89,7 +91,7 @@ def multislice_from_sample(sample: Any, settings: MultisliceSettings | None = No
     """Multislice ptychography of ``sample.cbed`` on its target grid (V * Angstrom); never reads the truth."""
     require_py4dstem()
     settings = settings or MultisliceSettings()
-    n, dz = slicing(float(sample.meta.get("thickness_A", float("nan"))), settings.max_slice_A)
+    n, dz = slicing(sample.meta.thickness_or_nan_A, settings.max_slice_A)
     cbed4d, positions = checked_stack(sample)
     started = time.perf_counter()
     solver = multislice_solver(sample.meta, cbed4d, positions, n, dz)

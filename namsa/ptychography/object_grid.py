@@ -15,6 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from namsa.optics import scan_step_A
+from namsa.sample_meta import SampleMeta
 
 
 def _offset_A(scan_A: np.ndarray, solver_A: np.ndarray) -> np.ndarray:
@@ -22,15 +23,15 @@ def _offset_A(scan_A: np.ndarray, solver_A: np.ndarray) -> np.ndarray:
     return np.asarray(solver_A, dtype=np.float64).mean(axis=0) - np.asarray(scan_A, dtype=np.float64).mean(axis=0)
 
 
-def _pixel_A(meta: dict, shape: Sequence[int]) -> tuple[float, float]:
+def _pixel_A(meta: SampleMeta, shape: Sequence[int]) -> tuple[float, float]:
     """Target pixel size (y, x) in Angstrom: the endpoint-exclusive step over the field of view."""
-    return scan_step_A(meta["fov_A"], shape)
+    return scan_step_A(meta.fov_A, shape)
 
 
-def object_coordinates(meta: dict, shape: Sequence[int], scan_A: np.ndarray, solver_A: np.ndarray,
+def object_coordinates(meta: SampleMeta, shape: Sequence[int], scan_A: np.ndarray, solver_A: np.ndarray,
                        sampling: Sequence[float]) -> np.ndarray:
     """(2, T, T) fractional object-pixel coordinates of the target pixels of a (T, T) ``shape``."""
-    y0, x0 = (float(v) for v in meta["fov_A"][:2])
+    y0, x0 = (float(v) for v in meta.fov_A[:2])
     py, px = _pixel_A(meta, shape)
     offset = _offset_A(scan_A, solver_A)
     ry = y0 + np.arange(shape[0]) * py
@@ -39,10 +40,10 @@ def object_coordinates(meta: dict, shape: Sequence[int], scan_A: np.ndarray, sol
     return np.stack([yy, xx])
 
 
-def target_coordinates(meta: dict, shape: Sequence[int], object_shape: Sequence[int], scan_A: np.ndarray,
+def target_coordinates(meta: SampleMeta, shape: Sequence[int], object_shape: Sequence[int], scan_A: np.ndarray,
                        solver_A: np.ndarray, sampling: Sequence[float]) -> np.ndarray:
     """(2, p, q) fractional target-pixel coordinates of the object pixels (the inverse of `object_coordinates`)."""
-    y0, x0 = (float(v) for v in meta["fov_A"][:2])
+    y0, x0 = (float(v) for v in meta.fov_A[:2])
     py, px = _pixel_A(meta, shape)
     offset = _offset_A(scan_A, solver_A)
     ty = (np.arange(object_shape[0]) * sampling[0] - offset[0] - y0) / py
@@ -51,7 +52,7 @@ def target_coordinates(meta: dict, shape: Sequence[int], object_shape: Sequence[
     return np.stack([yy, xx])
 
 
-def to_target_grid(phase: np.ndarray, coords: np.ndarray, sampling: Sequence[float], meta: dict,
+def to_target_grid(phase: np.ndarray, coords: np.ndarray, sampling: Sequence[float], meta: SampleMeta,
                    shape: Sequence[int]) -> np.ndarray:
     """The object ``phase`` at the target pixels ``coords``: anti-aliased as skimage.transform.resize
     does (Gaussian sigma = (factor - 1) / 2 object pixels), then cubic interpolation."""
@@ -63,7 +64,7 @@ def to_target_grid(phase: np.ndarray, coords: np.ndarray, sampling: Sequence[flo
     return map_coordinates(smooth, coords, order=3, mode="nearest")
 
 
-def from_target_grid(image: np.ndarray, coords: np.ndarray, sampling: Sequence[float], meta: dict,
+def from_target_grid(image: np.ndarray, coords: np.ndarray, sampling: Sequence[float], meta: SampleMeta,
                      periodic: bool) -> np.ndarray:
     """A (T, T) target-grid ``image`` at the object pixels ``coords`` (2, p, q): anti-aliased when the
     object pixel is the coarser, then cubic interpolation. Beyond the field of view: the image

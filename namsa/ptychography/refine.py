@@ -14,7 +14,7 @@ nearly exact, but it starts from nothing; the network's map is a far better star
    partial field: what lies beyond is unknown, and a flat phase adds no structure the data would
    have to remove). ``RefineSettings.outside`` forces either.
 2. Solver: single-slice ptychography, or multislice (`multislice.py`) for specimens at least
-   ``multislice_from_A`` thick (``meta["thickness_A"]``), the start phase split evenly over the
+   ``multislice_from_A`` thick (``meta.thickness_A``), the start phase split evenly over the
    slices. py4DSTEM takes the start as its constructor's ``initial_object_guess`` (for
    ``object_type="potential"`` a real float32 phase array of exactly the padded object's shape, (p, q)
    or (slices, p, q)); that shape is py4DSTEM's own, read from a first solver preprocessed without a
@@ -36,7 +36,7 @@ nearly exact, but it starts from nothing; the network's map is a far better star
    unchanged** (``kept_network``). Decided on the data alone, never on a truth.
 5. A uniform phase does not change the data, so the refined map's mean is set to the network map's.
 
-Specimens at least ``refine_below_A`` thick (``meta["thickness_A"]``; default 50 A) are not refined: the
+Specimens at least ``refine_below_A`` thick (``meta.thickness_A``; default 50 A) are not refined: the
 network's map is returned (``skipped`` says why). There the single-slice forward model no longer holds
 and a lower data error is not a better map; on the study's dev split refining them made the maps worse
 than the network's at 50-100 A (0.202 against 0.122) and multislice did not rescue them at 100 A and more
@@ -55,13 +55,13 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from namsa.constants import interaction_constant
-from namsa.icom import fov_is_one_period
+from namsa.sample_meta import SampleMeta
 from namsa.random_streams import MAX_SEED
 
 from .convergence import ConvergenceRule, iterate
@@ -102,34 +102,34 @@ class RefineSettings(BaseModel):
                                 "fraction back towards the network's start (a Gaussian prior's proximal step); "
                                 "0 = plain ptychography from the network's start")
 
-    def slices(self, meta: Mapping[str, Any]) -> tuple[int, float]:
+    def slices(self, meta: SampleMeta) -> tuple[int, float]:
         """(slices, slice thickness in Angstrom): one slice below ``multislice_from_A`` or without a
         known thickness, else `multislice.slicing`."""
-        thickness = _thickness_A(meta)
+        thickness = meta.thickness_or_nan_A
         if self.multislice_from_A is None or not thickness >= self.multislice_from_A:
             return 1, thickness
         return slicing(thickness, self.max_slice_A)
 
-    def too_thick(self, meta: Mapping[str, Any]) -> str | None:
-        """Why a specimen of ``meta["thickness_A"]`` is not refined (see the module docstring), or None."""
-        thickness = _thickness_A(meta)
+    def too_thick(self, meta: SampleMeta) -> str | None:
+        """Why a specimen of ``meta.thickness_A`` is not refined (see the module docstring), or None."""
+        thickness = meta.thickness_or_nan_A
         if self.refine_below_A is not None and thickness >= self.refine_below_A:
             return f"{thickness:.0f} A thick, not below refine_below_A={self.refine_below_A:g} A"
         return None
 
-    def too_strong(self, network: np.ndarray, meta: Mapping[str, Any]) -> str | None:
+    def too_strong(self, network: np.ndarray, meta: SampleMeta) -> str | None:
         """Why the network's map (V * Angstrom) is too strong a phase to refine (see the module
         docstring), or None."""
-        span = interaction_constant(float(meta["energy_kv"])) * float(np.ptp(network))
+        span = interaction_constant(float(meta.energy_kv)) * float(np.ptp(network))
         if self.max_phase_rad is not None and span >= self.max_phase_rad:
             return f"the network's map spans {span:.2f} rad of phase, not below max_phase_rad={self.max_phase_rad:g}"
         return None
 
-    def periodic(self, meta: Mapping[str, Any]) -> bool:
+    def periodic(self, meta: SampleMeta) -> bool:
         """Whether the start continues periodically beyond the scanned field (see the module docstring)."""
         if self.outside != "auto":
             return self.outside == "periodic"
-        return fov_is_one_period(meta) is True   # a microscope tile (no cell) is a window, not a period
+        return meta.fov_is_one_period is True   # a microscope tile (no cell) is a window, not a period
 
 
 @dataclass
@@ -167,17 +167,12 @@ class RefineResult:
         return facts
 
 
-def _thickness_A(meta: Mapping[str, Any]) -> float:
-    """The specimen's thickness (Angstrom) from the meta; NaN when unknown (a microscope file)."""
-    return float(meta.get("thickness_A") or math.nan)
-
-
 def missing_meta(meta: Any) -> list[str]:
     """The calibrations a refinement needs that ``meta`` lacks (empty: it has them all)."""
-    if not isinstance(meta, Mapping):
+    if not isinstance(meta, SampleMeta):
         return list(REQUIRED_META) + ["pattern_dk_inv_A"]
-    missing = [key for key in REQUIRED_META if meta.get(key) is None]
-    if meta.get("pattern_dk_inv_A") is None and meta.get("pattern_mrad_per_px") is None:
+    missing = meta.missing(REQUIRED_META)
+    if meta.pattern_dk_inv_A is None and meta.pattern_mrad_per_px is None:
         missing.append("pattern_dk_inv_A (or pattern_mrad_per_px)")
     return missing
 
@@ -185,7 +180,7 @@ def missing_meta(meta: Any) -> list[str]:
 def refine_from_sample(sample: Any, network_potential: np.ndarray,
                        settings: RefineSettings | None = None) -> RefineResult:
     """Ptychography of ``sample.cbed`` (S, P, P) with ``sample.meta``'s calibrations, started from
-    ``network_potential`` (T, T, V * Angstrom, over ``meta["fov_A"]``); see the module docstring.
+    ``network_potential`` (T, T, V * Angstrom, over ``meta.fov_A``); see the module docstring.
     Reads only ``sample.cbed`` and ``sample.meta``; raises `PtychoError` (one line) on bad input."""
     require_py4dstem()
     settings = settings or RefineSettings()
@@ -259,7 +254,7 @@ def _checked_map(potential: Any) -> np.ndarray:
     return image
 
 
-def _start_phase(network: np.ndarray, geometry: Any, meta: Mapping[str, Any], positions: np.ndarray,
+def _start_phase(network: np.ndarray, geometry: Any, meta: SampleMeta, positions: np.ndarray,
                  periodic: bool, n_slices: int) -> np.ndarray:
     """The start phase sigma * V (rad) on the object grid of ``geometry`` (a solver preprocessed
     without a guess): (p, q), or (slices, p, q) holding 1 / n of it in every slice."""
@@ -267,8 +262,8 @@ def _start_phase(network: np.ndarray, geometry: Any, meta: Mapping[str, Any], po
     object_shape = tuple(geometry._object_shape[-2:])
     coords = target_coordinates(meta, network.shape, object_shape, positions, np.asarray(geometry.positions),
                                 geometry.sampling)
-    phase = from_target_grid(network, coords, geometry.sampling, dict(meta), periodic)
-    phase *= interaction_constant(float(meta["energy_kv"]))
+    phase = from_target_grid(network, coords, geometry.sampling, meta, periodic)
+    phase *= interaction_constant(float(meta.energy_kv))
     if n_slices == 1:
         return phase.astype(np.float32)
     return np.repeat((phase / n_slices)[None].astype(np.float32), n_slices, axis=0)

@@ -29,14 +29,18 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from namsa.constants import interaction_constant, wavelength_A
+from namsa.constants import interaction_constant
 from namsa.errors import UserError
+from namsa.sample_meta import SampleMeta
 
 from .convergence import ConvergenceLog, ConvergenceRule, iterate
 from .object_grid import object_coordinates, to_target_grid
 
 #: what to install when py4DSTEM is missing (the one-line error names it).
 INSTALL_HINT = "pip install 'namsa[baselines]' (py4dstem-lite)"
+#: the meta fields every ptychography reads that a microscope scan's meta may lack (besides the detector
+#: sampling, `SampleMeta.reciprocal_sampling_inv_A`); the scan shape and field of view it always has
+SOLVER_FIELDS = ("scan_positions_A", "energy_kv", "semiangle_mrad")
 
 
 class PtychoError(UserError):
@@ -79,8 +83,8 @@ def ptycho_from_sample(sample: Any, output_shape: Sequence[int] | None = None, i
     """Single-slice ptychography of ``sample.cbed`` on the grid of its targets (V * Angstrom).
 
     Reads ``scan_shape``, ``scan_positions_A``, ``fov_A``, ``energy_kv``, ``semiangle_mrad``,
-    ``aberrations`` (C1_A, C3_mm) and the detector sampling (``pattern_dk_inv_A`` or
-    ``pattern_mrad_per_px``) from ``sample.meta``. The probe starts as the aperture with the
+    ``aberrations`` (C1_A, C3_mm) and the detector sampling (``reciprocal_sampling_inv_A``) of
+    ``sample.meta`` (a `namsa.sample_meta.SampleMeta`). The probe starts as the aperture with the
     sample's aberrations and is refined with the object (probe retrieval, as in practice).
     iterations: a fixed number of passes over all probe positions (py4DSTEM's step size 0.5), or
     None to iterate until ``convergence`` (default `ConvergenceRule()`) says the data error has
@@ -111,31 +115,36 @@ def run_solver(solver: Any, iterations: int | None, convergence: ConvergenceRule
 
 
 def checked_stack(sample: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(cbed as (scan_y, scan_x, P, P) float32, scan positions (S, 2) in Angstrom), or a `PtychoError`."""
+    """(cbed as (scan_y, scan_x, P, P) float32, scan positions (S, 2) in Angstrom), or a `PtychoError`
+    (also for a meta without the positions, energy or semi-angle every ptychography reads)."""
     meta = sample.meta
-    scan_y, scan_x = (int(v) for v in meta["scan_shape"])
+    missing = meta.missing(SOLVER_FIELDS)
+    if missing:
+        raise PtychoError(f"ptychography needs the scan's {', '.join(missing)} in its meta; pass the sample as "
+                          "namsa.simulate_sample wrote it")
+    scan_y, scan_x = meta.scan_shape
     cbed = np.asarray(sample.cbed, dtype=np.float32)
     if cbed.ndim != 3 or cbed.shape[0] != scan_y * scan_x or cbed.shape[1] != cbed.shape[2]:
         raise PtychoError(f"cbed shape {cbed.shape} does not hold a {scan_y}x{scan_x} scan of square patterns; "
                           "pass the sample as namsa.simulate_sample wrote it")
-    positions = np.asarray(meta["scan_positions_A"], dtype=np.float64).reshape(-1, 2)
+    positions = np.asarray(meta.scan_positions_A, dtype=np.float64).reshape(-1, 2)
     return cbed.reshape(scan_y, scan_x, cbed.shape[1], cbed.shape[2]), positions
 
 
-def solver_arguments(meta: dict, cbed4d: np.ndarray, positions: np.ndarray) -> dict[str, Any]:
+def solver_arguments(meta: SampleMeta, cbed4d: np.ndarray, positions: np.ndarray) -> dict[str, Any]:
     """The constructor arguments every py4DSTEM ptychography class shares, from the sample's meta."""
     from py4DSTEM import DataCube
 
-    ab = meta.get("aberrations") or {}
+    ab = meta.aberrations or {}
     return dict(
-        energy=float(meta["energy_kv"]) * 1e3, datacube=DataCube(data=cbed4d),
-        semiangle_cutoff=float(meta["semiangle_mrad"]), rolloff=0.0,   # namsa's aperture has a hard edge
+        energy=float(meta.energy_kv) * 1e3, datacube=DataCube(data=cbed4d),
+        semiangle_cutoff=float(meta.semiangle_mrad), rolloff=0.0,   # namsa's aperture has a hard edge
         # Same convention as namsa.optics (psi(k) ~ exp(-i chi), chi = 2 pi / lambda (C1 a^2/2 + C3 a^4/4)).
         polar_parameters={"C10": float(ab.get("C1_A", 0.0)), "C30": float(ab.get("C3_mm", 0.0)) * 1e7},
         initial_scan_positions=positions.copy(), object_type="potential", verbose=False, device="cpu")
 
 
-def prepared_solver(solver_class: Any, meta: dict, cbed4d: np.ndarray, positions: np.ndarray,
+def prepared_solver(solver_class: Any, meta: SampleMeta, cbed4d: np.ndarray, positions: np.ndarray,
                     initial_object: np.ndarray | None = None, **class_arguments: Any) -> Any:
     """A py4DSTEM ptychography solver of ``solver_class`` built from the sample's calibrations
     (`solver_arguments`, plus ``class_arguments`` such as the slices of a multislice one) and
@@ -148,13 +157,13 @@ def prepared_solver(solver_class: Any, meta: dict, cbed4d: np.ndarray, positions
     return solver
 
 
-def preprocess_arguments(meta: dict, shape: Sequence[int]) -> dict[str, Any]:
+def preprocess_arguments(meta: SampleMeta, shape: Sequence[int]) -> dict[str, Any]:
     """``preprocess`` arguments: the known calibrations instead of py4DSTEM's searches, no plots."""
     p = int(shape[-1])
     return dict(plot_center_of_mass=False, plot_rotation=False, plot_probe_overlaps=False,
                 force_com_rotation=0.0, force_com_transpose=False, force_com_shifts=(p // 2, p // 2),
                 force_reciprocal_sampling=_k_sampling_inv_A(meta),
-                force_scan_sampling=float(meta["fov_A"][2]) / int(shape[0]), object_fov_mask=True)
+                force_scan_sampling=float(meta.fov_A[2]) / int(shape[0]), object_fov_mask=True)
 
 
 def phase_to_potential(phase: np.ndarray, solver: Any, sample: Any, positions: np.ndarray,
@@ -167,15 +176,13 @@ def phase_to_potential(phase: np.ndarray, solver: Any, sample: Any, positions: n
     if not np.all(np.isfinite(phase_on_targets)):
         raise PtychoError("ptychography diverged (non-finite phase); lower evaluation.ptycho_convergence.step_size or "
                           "raise evaluation.ptycho_batch_size")
-    return (phase_on_targets / interaction_constant(float(meta["energy_kv"]))).astype(np.float32)
+    return (phase_on_targets / interaction_constant(float(meta.energy_kv))).astype(np.float32)
 
 
-def _k_sampling_inv_A(meta: dict) -> float:
+def _k_sampling_inv_A(meta: SampleMeta) -> float:
     """Detector pixel size in 1/Angstrom from the sample's meta."""
-    if meta.get("pattern_dk_inv_A") is not None:
-        return float(meta["pattern_dk_inv_A"])
-    if meta.get("pattern_mrad_per_px") is not None:
-        return float(meta["pattern_mrad_per_px"]) * 1e-3 / wavelength_A(float(meta["energy_kv"]))
+    if meta.reciprocal_sampling_inv_A is not None:
+        return meta.reciprocal_sampling_inv_A
     raise PtychoError("the sample's meta has no detector sampling (pattern_dk_inv_A or pattern_mrad_per_px); "
                       "ptychography needs it: re-simulate with a current namsa")
 
