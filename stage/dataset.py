@@ -16,9 +16,10 @@ import torch
 from torch.utils.data import Dataset, default_collate, get_worker_info
 
 from namsa.errors import UserError
+from namsa.sample_meta import SampleMeta
 
 from .config import DoseAugmentationConfig, SymmetryAugmentationConfig
-from .dose import DoseAugmentation, scan_step_area_A2
+from .dose import DoseAugmentation
 from .errors import CorruptRecordError, EmptyStoreError
 from .normalize import Normalizer
 from .splits import SPLITS
@@ -106,19 +107,18 @@ class SampleDataset(Dataset):
         """Append copies 1..k-1 of every light-material sample (read from each sample's meta)."""
         from namsa.kirkland import is_light
 
-        light = [g for g in self.global_indices if is_light(self._meta(g).get("elements") or [])]
+        light = [g for g in self.global_indices if is_light(self._meta(g).elements or ())]
         self.global_indices = self.global_indices + light * (k - 1)
         self.copies = self.copies + [c for c in range(1, k) for _ in light]
 
-    def _noise_meta_per_position(self) -> list[dict[str, Any]]:
+    def _noise_meta_per_position(self) -> list[SampleMeta]:
         """What `device_noise_draws` needs of each position's meta (the id with its copy suffix,
         the scan grid, a dose as simulated), read once here: the training process opens no store."""
-        keep = ("fov_A", "scan_shape", "dose_e_per_A2")
         out = []
         for g, copy in zip(self.global_indices, self.copies):
             meta = self._meta(g)
-            sample_id = f"{meta['sample_id']}#{copy}" if copy else meta["sample_id"]
-            out.append({"sample_id": sample_id, **{k: meta.get(k) for k in keep}})
+            out.append(SampleMeta(sample_id=_copy_id(meta, copy), scan_shape=meta.scan_shape, fov_A=meta.fov_A,
+                                  dose_e_per_A2=meta.dose_e_per_A2))
         return out
 
     def device_noise_draws(self, indices: Sequence[int]) -> list[tuple[float, int]]:
@@ -131,10 +131,10 @@ class SampleDataset(Dataset):
         for k in indices:
             meta = self._noise_meta[k]
             dose, seed = self.device_dose.device_draw(meta, self.epoch)
-            draws.append((0.0, 0) if dose is None else (dose * scan_step_area_A2(meta), seed))
+            draws.append((0.0, 0) if dose is None else (dose * meta.scan_step_area_A2, seed))
         return draws
 
-    def _meta(self, global_index: int) -> dict[str, Any]:
+    def _meta(self, global_index: int) -> SampleMeta:
         reader, j = self.stores.locate(global_index)
         return reader.meta(j)
 
@@ -181,7 +181,7 @@ class SampleDataset(Dataset):
         arrays, meta = reader.read_arrays(j, names=("cbed", *self.targets), dtype=np.float32, out=out,
                                           physical=physical)
         if self.copies[index]:  # an oversampled copy draws its own noise and symmetry
-            meta = {**meta, "sample_id": f"{meta['sample_id']}#{self.copies[index]}"}
+            meta = meta.replace(sample_id=_copy_id(meta, self.copies[index]))
         if self.dose is not None:
             self.dose.apply(arrays["cbed"], meta, self.epoch, 1.0 if physical else self.storage_scale)
         if self.symmetry is not None:
@@ -224,6 +224,11 @@ class SampleDataset(Dataset):
                     raise
                 warnings.warn(f"skipping corrupt record: {exc}", RuntimeWarning, stacklevel=2)
         raise EmptyStoreError(f"every {self.split} record in {self.stores.describe()} is corrupt; re-stage the data")
+
+
+def _copy_id(meta: SampleMeta, copy: int) -> str | None:
+    """The id an oversampled copy draws its noise and symmetry as: the sample's, ``#copy`` appended (copy > 0)."""
+    return f"{meta.sample_id}#{copy}" if copy else meta.sample_id
 
 
 def _shared_empty(shape: tuple[int, ...], dtype: np.dtype) -> torch.Tensor:

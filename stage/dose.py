@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any
 
 import numpy as np
 
 from namsa.random_streams import AugmentationStream
+from namsa.sample_meta import SampleMeta
 
 from .config import DoseAugmentationConfig
 
@@ -55,14 +55,6 @@ def draw_dose(cfg: DoseAugmentationConfig, rng: np.random.Generator) -> float | 
     return None if clean else min(max(dose, low), high)
 
 
-def scan_step_area_A2(meta: dict[str, Any]) -> float:
-    """dy * dx (Angstrom^2) of the sample's probe grid: the field of view over the scan shape,
-    exactly the spacing of ``scan_positions_A`` (`namsa.optics.scan_positions`)."""
-    _, _, height, width = (float(v) for v in meta["fov_A"])
-    scan_y, scan_x = (int(s) for s in meta["scan_shape"])
-    return (height / scan_y) * (width / scan_x)
-
-
 def add_shot_noise(cbed: np.ndarray, electrons: float, rng: np.random.Generator, scale: float = 1.0) -> None:
     """Replace ``cbed`` (..., P, P) in place by counts / ``electrons`` with counts ~
     Poisson(``electrons`` * I), where I = cbed / ``scale`` are the intensities (total 1 per
@@ -85,24 +77,24 @@ class DoseAugmentation:
     def __init__(self, cfg: DoseAugmentationConfig):
         self.cfg = cfg
 
-    def apply(self, cbed: np.ndarray, meta: dict[str, Any], epoch: int, scale: float = 1.0) -> float | None:
+    def apply(self, cbed: np.ndarray, meta: SampleMeta, epoch: int, scale: float = 1.0) -> float | None:
         """Draw this (epoch, sample)'s dose and noise ``cbed`` in place; returns the dose
         (electrons/A^2) or None when it stays clean. A sample simulated with noise already
         (meta ``dose_e_per_A2`` set) is left as stored: noise is never drawn twice."""
-        if meta.get("dose_e_per_A2") is not None:
+        if meta.dose_e_per_A2 is not None:
             return None
-        rng = augmentation_rng(self.cfg.seed, epoch, str(meta["sample_id"]))
+        rng = augmentation_rng(self.cfg.seed, epoch, str(meta.sample_id))
         dose = draw_dose(self.cfg, rng)
         if dose is not None:
-            add_shot_noise(cbed, dose * scan_step_area_A2(meta), rng, scale)
+            add_shot_noise(cbed, dose * meta.scan_step_area_A2, rng, scale)
         return dose
 
-    def device_draw(self, meta: dict[str, Any], epoch: int) -> tuple[float | None, int]:
+    def device_draw(self, meta: SampleMeta, epoch: int) -> tuple[float | None, int]:
         """For noise drawn on the training device (``on_device``): the dose `apply` would draw for
         this (epoch, sample), or None (clean, or noisy as simulated), and a seed for the torch
         generator of its counts, drawn next from the same (seed, epoch, sample id) stream."""
-        if meta.get("dose_e_per_A2") is not None:
+        if meta.dose_e_per_A2 is not None:
             return None, 0
-        rng = augmentation_rng(self.cfg.seed, epoch, str(meta["sample_id"]))
+        rng = augmentation_rng(self.cfg.seed, epoch, str(meta.sample_id))
         dose = draw_dose(self.cfg, rng)
         return dose, int(rng.integers(0, 2 ** 63, dtype=np.int64))

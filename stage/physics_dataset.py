@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from namsa.errors import UserError
-from namsa.icom import ScanCalibration, calibration_from_meta
+from namsa.icom import ScanCalibration
 
 from .dataset import SampleDataset
 from .physics_inputs import physics_maps
@@ -61,7 +61,7 @@ class PhysicsSampleDataset(SampleDataset):
         key = self.global_indices[index]
         if key not in self._calibrations:
             reader, j = self.stores.locate(key)
-            self._calibrations[key] = calibration_from_meta(reader.meta(j))
+            self._calibrations[key] = reader.meta(j).calibration
         return self._calibrations[key]
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from namsa.errors import UserError
-from namsa.icom import ScanCalibration, calibration_from_meta, center_of_mass, icom_reconstruct, resample_map
+from namsa.icom import ScanCalibration, center_of_mass, icom_reconstruct, resample_map
 
 #: the channels a model may ask for (``model.physics_inputs``), in their canonical order
 PHYSICS_INPUTS: tuple[str, ...] = ("com_y", "com_x", "icom")
@@ -82,7 +82,7 @@ def fit_physics_statistics(stores: Any, split: str, names: Sequence[str]) -> dic
     for i in picked:
         reader, j = stores.locate(i)
         arrays, meta = reader.read_arrays(j, names=("cbed",), dtype=np.float32)
-        cal = calibration_from_meta(meta)
+        cal = meta.calibration
         calibrations.append(cal)
         maps = physics_maps(arrays["cbed"], cal, names, arrays["cbed"].shape[1:]).astype(np.float64)
         sums += np.stack([maps.sum(axis=(1, 2)), (maps ** 2).sum(axis=(1, 2))], axis=1)

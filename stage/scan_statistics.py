@@ -308,8 +308,8 @@ def split_ranges(paths: str | Path | Sequence[str | Path], split: str = "train",
         for i in picked:
             reader, j = stores.locate(i)
             arrays, meta = reader.read_arrays(j, names=("cbed",), dtype=np.float32)
-            step, semiangle = scan_step_A(meta["fov_A"], meta["scan_shape"]), float(meta["semiangle_mrad"])
-            stats = stack_statistics(arrays["cbed"], meta["scan_shape"], step, semiangle)
+            step, semiangle = meta.scan_step_A, float(meta.semiangle_mrad)
+            stats = stack_statistics(arrays["cbed"], meta.scan_shape, step, semiangle)
             stats["defocus_A"] = stats["defocus_A"].value_A
             for name, value in stats.items():
                 if value is not None and math.isfinite(value):

@@ -3,10 +3,11 @@ agree without talking."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import Literal
 
 from namsa.errors import UserError
+from namsa.sample_meta import SampleMeta
 from namsa.structure_type import prototype_label
 
 SPLITS: tuple[str, str, str] = ("train", "dev", "test")
@@ -37,18 +38,18 @@ def split_of(material_id: str, fractions: Sequence[float] = (0.90, 0.05, 0.05), 
     return "test"
 
 
-def split_key(meta: Mapping[str, Any], by: SplitBy = "material") -> str:
+def split_key(meta: SampleMeta, by: SplitBy = "material") -> str:
     """What a sample's split is drawn from: its material id, or its structure type (the
     ``prototype`` the simulator recorded in ``meta``, else the label of its material id: for a CIF,
     whose label the simulator leaves to whoever asks, the AFLOW match of the structure it
     remembered, computed here once per material: namsa.structure_type)."""
-    material_id = str(meta["material_id"])
+    material_id = str(meta.material_id)
     if by == "material":
         return material_id
-    return str(meta.get("prototype") or prototype_label(material_id))
+    return str(meta.prototype or prototype_label(material_id))
 
 
-def sample_split(meta: Mapping[str, Any], fractions: Sequence[float], seed: int, by: SplitBy = "material") -> str:
+def sample_split(meta: SampleMeta, fractions: Sequence[float], seed: int, by: SplitBy = "material") -> str:
     """The split of the sample with ``meta``: `split_of` its `split_key`, so a material (or, with
     ``by="prototype"``, a whole structure type) lands in exactly one split."""
     return split_of(split_key(meta, by), fractions, seed)

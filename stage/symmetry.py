@@ -30,12 +30,13 @@ as the dose of `stage.dose` does, on a stream of its own.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
 from namsa.errors import UserError
 from namsa.random_streams import AugmentationStream
+from namsa.sample_meta import SampleMeta
 
 from .config import SymmetryAugmentationConfig
 from .dose import augmentation_rng
@@ -102,17 +103,17 @@ def apply_op(op: SymmetryOp, cbed: np.ndarray, maps: list[np.ndarray]) -> None:
         target[...] = turn_maps(op, target).copy()   # copied first: a view of target itself
 
 
-def allowed_ops(meta: dict[str, Any], cbed_shape: tuple[int, ...], map_shape: tuple[int, ...]) -> tuple[SymmetryOp, ...]:
+def allowed_ops(meta: SampleMeta, cbed_shape: tuple[int, ...], map_shape: tuple[int, ...]) -> tuple[SymmetryOp, ...]:
     """The operations the physics allows for a sample: all 8 with equal scan steps, the 4 that
     keep the axes otherwise; a `UserError` where the grids cannot map onto themselves."""
-    scan_y, scan_x = (int(s) for s in meta["scan_shape"])
+    scan_y, scan_x = meta.scan_shape
     patterns_square = len(cbed_shape) == 3 and cbed_shape[0] == scan_y * scan_x and cbed_shape[1] == cbed_shape[2]
     if scan_y != scan_x or tuple(map_shape) != (scan_y, scan_x) or not patterns_square:
         raise UserError(f"data.symmetry_augmentation needs a square scan, square patterns and targets of the scan's "
-                        f"size (so rotations map them onto themselves); sample {meta.get('sample_id')} has scan "
+                        f"size (so rotations map them onto themselves); sample {meta.sample_id} has scan "
                         f"{scan_y}x{scan_x}, patterns {list(cbed_shape[1:])}, targets {list(map_shape)}: set "
                         f"data.symmetry_augmentation.enabled false, or simulate with scan_shape [n, n] and target_px n")
-    _, _, height, width = (float(v) for v in meta["fov_A"])
+    _, _, height, width = (float(v) for v in meta.fov_A)
     equal_steps = abs(height - width) <= EQUAL_STEP_RTOL * max(height, width)
     return OPS if equal_steps else OPS[:4]
 
@@ -123,14 +124,14 @@ class SymmetryAugmentation:
     def __init__(self, cfg: SymmetryAugmentationConfig):
         self.cfg = cfg
 
-    def draw(self, meta: dict[str, Any], epoch: int, ops: tuple[SymmetryOp, ...]) -> SymmetryOp:
+    def draw(self, meta: SampleMeta, epoch: int, ops: tuple[SymmetryOp, ...]) -> SymmetryOp:
         """This (epoch, sample)'s operation, uniform over ``ops``; its own stream, apart from the dose's."""
-        rng = augmentation_rng(self.cfg.seed, epoch, meta["sample_id"], AugmentationStream.SYMMETRY)
+        rng = augmentation_rng(self.cfg.seed, epoch, meta.sample_id, AugmentationStream.SYMMETRY)
         return ops[int(rng.integers(len(ops)))]
 
-    def apply(self, cbed: np.ndarray, maps: list[np.ndarray], meta: dict[str, Any], epoch: int) -> SymmetryOp:
+    def apply(self, cbed: np.ndarray, maps: list[np.ndarray], meta: SampleMeta, epoch: int) -> SymmetryOp:
         """Draw this (epoch, sample)'s operation and apply it in place to ``cbed`` and ``maps``."""
-        map_shape = maps[0].shape if maps else (int(meta["scan_shape"][0]),) * 2
+        map_shape = maps[0].shape if maps else (meta.scan_shape[0],) * 2
         op = self.draw(meta, epoch, allowed_ops(meta, cbed.shape, map_shape))
         apply_op(op, cbed, maps)
         return op

@@ -15,7 +15,7 @@ from namsa.errors import UserError
 from stage.config import DoseAugmentationConfig
 from stage.dataset import batch_to_device, collate_samples
 from stage.device_noise import noisy_batch_to_device
-from stage.dose import DoseAugmentation, add_shot_noise, augmentation_rng, draw_dose, scan_step_area_A2
+from stage.dose import DoseAugmentation, add_shot_noise, augmentation_rng, draw_dose
 from stage_helpers import CONFIG_HASH, make_sample, make_samples
 
 FIXED_DOSE = 2500.0  # electrons/A^2; the helpers' 2 x 2 scan over 4 x 4 A puts 4 A^2 per position
@@ -86,7 +86,7 @@ def test_loader_draws_have_poisson_statistics_on_a_real_stored_sample(store):
     clean_ds = stage.SampleDataset(store, "train", None)
     noisy_ds = stage.SampleDataset(store, "train", None, dose_augmentation=NOISY)
     clean = clean_ds[0]["cbed"].numpy().astype(np.float64)
-    assert scan_step_area_A2(stage.open_store(store).meta(noisy_ds.global_indices[0])) == 4.0
+    assert stage.open_store(store).meta(noisy_ds.global_indices[0]).scan_step_area_A2 == 4.0
     _check_poisson(_draws(noisy_ds, 0, range(400)), clean, ELECTRONS)
 
 
@@ -182,9 +182,9 @@ def test_only_the_training_split_is_augmented_and_default_is_off(store):
 
 def test_a_sample_simulated_with_noise_is_never_noised_again():
     sample = make_sample("mp-1")
-    sample.meta["dose_e_per_A2"] = 1000.0
+    noisy = sample.meta.replace(dose_e_per_A2=1000.0)
     cbed = sample.cbed.copy()
-    assert DoseAugmentation(NOISY).apply(cbed, sample.meta, 0) is None
+    assert DoseAugmentation(NOISY).apply(cbed, noisy, 0) is None
     np.testing.assert_array_equal(cbed, sample.cbed)
 
 
@@ -261,7 +261,7 @@ def test_device_noise_is_reproducible_and_clean_samples_stay_clean(store):
         for k, (electrons, _) in enumerate(draws):
             meta = stage.open_store(store).meta(ds.global_indices[k])
             dose = DoseAugmentation(half).apply(clean_ds[k]["cbed"].numpy(), meta, epoch)
-            assert electrons == (0.0 if dose is None else dose * scan_step_area_A2(meta))
+            assert electrons == (0.0 if dose is None else dose * meta.scan_step_area_A2)
             same = torch.equal(got[k], clean_ds[k]["cbed"])
             assert same == (electrons == 0.0), "clean exactly when no dose was drawn"
 

@@ -20,7 +20,7 @@ NOISY = DoseAugmentationConfig(enabled=True, dose_range_e_per_A2=(1e3, 1e3), cle
 
 def _elements(ds: stage.SampleDataset, position: int) -> list[str]:
     reader, j = ds.stores.locate(ds.global_indices[position])
-    return reader.meta(j)["elements"]
+    return reader.meta(j).elements
 
 
 def test_light_training_samples_appear_k_times_with_their_own_noise(tiny_data_dir):

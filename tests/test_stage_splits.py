@@ -7,6 +7,7 @@ import pytest
 
 import stage
 from namsa.errors import UserError
+from namsa.sample_meta import SampleMeta
 from stage_helpers import CONFIG_HASH, make_sample
 
 
@@ -47,12 +48,17 @@ def test_no_material_in_two_splits_across_independent_writers(tmp_path):
     assert all(len(splits) == 1 for splits in split_of_material.values())
     assert {s for splits in split_of_material.values() for s in splits} == {"train", "dev", "test"}
     for i in stores.indices("dev"):
-        assert stores[i].meta["material_id"] in {m for m, s in split_of_material.items() if s == {"dev"}}
+        assert stores[i].meta.material_id in {m for m, s in split_of_material.items() if s == {"dev"}}
 
 
 # ---------------------------------------------------------------------------------------------
 # split by structure type (data.split_by: prototype)
 # ---------------------------------------------------------------------------------------------
+
+def _meta(material_id: str, prototype: str | None = None) -> SampleMeta:
+    """The meta of a sample of ``material_id``: what a split is drawn from."""
+    return SampleMeta(scan_shape=(1, 1), fov_A=(0.0, 0.0, 1.0, 1.0), material_id=material_id, prototype=prototype)
+
 
 def _library_and_generated_ids() -> list[str]:
     from namsa import generator, library
@@ -65,7 +71,7 @@ def test_prototype_split_holds_every_prototype_in_one_split_and_is_deterministic
 
     ids = _library_and_generated_ids()
     fractions = (0.6, 0.2, 0.2)
-    splits = {m: stage.sample_split({"material_id": m}, fractions, 0, "prototype") for m in ids}
+    splits = {m: stage.sample_split(_meta(m), fractions, 0, "prototype") for m in ids}
     per_prototype: dict[str, set[str]] = {}
     for m, split in splits.items():
         per_prototype.setdefault(prototype_label(m), set()).add(split)
@@ -73,15 +79,15 @@ def test_prototype_split_holds_every_prototype_in_one_split_and_is_deterministic
     assert all(len(s) == 1 for s in per_prototype.values())       # none in two splits
     assert {s for v in per_prototype.values() for s in v} == {"train", "dev", "test"}
     # the materials of one prototype spread over splits when split by material: the mode matters
-    by_material = {m: stage.sample_split({"material_id": m}, fractions, 0) for m in ids}
+    by_material = {m: stage.sample_split(_meta(m), fractions, 0) for m in ids}
     assert any(len({by_material[m] for m in ids if prototype_label(m) == p}) > 1 for p in per_prototype)
-    assert splits == {m: stage.sample_split({"material_id": m}, fractions, 0, "prototype") for m in ids}
+    assert splits == {m: stage.sample_split(_meta(m), fractions, 0, "prototype") for m in ids}
 
 
 def test_material_split_is_unchanged_by_the_prototype_mode():
     ids = _library_and_generated_ids()
     # the default mode is split_of(material id): the study's assignment, byte for byte
-    assert all(stage.sample_split({"material_id": m, "prototype": "x"}, (0.9, 0.05, 0.05), 0)
+    assert all(stage.sample_split(_meta(m, "x"), (0.9, 0.05, 0.05), 0)
                == stage.split_of(m, (0.9, 0.05, 0.05), 0) for m in ids)
     assert stage.DataConfig().split_by == "material"
     assert stage.split_of("NaCl-rocksalt", (0.9, 0.05, 0.05), 0) == "train"   # pinned: hash unchanged

@@ -9,6 +9,7 @@ turned scan is a probe position of the original one, exactly.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from types import SimpleNamespace
 
@@ -94,19 +95,18 @@ def test_each_op_equals_the_simulation_of_the_turned_specimen(original, op):
 
 def _square_sample(material: str = "mp-1", fov=(0.0, 0.0, 4.0, 4.0)):
     sample = make_sample(material, scan=(8, 8), px=8)
-    sample.meta["fov_A"] = list(fov)
-    return sample
+    return dataclasses.replace(sample, meta=sample.meta.replace(fov_A=tuple(fov)))
 
 
 def test_draws_are_reproducible_use_all_eight_ops_and_depend_on_seed():
     meta = _square_sample().meta
     aug = SymmetryAugmentation(ON)
-    draws = [aug.draw({**meta, "sample_id": f"s{k}"}, epoch, OPS) for k in range(20) for epoch in range(8)]
+    draws = [aug.draw(meta.replace(sample_id=f"s{k}"), epoch, OPS) for k in range(20) for epoch in range(8)]
     assert set(draws) == set(OPS)
-    again = [aug.draw({**meta, "sample_id": f"s{k}"}, epoch, OPS) for k in range(20) for epoch in range(8)]
+    again = [aug.draw(meta.replace(sample_id=f"s{k}"), epoch, OPS) for k in range(20) for epoch in range(8)]
     assert draws == again
     reseeded = SymmetryAugmentation(SymmetryAugmentationConfig(enabled=True, seed=7))
-    assert draws != [reseeded.draw({**meta, "sample_id": f"s{k}"}, e, OPS) for k in range(20) for e in range(8)]
+    assert draws != [reseeded.draw(meta.replace(sample_id=f"s{k}"), e, OPS) for k in range(20) for e in range(8)]
 
 
 def test_unequal_scan_steps_allow_only_the_ops_that_keep_the_axes():
@@ -145,7 +145,7 @@ def test_the_loader_applies_the_drawn_op_to_patterns_and_targets_together(store)
         for i in range(len(plain)):
             item, ref = turned[i], plain[i]
             cbed, target = ref["cbed"].numpy().copy(), ref["target"].numpy().copy()
-            meta = {**_square_sample().meta, "sample_id": turned.sample_id(i)}
+            meta = _square_sample().meta.replace(sample_id=turned.sample_id(i))
             apply_op(aug.draw(meta, epoch, OPS), cbed, [target[0], target[1]])
             torch.testing.assert_close(item["cbed"], torch.from_numpy(cbed), rtol=0, atol=0)
             torch.testing.assert_close(item["target"], torch.from_numpy(target), rtol=0, atol=0)
