@@ -29,7 +29,6 @@ def light_amplitude(model_dir: Path, data: Path, metrics: dict) -> float:
     """Median slope of the network's map on the truth over the light dev samples (potential)."""
     import models
     import stage
-    from namsa.icom import calibration_from_meta
 
     rec = models.load_reconstructor(model_dir, device="cpu")
     light = [s["index"] for s in metrics["samples"] if s["element_class"] == LIGHT]
@@ -37,7 +36,7 @@ def light_amplitude(model_dir: Path, data: Path, metrics: dict) -> float:
     with stage.open_stores(stage.find_stores(data)) as stores:
         for index in light:
             sample = stores[index]
-            pred = rec.predict(sample.cbed.astype(np.float32), calibration=calibration_from_meta(sample.meta))
+            pred = rec.predict(sample.cbed.astype(np.float32), calibration=sample.meta.calibration)
             p = pred[rec.targets.index("potential")]
             t, q = sample.potential - sample.potential.mean(), p - p.mean()
             slopes.append(float((q * t).sum() / (t * t).sum()))

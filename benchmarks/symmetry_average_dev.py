@@ -42,7 +42,6 @@ def smoothing_control(model: str, data: Path) -> dict[str, float]:
     from evaluation.metrics import relative_l2
     from evaluation.views import field_map
     from models import load_reconstructor
-    from namsa.icom import calibration_from_meta
 
     rec = load_reconstructor(model)
     errors: dict[str, list[float]] = {f"sigma {s} px": [] for s in SIGMAS_PX}
@@ -50,7 +49,7 @@ def smoothing_control(model: str, data: Path) -> dict[str, float]:
         for index in stores.indices("dev"):
             sample = stores[index]
             truth = np.asarray(sample.potential, dtype=np.float64)
-            single = rec.predict(sample.cbed.astype(np.float32), calibration_from_meta(sample.meta),
+            single = rec.predict(sample.cbed.astype(np.float32), sample.meta.calibration,
                                  check_dose=False, symmetry_average=False)[rec.targets.index("potential")]
             for sigma in SIGMAS_PX:
                 est = field_map(gaussian_filter(single.astype(np.float64), sigma, mode="wrap"), truth)

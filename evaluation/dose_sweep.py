@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from stage.dose import add_shot_noise, augmentation_rng, scan_step_area_A2
+from stage.dose import add_shot_noise, augmentation_rng
 
 from .aggregation import aggregate, class_aggregates, headline_of
 from .config import EvaluationConfig
@@ -37,9 +37,9 @@ class NoisyStores:
         sample = self.stores[index]
         cbed = np.array(sample.cbed, dtype=np.float32)
         # the dose in the stream's key: each dose gets its own draw, the same one for every method
-        rng = augmentation_rng(self.seed, int(round(self.dose)), str(sample.meta["sample_id"]))
-        add_shot_noise(cbed, self.dose * scan_step_area_A2(sample.meta), rng)
-        return dataclasses.replace(sample, cbed=cbed, meta={**sample.meta, "dose_e_per_A2": self.dose})
+        rng = augmentation_rng(self.seed, int(round(self.dose)), sample.id)
+        add_shot_noise(cbed, self.dose * sample.meta.scan_step_area_A2, rng)
+        return dataclasses.replace(sample, cbed=cbed, meta=sample.meta.replace(dose_e_per_A2=self.dose))
 
 
 def dose_sweep(cfg: EvaluationConfig, stores: Any, indices: list[int], rec: Any, targets: list[str],

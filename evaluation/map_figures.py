@@ -3,7 +3,7 @@ and the notebook's figures share these helpers (matplotlib's object API on the A
 state, so drawing here never changes the backend of a notebook that imports it).
 
 Maps are [row = y, col = x], drawn with ``origin="upper"`` (row 0 at the top) over their extent in
-Angstrom (the scanned field of view, ``meta["fov_A"]``) with a scale bar; CBED patterns over their
+Angstrom (the scanned field of view, ``meta.fov_A``) with a scale bar; CBED patterns over their
 scattering angle in mrad (k = 0 at index P // 2). Maps compared in one row share one colour range that
 holds every map's values (nothing is clipped), with a colour bar naming the quantity and its unit.
 
@@ -21,7 +21,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from namsa.constants import wavelength_A
+from namsa.sample_meta import SampleMeta
 
 from .methods import NETWORK, in_panel_order, method
 from .views import HEADLINE
@@ -81,29 +81,17 @@ def _scale_bar(ax: Any, span: float, unit: str) -> None:
     ax.add_artist(bar)
 
 
-def map_extent(meta: dict[str, Any]) -> Extent | None:
+def map_extent(meta: SampleMeta) -> Extent:
     """(left, right, bottom, top) in Angstrom of the scanned field of view (``fov_A`` = [y0, x0, h, w]);
     bottom > top because row 0 is drawn at the top."""
-    fov = meta.get("fov_A")
-    if not fov or len(fov) != 4:
-        return None
-    y0, x0, h, w = (float(v) for v in fov)
+    y0, x0, h, w = (float(v) for v in meta.fov_A)
     return (x0, x0 + w, y0 + h, y0)
 
 
-def mrad_per_px(meta: dict[str, Any]) -> float | None:
-    """The detector's angular sampling (mrad per pattern pixel): ``pattern_mrad_per_px``, else
-    ``pattern_dk_inv_A`` (1/Angstrom per pixel) times the wavelength at ``energy_kv``; None without either."""
-    if meta.get("pattern_mrad_per_px"):
-        return float(meta["pattern_mrad_per_px"])
-    if meta.get("pattern_dk_inv_A") and meta.get("energy_kv"):
-        return float(meta["pattern_dk_inv_A"]) * wavelength_A(float(meta["energy_kv"])) * 1e3
-    return None
-
-
-def cbed_extent(meta: dict[str, Any], pixels: int) -> Extent | None:
-    """(left, right, bottom, top) in mrad of a P x P pattern with k = 0 at P // 2."""
-    step = mrad_per_px(meta)
+def cbed_extent(meta: SampleMeta, pixels: int) -> Extent | None:
+    """(left, right, bottom, top) in mrad of a P x P pattern with k = 0 at P // 2 (the detector's
+    angular sampling, `SampleMeta.angular_sampling_mrad`); None without it."""
+    step = meta.angular_sampling_mrad
     if step is None:
         return None
     lo, hi = (-(pixels // 2) - 0.5) * step, (pixels - pixels // 2 - 0.5) * step
@@ -146,13 +134,13 @@ def colorbar(fig: Any, im: Any, axes: Any, label: str) -> Any:
     return bar
 
 
-def cbed_row(fig: Any, cbeds: list[tuple[int, np.ndarray]], meta: dict[str, Any], ticks: bool = False) -> None:
+def cbed_row(fig: Any, cbeds: list[tuple[int, np.ndarray]], meta: SampleMeta, ticks: bool = False) -> None:
     """The CBED patterns (index in the scan, P x P intensity) of one sample on one log colour scale,
     over their scattering angle in mrad."""
     axes = fig.subplots(1, len(cbeds), squeeze=False)[0]
     top = max(float(p.max()) for _, p in cbeds)
     floor = top * 1e-5 + 1e-30
-    scan_x = int((meta.get("scan_shape") or [0, 0])[1]) or None
+    scan_x = meta.scan_shape[1]
     for ax, (i, pattern) in zip(axes, cbeds):
         where = f" (scan row {i // scan_x}, col {i % scan_x})" if scan_x else ""
         im = show_map(ax, np.log10(np.maximum(pattern, floor)), f"CBED #{i}{where}",
@@ -188,10 +176,11 @@ def scored_title(m: str, target: str, record: dict[str, Any] | None) -> str:
     return method(m).figure_label + score
 
 
-def describe(meta: dict[str, Any]) -> str:
+def describe(meta: SampleMeta) -> str:
     """"GaAs (GaAs-zincblende), zone axis [0, 0, 1], thickness 40 Å": what a sample is."""
-    return (f"{meta.get('formula', '')} ({meta.get('material_id', '')}), zone axis {meta.get('zone_axis')}, "
-            f"thickness {float(meta.get('thickness_A', float('nan'))):.0f} Å")
+    axis = None if meta.zone_axis is None else list(meta.zone_axis)
+    return (f"{meta.formula or ''} ({meta.material_id or ''}), zone axis {axis}, "
+            f"thickness {meta.thickness_or_nan_A:.0f} Å")
 
 
 def sample_panel_figure(kept: dict[str, Any], target: str, record: dict[str, Any] | None = None) -> Figure:
@@ -224,7 +213,7 @@ def overview_figure(rows: list[tuple[str, dict[str, Any], dict[str, Any]]], targ
     return fig
 
 
-def cbed_figure(cbed: np.ndarray, meta: dict[str, Any], count: int = 4) -> Figure:
+def cbed_figure(cbed: np.ndarray, meta: SampleMeta, count: int = 4) -> Figure:
     """``count`` patterns spread over the scan of ``cbed`` (S, P, P), on mrad axes (the notebook's)."""
     picks = sorted({int(round(v)) for v in np.linspace(0, cbed.shape[0] - 1, count)})
     fig = Figure(figsize=(width(2.6 * len(picks) + 1.2), 3.0), layout="constrained")
@@ -232,7 +221,7 @@ def cbed_figure(cbed: np.ndarray, meta: dict[str, Any], count: int = 4) -> Figur
     return fig
 
 
-def comparison_figure(truth: np.ndarray, maps: dict[str, np.ndarray], target: str, meta: dict[str, Any]) -> Figure:
+def comparison_figure(truth: np.ndarray, maps: dict[str, np.ndarray], target: str, meta: SampleMeta) -> Figure:
     """Truth, each of ``maps`` (label -> map in the truth's units; "network" among them) and network -
     truth, on Angstrom axes with a scale bar and labelled colour bars (the notebook's)."""
     fig = Figure(figsize=(width(2.7 * (len(maps) + 2) + 1.6), 3.3), layout="constrained")

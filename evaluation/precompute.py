@@ -42,5 +42,5 @@ def precompute(cfg: EvaluationConfig, data_dirs: list[str | Path]) -> int:
                 if m.subset is None or m.name in due:
                     for t in m.targets:
                         m.compute(cfg, sample, np.shape(getattr(sample, t)), {})  # cached methods read no network map
-            print(f"{n}/{len(indices)} {sample.meta['sample_id']}: {time.perf_counter() - started:.1f} s", flush=True)
+            print(f"{n}/{len(indices)} {sample.id}: {time.perf_counter() - started:.1f} s", flush=True)
     return len(indices)

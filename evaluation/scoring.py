@@ -11,7 +11,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from namsa.kirkland import LIGHT_MAX_Z
-from namsa.icom import calibration_from_meta
+from namsa.sample_meta import SampleMeta
 from namsa.targets import TARGETS_VERSION, to_target_resolution
 
 from . import metrics as M
@@ -73,7 +73,7 @@ def _predict(stores: Any, indices: list[int], rec: Any, targets: list[str],
     stack = np.stack([s.cbed.astype(np.float32) for s in samples])
     t0 = time.perf_counter()
     # each sample's own scan calibration (its supercell's steps): physics inputs and the turns that swap y and x need it
-    calibration = [calibration_from_meta(s.meta) for s in samples]
+    calibration = [s.meta.calibration for s in samples]
     out = np.asarray(_to_numpy(rec.predict(stack, calibration=calibration,
                                            symmetry_average=None if symmetry_average else False)),
                      dtype=np.float32)   # to numpy: waits for a GPU
@@ -84,13 +84,13 @@ def _predict(stores: Any, indices: list[int], rec: Any, targets: list[str],
         yield index, sample, {t: _as_trained(rec, sample.meta, out[k, names.index(t)]) for t in targets}, seconds_each
 
 
-def _as_trained(rec: Any, meta: dict, prediction: np.ndarray) -> np.ndarray:
+def _as_trained(rec: Any, meta: SampleMeta, prediction: np.ndarray) -> np.ndarray:
     """A model trained on the old hard-cutoff targets (`Reconstructor.targets_version` 1) predicts
     sharper, ringing maps than today's Gaussian targets: they are compared at the targets' stated
     resolution (`namsa.targets.to_target_resolution`), as ptychography is; a current model as is."""
-    if rec.targets_version >= TARGETS_VERSION or not meta.get("target_fwhm_A"):
+    if rec.targets_version >= TARGETS_VERSION or not meta.target_fwhm_A:
         return prediction
-    return to_target_resolution(prediction, meta["fov_A"], float(meta["target_fwhm_A"])).astype(np.float32)
+    return to_target_resolution(prediction, meta.fov_A, float(meta.target_fwhm_A)).astype(np.float32)
 
 
 def _method_maps(cfg: EvaluationConfig, sample: Any, preds: dict[str, np.ndarray], targets: list[str],
@@ -171,20 +171,20 @@ def _keep(sample: Any, maps: dict[str, dict[str, Any]], n_cbed: int) -> dict[str
             "meta": sample.meta}
 
 
-def _sample_facts(meta: dict, thickness_bins: Sequence[float]) -> dict[str, Any]:
+def _sample_facts(meta: SampleMeta, thickness_bins: Sequence[float]) -> dict[str, Any]:
     from ase.data import atomic_numbers
 
-    elements = [str(e) for e in meta.get("elements", [])] or _formula_elements(str(meta.get("formula", "")))
+    elements = [str(e) for e in meta.elements or ()] or _formula_elements(meta.formula or "")
     zs = {e: atomic_numbers.get(e, 0) for e in elements}
     heaviest = max(zs, key=zs.get) if zs else "?"
     max_z = zs.get(heaviest, 0)
-    thickness = float(meta.get("thickness_A", float("nan")))
+    thickness = meta.thickness_or_nan_A
     return {
-        "sample_id": str(meta.get("sample_id")),
-        "material_id": str(meta.get("material_id")),
-        "formula": str(meta.get("formula", "")),
+        "sample_id": str(meta.sample_id),
+        "material_id": str(meta.material_id),
+        "formula": meta.formula or "",
         "elements": elements,
-        "zone_axis": "[" + " ".join(str(int(v)) for v in meta.get("zone_axis", [])) + "]",
+        "zone_axis": "[" + " ".join(str(int(v)) for v in meta.zone_axis or ()) + "]",
         "thickness_A": thickness,
         "heaviest_element": heaviest,
         "max_Z": int(max_z),
@@ -222,12 +222,9 @@ def _thickness_class(thickness: float, edges: Sequence[float]) -> str:
     return f">={lo:g} A"
 
 
-def _pixel_size_A(meta: dict, shape: tuple[int, ...]) -> tuple[float, float]:
+def _pixel_size_A(meta: SampleMeta, shape: tuple[int, ...]) -> tuple[float, float]:
     """Angstrom per target pixel: the field of view over the target grid."""
-    fov = meta.get("fov_A")
-    if fov is None:
-        return (1.0, 1.0)
-    return (float(fov[2]) / shape[0], float(fov[3]) / shape[1])
+    return (float(meta.fov_A[2]) / shape[0], float(meta.fov_A[3]) / shape[1])
 
 def _batches(items: list[int], size: int) -> Iterable[list[int]]:
     for start in range(0, len(items), size):

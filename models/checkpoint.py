@@ -198,15 +198,15 @@ def split_optimizer_state(state_dict: dict[str, Any]) -> tuple[dict[str, torch.T
     return tensors, {"scalars": scalars, "param_groups": groups}
 
 
-def join_optimizer_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict[str, Any]:
-    """Inverse of `split_optimizer_state`."""
+def join_optimizer_state(tensors: dict[str, torch.Tensor], rest: dict[str, Any]) -> dict[str, Any]:
+    """Inverse of `split_optimizer_state` (``rest``: its JSON-safe half)."""
     state: dict[int, dict[str, Any]] = {}
     for name, value in tensors.items():
         _, idx, key = name.split(".", 2)
         state.setdefault(int(idx), {})[key] = value
-    for idx, entry in meta["scalars"].items():
+    for idx, entry in rest["scalars"].items():
         state.setdefault(int(idx), {}).update(entry)
-    groups = [{k: (tuple(v) if k == "betas" else v) for k, v in g.items()} for g in meta["param_groups"]]
+    groups = [{k: (tuple(v) if k == "betas" else v) for k, v in g.items()} for g in rest["param_groups"]]
     return {"state": state, "param_groups": groups}
 
 

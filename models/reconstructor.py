@@ -14,12 +14,13 @@ from __future__ import annotations
 import os
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 
 from namsa.ptychography.refine import RefineSettings, missing_meta
+from namsa.sample_meta import SampleMeta
 
 from . import checkpoint as ckpt
 from .card import CARD_FILE, ModelCard, read_card_file
@@ -71,11 +72,11 @@ class Reconstructor:
 
     @torch.no_grad()
     def predict(self, cbed: Any, calibration: Any = None, refine: bool | RefineSettings = False,
-                refine_meta: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+                refine_meta: SampleMeta | Sequence[SampleMeta] | None = None,
                 check_dose: bool = True, symmetry_average: bool | None = None) -> np.ndarray:
         """Targets in physical units, numpy float32: (C, T, T) for one stack, (B, C, T, T) for a batch.
 
-        ``calibration``: a `namsa.icom.ScanCalibration` (or its dict; `namsa.icom.calibration_from_meta(sample.meta)`)
+        ``calibration``: a `namsa.icom.ScanCalibration` (or its dict; a sample's is ``sample.meta.calibration``)
         for every stack, a list of one per stack, or None for the training set's typical one. A model with
         physics inputs (``rec.model.arch.physics_inputs``) computes them with it; every model's input
         report reads the defocus at its probe step (without it, at both ends of the training steps).
@@ -83,9 +84,10 @@ class Reconstructor:
         ``refine``: True (default `RefineSettings`) or a `RefineSettings` refines each potential map by
         ptychography started from it (`namsa.ptychography.refine`; the network's map is kept where
         that raises the data error); it needs ``refine_meta``, each stack's calibrations as a sample
-        meta (scan_shape, scan_positions_A, fov_A, energy_kv, semiangle_mrad, aberrations,
-        pattern_dk_inv_A; thickness_A for multislice): one dict for every stack or a list, one per
-        stack. What each refinement did is in ``rec.last_refinement`` (`RefineResult` per stack).
+        meta (a `namsa.sample_meta.SampleMeta` such as ``sample.meta``, knowing scan_shape,
+        scan_positions_A, fov_A, energy_kv, semiangle_mrad, aberrations, pattern_dk_inv_A; thickness_A
+        for multislice): one for every stack or a list, one per stack. What each refinement did is in
+        ``rec.last_refinement`` (`RefineResult` per stack).
 
         ``check_dose``: False where the caller measured the dose on the data as read (`namsa reconstruct`:
         its fitted tiles are cropped and rebinned, so their counts no longer tell the dose).
@@ -121,7 +123,7 @@ class Reconstructor:
         return out[0] if single else out
 
     def _refine_request(self, refine: Any, refine_meta: Any, batch: int
-                        ) -> tuple[RefineSettings | None, list[Mapping[str, Any]]]:
+                        ) -> tuple[RefineSettings | None, list[SampleMeta]]:
         """(settings, one meta per stack) of a refinement request, (None, []) for none, or a one-line
         `ReconstructorInputError` saying what the request lacks."""
         if refine is False or refine is None:
@@ -134,12 +136,16 @@ class Reconstructor:
                                           f"{', '.join(self.targets)}; use a model trained with the potential target")
         if refine_meta is None:
             raise ReconstructorInputError("refine needs each stack's calibrations: pass refine_meta= the sample's meta "
-                                          "dict (or a list of them, one per stack)")
-        metas = [refine_meta] * batch if isinstance(refine_meta, Mapping) else list(refine_meta)
+                                          "(sample.meta, or a list of them, one per stack)")
+        metas = list(refine_meta) if isinstance(refine_meta, (list, tuple)) else [refine_meta] * batch
         if len(metas) != batch:
-            raise ReconstructorInputError(f"refine_meta holds {len(metas)} metas for {batch} stacks; pass one dict for "
-                                          f"every stack or a list of exactly {batch}")
-        for i, missing in enumerate(missing_meta(meta) for meta in metas):
+            raise ReconstructorInputError(f"refine_meta holds {len(metas)} metas for {batch} stacks; pass one meta "
+                                          f"for every stack or a list of exactly {batch}")
+        for i, meta in enumerate(metas):
+            if not isinstance(meta, SampleMeta):
+                raise ReconstructorInputError(f"refine_meta[{i}] is a {type(meta).__name__}, not a sample's meta: pass "
+                                              f"sample.meta (a namsa.sample_meta.SampleMeta)")
+            missing = missing_meta(meta)
             if missing:
                 raise ReconstructorInputError(f"refine_meta[{i}] lacks the calibrations {', '.join(missing)}; pass the "
                                               f"sample's meta (namsa.simulate_sample writes them all)")

@@ -10,7 +10,6 @@ from pydantic import ValidationError
 from _models_fixture import tiny_trained_model  # noqa: F401  (session fixture)
 from evaluation import EvaluationConfig, evaluate
 from evaluation.dose_sweep import NoisyStores
-from stage.dose import scan_step_area_A2
 
 
 def test_noisy_stores_draw_poisson_counts_reproducibly_per_dose(tiny_data_dir):
@@ -18,7 +17,7 @@ def test_noisy_stores_draw_poisson_counts_reproducibly_per_dose(tiny_data_dir):
 
     with stage.open_stores([tiny_data_dir]) as stores:
         clean = stores[0]
-        area = scan_step_area_A2(clean.meta)
+        area = clean.meta.scan_step_area_A2
         a, b = NoisyStores(stores, 1e3, seed=0)[0], NoisyStores(stores, 1e3, seed=0)[0]
         other_dose, other_seed = NoisyStores(stores, 1e4, seed=0)[0], NoisyStores(stores, 1e3, seed=1)[0]
     assert np.array_equal(a.cbed, b.cbed)                       # every method sees the same noisy data
@@ -30,7 +29,7 @@ def test_noisy_stores_draw_poisson_counts_reproducibly_per_dose(tiny_data_dir):
     # Poisson: the total per pattern scatters about the expected count with variance = mean
     z = (got - expected) / np.sqrt(expected)
     assert abs(z.mean()) < 4 / np.sqrt(len(z)) + 0.05 and 0.6 < z.std() < 1.4
-    assert a.meta["dose_e_per_A2"] == 1e3 and clean.meta.get("dose_e_per_A2") is None
+    assert a.meta.dose_e_per_A2 == 1e3 and clean.meta.dose_e_per_A2 is None
 
 
 def test_evaluate_scores_every_dose_on_the_same_noisy_data(tiny_trained_model, tiny_data_dir, tmp_path):  # noqa: F811

@@ -392,7 +392,7 @@ def test_sample_panel_has_units_on_colour_bars_and_scale_bars(panel):
     texts = {t.get_text() for bar in bars for t in bar.findobj(lambda o: hasattr(o, "get_text"))}
     assert any(t.endswith(" Å") for t in texts) and any(t.endswith(" mrad") for t in texts), texts
     # the maps' extent is the scanned field of view in Angstrom
-    y0, x0, h, w = kept["meta"]["fov_A"]
+    y0, x0, h, w = kept["meta"].fov_A
     extents = [im.get_extent() for im in fig.findobj(lambda o: hasattr(o, "get_extent") and hasattr(o, "get_array"))]
     assert pytest.approx([x0, x0 + w, y0 + h, y0]) in [list(e) for e in extents]
 

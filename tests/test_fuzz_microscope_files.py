@@ -62,7 +62,7 @@ def _tree(root: Path) -> dict[str, bytes]:
 def _hspy(path: Path, spec: dict[str, Any], sample: Any) -> None:
     from rsciio.hspy import file_writer
 
-    sy, sx = sample.meta["scan_shape"]
+    sy, sx = sample.meta.scan_shape
     stack = sample.cbed.reshape(sy, sx, *sample.cbed.shape[1:])
     data = stack.copy() if spec["shape"] == "sample" else np.resize(stack, spec["shape"])
     data = data.astype(spec["dtype"]) if spec["dtype"] != "complex64" else data.astype("complex64") * 1j
@@ -71,9 +71,9 @@ def _hspy(path: Path, spec: dict[str, Any], sample: Any) -> None:
         if data.dtype.kind in "fc":
             flat[index % flat.size] = value
     meta = sample.meta
-    step = (meta["fov_A"][2] / sy, meta["fov_A"][3] / sx)
-    signal = _signal(data, step, meta["pattern_dk_inv_A"],
-                     {"beam_energy": meta["energy_kv"], "convergence_angle": meta["semiangle_mrad"]})
+    step = (meta.fov_A[2] / sy, meta.fov_A[3] / sx)
+    signal = _signal(data, step, meta.pattern_dk_inv_A,
+                     {"beam_energy": meta.energy_kv, "convergence_angle": meta.semiangle_mrad})
     file_writer(str(path), signal)
 
 
@@ -161,10 +161,10 @@ def _mutated_hspy(path: Path, spec: dict[str, Any], sample: Any) -> None:
     from rsciio.hspy import file_writer
 
     meta = sample.meta
-    sy, sx = meta["scan_shape"]
-    tem = {key: _value(spec[key], meta[key]) for key in ("energy_kv", "semiangle_mrad") if spec[key] != "absent"}
-    step = _value(spec["step"], meta["fov_A"][2] / sy)
-    dk = _value(spec["dk"], meta["pattern_dk_inv_A"])
+    sy, sx = meta.scan_shape
+    tem = {key: _value(spec[key], getattr(meta, key)) for key in ("energy_kv", "semiangle_mrad") if spec[key] != "absent"}
+    step = _value(spec["step"], meta.fov_A[2] / sy)
+    dk = _value(spec["dk"], meta.pattern_dk_inv_A)
     signal = _signal(sample.cbed.reshape(sy, sx, *sample.cbed.shape[1:]), (1.0, 1.0), 1.0, tem)
     for i, axis in enumerate(signal["axes"]):
         scale, unit = (step, spec["step_unit"]) if i < 2 else (dk, spec["dk_unit"])
@@ -179,7 +179,7 @@ def _mutated_empad(folder: Path, spec: dict[str, Any], sample: Any, secret: Path
     header = _write_empad(folder, sample)
     raw = next(folder.glob("*.raw")).name
     text = header.read_text()
-    sy, sx = sample.meta["scan_shape"]
+    sy, sx = sample.meta.scan_shape
     text = text.replace(f"<pix_x>{sx}</pix_x><pix_y>{sy}</pix_y>", f"<pix_x>{spec['pix'][1]}</pix_x>"
                                                                      f"<pix_y>{spec['pix'][0]}</pix_y>")
     if spec["fov"] != "right":
@@ -240,6 +240,6 @@ def test_mutated_empad_headers_are_one_line_or_reconstructed(spec, sample, tiny_
     secret.write_bytes(bytes(16))
     header = _mutated_empad(root / "scan", spec, sample, secret)
     meta = sample.meta
-    rc = _one_line_or_maps(root, header, tiny_model[0], capsys, "--energy-kv", meta["energy_kv"],
-                           "--semiangle-mrad", meta["semiangle_mrad"])
+    rc = _one_line_or_maps(root, header, tiny_model[0], capsys, "--energy-kv", meta.energy_kv,
+                           "--semiangle-mrad", meta.semiangle_mrad)
     assert rc == 2 or spec["raw"] == "right"  # a raw file outside the header's folder is never read

@@ -108,7 +108,7 @@ def test_write_maps_refuses_names_that_are_not_plain_map_names(tmp_path):
 
 def _outside_data(tmp_path: Path, sample: Any) -> Path:
     """Another HDF5 file, outside the scan's, holding data of the scan's shape under /data."""
-    sy, sx = sample.meta["scan_shape"]
+    sy, sx = sample.meta.scan_shape
     path = tmp_path / "elsewhere" / "other.h5"
     path.parent.mkdir()
     with h5py.File(path, "w") as fh:
@@ -173,7 +173,7 @@ def test_hdf5_soft_link_inside_the_file_is_fine(sample, tiny_model, tmp_path):
 
 
 def _empad_flags(sample: Any) -> list[Any]:
-    return ["--energy-kv", sample.meta["energy_kv"], "--semiangle-mrad", sample.meta["semiangle_mrad"]]
+    return ["--energy-kv", sample.meta.energy_kv, "--semiangle-mrad", sample.meta.semiangle_mrad]
 
 
 @pytest.mark.parametrize("where", ["parent", "absolute", "symlink-out"])
@@ -210,7 +210,7 @@ def test_empad_short_raw_file_names_the_expected_size(sample, tiny_model, tmp_pa
 def test_truncated_or_short_mib_names_expected_and_actual_size(sample, tiny_model, tmp_path, capsys, cut):
     path, _ = _write_mib(tmp_path, sample)
     full = path.stat().st_size
-    frames = int(np.prod(sample.meta["scan_shape"]))
+    frames = int(np.prod(sample.meta.scan_shape))
     frame = full // frames
     keep = {"mid-frame": full - frame // 2, "whole-frames-missing": full - 3 * frame,
             "mid-frame-no-hdr": full - frame // 2}[cut]
@@ -228,7 +228,7 @@ def test_truncated_or_short_mib_names_expected_and_actual_size(sample, tiny_mode
 
 
 def test_nan_and_inf_pixels_are_counted_and_located(sample, tiny_model, tmp_path, capsys):
-    sy, sx = sample.meta["scan_shape"]
+    sy, sx = sample.meta.scan_shape
     data = sample.cbed.reshape(sy, sx, *sample.cbed.shape[1:]).copy()
     data[2, 5, 3, 4] = np.nan
     data[6, 1, 0, 0] = np.inf
@@ -252,7 +252,7 @@ def _earlier_result(sample: Any, model: Any, out: Path) -> dict[str, bytes]:
 
 def _other_scan(sample: Any, tmp_path: Path) -> Path:
     """The same scan with 1% noise: maps that differ from the earlier result."""
-    sy, sx = sample.meta["scan_shape"]
+    sy, sx = sample.meta.scan_shape
     rng = np.random.default_rng(0)
     data = sample.cbed.reshape(sy, sx, *sample.cbed.shape[1:]) * (1 + 0.01 * rng.random((sy, sx, 1, 1)))
     return _write(tmp_path / "later.hspy", sample, data=data.astype(np.float32))

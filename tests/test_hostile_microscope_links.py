@@ -16,6 +16,7 @@ import pytest
 
 h5py = pytest.importorskip("h5py")
 pytest.importorskip("rsciio")
+from namsa.sample_meta import SampleMeta  # noqa: E402
 from microscope_helpers import disc_pattern, disc_scan, write_arina, write_hspy  # noqa: E402
 from test_reconstruct_cli import _run  # noqa: E402
 
@@ -141,7 +142,7 @@ def test_mib_header_symlinked_elsewhere_is_refused_before_it_is_parsed(tmp_path,
 
     (tmp_path / "scan").mkdir()
     cbed = np.broadcast_to(disc_pattern(16, 3.0), (36, 16, 16))
-    meta = {"scan_shape": (6, 6), "fov_A": [0, 0, 2.25, 2.25], "pattern_dk_inv_A": 0.17}
+    meta = SampleMeta(scan_shape=(6, 6), fov_A=(0, 0, 2.25, 2.25), pattern_dk_inv_A=0.17)
     mib, _ = _write_mib(tmp_path / "scan", type("S", (), {"meta": meta, "cbed": cbed})())
     (tmp_path / "elsewhere").mkdir()
     outside = tmp_path / "elsewhere" / "secret.hdr"
@@ -155,7 +156,7 @@ def test_empad_raw_symlink_inside_the_folder_is_refused(tmp_path, capsys):
     from test_reconstruct_cli import _write_empad
 
     cbed = np.broadcast_to(disc_pattern(16, 3.0), (36, 16, 16))
-    meta = {"scan_shape": (6, 6), "fov_A": [0, 0, 2.25, 2.25], "pattern_dk_inv_A": 0.17}
+    meta = SampleMeta(scan_shape=(6, 6), fov_A=(0, 0, 2.25, 2.25), pattern_dk_inv_A=0.17)
     header = _write_empad(tmp_path, type("S", (), {"meta": meta, "cbed": cbed})())
     raw = next(tmp_path.glob("*.raw"))
     raw.rename(tmp_path / "real.raw")

@@ -14,7 +14,7 @@ import stage
 from _train_helpers import DATA_CFG, one_thread, tiny_train_cfg  # noqa: F401
 from models import ModelConfig
 from models.fcdensenet import build_model
-from namsa.icom import calibration_from_meta, icom_from_sample
+from namsa.icom import icom_from_sample
 from stage.physics_dataset import PhysicsSampleDataset
 
 NAMES = ("com_y", "com_x", "icom")
@@ -82,5 +82,5 @@ def test_training_with_the_icom_residual_end_to_end(tiny_data_dir, tmp_path):
     assert float(rec.model.icom_residual.gain.detach()) == pytest.approx(start, rel=0.2)  # 3 small steps from its start
     with stage.open_store(stage.find_stores(tiny_data_dir)[0]) as store:
         sample = store[0]
-    out = rec.predict(sample.cbed, calibration=calibration_from_meta(sample.meta))
+    out = rec.predict(sample.cbed, calibration=sample.meta.calibration)
     assert out.shape == (1, 16, 16) and np.isfinite(out).all()

@@ -39,12 +39,12 @@ def _sample(material: str, axis: tuple[int, int, int], thickness_A: float, c1_A:
 
 
 def _step(meta) -> tuple[float, float]:
-    return scan_step_A(meta["fov_A"], meta["scan_shape"])
+    return scan_step_A(meta.fov_A, meta.scan_shape)
 
 
 def _mid_plane_focus(sample: namsa.Sample) -> float:
     """The truth the parallax reads: namsa's C1 (at the entrance surface) + half the specimen's thickness."""
-    return sample.meta["aberrations"]["C1_A"] + sample.meta["thickness_A"] / 2
+    return sample.meta.aberrations["C1_A"] + sample.meta.thickness_A / 2
 
 
 #: a scan window that is not a whole number of periods, as `namsa reconstruct`'s tiles of a specimen are
@@ -58,7 +58,7 @@ def test_parallax_reads_the_defocus_within_its_stated_tolerance(material, axis, 
     estimates = []
     for c1 in (-150.0, 0.0, 150.0):
         sample = _sample(material, axis, thickness_A, c1, **fields)
-        found = parallax_defocus(sample.cbed, sample.meta["scan_shape"], _step(sample.meta), 20.0)
+        found = parallax_defocus(sample.cbed, sample.meta.scan_shape, _step(sample.meta), 20.0)
         truth = _mid_plane_focus(sample)
         assert found.value_A is not None, found.reason
         assert abs(found.value_A - truth) <= DEFOCUS_TOL_A + DEFOCUS_TOL_REL * abs(truth), (c1, found, truth)

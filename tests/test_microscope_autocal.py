@@ -26,9 +26,9 @@ def _calibrate(data):
 def test_semiangle_recovered_from_the_disc(sim):
     data, meta = sim
     disc = find_disc(autocal.subsample(data).mean(axis=0))
-    semi, err = autocal.semiangle_from_disc(disc, meta["pattern_dk_inv_A"], meta["energy_kv"])
+    semi, err = autocal.semiangle_from_disc(disc, meta.pattern_dk_inv_A, meta.energy_kv)
     assert err > 0
-    assert abs(semi - meta["semiangle_mrad"]) < 0.1 * meta["semiangle_mrad"], (semi, err)
+    assert abs(semi - meta.semiangle_mrad) < 0.1 * meta.semiangle_mrad, (semi, err)
     assert disc.centre_px == pytest.approx((16.0, 16.0), abs=0.3)
 
 
@@ -113,7 +113,7 @@ def test_reads_are_bounded_slices(sim):
 def test_report_gives_units_and_uncertainties(sim):
     data, meta = sim
     cal = _calibrate(data)
-    cal.semiangle_mrad = autocal.semiangle_from_disc(cal.disc, meta["pattern_dk_inv_A"], meta["energy_kv"])
+    cal.semiangle_mrad = autocal.semiangle_from_disc(cal.disc, meta.pattern_dk_inv_A, meta.energy_kv)
     report = cal.report()
     for name in ("disc_radius_px", "rotation_deg", "descan_slope_y_px", "semiangle_mrad"):
         assert report[name]["unit"] and "uncertainty" in report[name], name

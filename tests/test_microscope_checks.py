@@ -20,11 +20,11 @@ def sim():
 
 
 def _found(meta, semiangle=True):
-    sy, sx = meta["scan_shape"]
-    found = {"energy_kv": meta["energy_kv"], "dk_inv_A": (meta["pattern_dk_inv_A"],) * 2,
-             "step_A": (meta["fov_A"][2] / sy, meta["fov_A"][3] / sx)}
+    sy, sx = meta.scan_shape
+    found = {"energy_kv": meta.energy_kv, "dk_inv_A": (meta.pattern_dk_inv_A,) * 2,
+             "step_A": (meta.fov_A[2] / sy, meta.fov_A[3] / sx)}
     if semiangle:
-        found["semiangle_mrad"] = meta["semiangle_mrad"]
+        found["semiangle_mrad"] = meta.semiangle_mrad
     return found
 
 
@@ -62,7 +62,7 @@ def test_a_missing_semiangle_is_taken_from_the_disc(sim):
     data, meta = sim
     cal, report, _ = checks.check_before_inference(RawScan(data, _found(meta, semiangle=False), "sim.hspy"), {})
     assert cal.sources["semiangle_mrad"] == checks.FIT_SOURCE
-    assert cal.semiangle_mrad == pytest.approx(meta["semiangle_mrad"], rel=0.1)
+    assert cal.semiangle_mrad == pytest.approx(meta.semiangle_mrad, rel=0.1)
     # a flag still wins over the fit
     bare = RawScan(data, _found(meta, semiangle=False), "s")
     cal, _, _ = checks.check_before_inference(bare, {"semiangle_mrad": 20.0})
@@ -205,7 +205,7 @@ def test_reconstruct_accepts_a_fitted_semiangle_within_its_precision(sim, tmp_pa
     pytest.importorskip("rsciio")
     data, meta = sim
     scan = np.tile(data, (4, 4, 1, 1))  # the model's 32 x 32 scan (the stated step is the model's)
-    path = write_hspy(tmp_path / "sim.hspy", scan, dk_inv_A=meta["pattern_dk_inv_A"], semiangle_mrad=None)
+    path = write_hspy(tmp_path / "sim.hspy", scan, dk_inv_A=meta.pattern_dk_inv_A, semiangle_mrad=None)
     assert main(["reconstruct", str(path), "--model", "pretrained:study-scan", "--out", str(tmp_path / "out")]) == 0
     info = json.loads((tmp_path / "out" / "reconstruction.json").read_text())
     fitted = info["calibrations"]["semiangle_mrad"]

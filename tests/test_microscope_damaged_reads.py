@@ -75,7 +75,7 @@ def test_a_blanked_frame_is_zero_signal_not_an_error(sample, tiny_model, tmp_pat
     """One frame without counts (beam blanked): iCoM takes its CoM as 0 and the maps are written."""
     from namsa.icom import center_of_mass
 
-    sy, sx = sample.meta["scan_shape"]
+    sy, sx = sample.meta.scan_shape
     data = sample.cbed.reshape(sy, sx, *sample.cbed.shape[1:]).copy()
     data[3, 4] = 0.0
     com = center_of_mass(data.reshape(-1, *data.shape[2:]), 0.1)
@@ -87,7 +87,7 @@ def test_a_blanked_frame_is_zero_signal_not_an_error(sample, tiny_model, tmp_pat
 
 
 def test_a_contiguous_hspy_is_read_lazily_and_reconstructed(sample, tiny_model, tmp_path):
-    sy, sx = sample.meta["scan_shape"]
+    sy, sx = sample.meta.scan_shape
     data = sample.cbed.reshape(sy, sx, *sample.cbed.shape[1:])
     chunked = _write(tmp_path / "chunked.hspy", sample)
     contiguous = rewrite_data(_write(tmp_path / "contiguous.hspy", sample), data)

@@ -19,6 +19,7 @@ import pytest
 
 pytest.importorskip("rsciio")
 
+from namsa.sample_meta import SampleMeta  # noqa: E402
 from stage.microscope import LazyScan, MicroscopeFileError, read_scan  # noqa: E402
 from microscope_helpers import write_arina  # noqa: E402
 from test_reconstruct_cli import _signal, _write_empad, _write_mib  # noqa: E402
@@ -110,7 +111,7 @@ def test_blockfile_written_by_rsciio_carries_its_beam_energy(data, tmp_path):
 
 
 def test_mib_with_header_and_empad_raw(data, tmp_path):
-    meta = {"scan_shape": SCAN, "fov_A": [0, 0, 3.0, 2.0], "pattern_dk_inv_A": 0.2}
+    meta = SampleMeta(scan_shape=tuple(SCAN), fov_A=(0, 0, 3.0, 2.0), pattern_dk_inv_A=0.2)
     sample = SimpleNamespace(meta=meta, cbed=data.reshape(-1, P, P))
     (tmp_path / "mib").mkdir()
     mib, counts = _write_mib(tmp_path / "mib", sample)

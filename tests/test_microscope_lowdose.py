@@ -25,7 +25,7 @@ def sim():
 
 
 def _found(meta, semiangle=True):
-    found = {"energy_kv": 200.0, "dk_inv_A": (meta["pattern_dk_inv_A"],) * 2, "step_A": STEP}
+    found = {"energy_kv": 200.0, "dk_inv_A": (meta.pattern_dk_inv_A,) * 2, "step_A": STEP}
     return {**found, "semiangle_mrad": 20.0} if semiangle else found
 
 
@@ -102,9 +102,9 @@ def test_reconstruct_gives_maps_at_any_dose_with_one_dose_figure(tmp_path, capsy
 
     cfg = namsa.SimulationConfig(scan_shape=(32, 32), pattern_px=32, target_px=32)
     sample = namsa.simulate_sample(namsa.load_structure("Si-diamond"), (0, 0, 1), cfg)
-    step = sample.meta["fov_A"][2] / 32
+    step = sample.meta.fov_A[2] / 32
     counts = record(sample.cbed.reshape(32, 32, 32, 32), (step, step), CameraSettings(dose_e_per_A2=dose, seed=4))
-    path = write_hspy(tmp_path / "low.hspy", counts, step_A=step, dk_inv_A=sample.meta["pattern_dk_inv_A"])
+    path = write_hspy(tmp_path / "low.hspy", counts, step_A=step, dk_inv_A=sample.meta.pattern_dk_inv_A)
     assert main(["reconstruct", str(path), "--model", "pretrained:study-scan", "--out", str(tmp_path / "o")]) == 0
     info = json.loads((tmp_path / "o" / "reconstruction.json").read_text())
     assert np.isfinite(np.load(tmp_path / "o" / "potential.npy")).all()

@@ -50,7 +50,7 @@ def test_a_descan_smearing_the_mean_disc_is_not_taken_for_a_spot():
     frames = record(data, (0.5, 0.5), CameraSettings(dose_e_per_A2=1e6, descan_px_per_A=((3.0, 0.0), (0.0, 1.5)),
                                                      detector_px=64))
     assert "not round" in not_cbed(find_disc(frames.reshape(-1, 64, 64).mean(axis=0).astype(float)))
-    found = dict(FOUND, dk_inv_A=(meta["pattern_dk_inv_A"],) * 2, step_A=(0.5, 0.5))
+    found = dict(FOUND, dk_inv_A=(meta.pattern_dk_inv_A,) * 2, step_A=(0.5, 0.5))
     _, report, calib = check_before_inference(RawScan(frames, found, "descan.hspy"), {})
     undisturbed = find_disc(data.reshape(-1, 32, 32).mean(axis=0))
     assert report["measured"]["disc_radius_px"]["value"] == pytest.approx(undisturbed.radius_px, abs=0.3)

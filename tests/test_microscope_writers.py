@@ -32,8 +32,8 @@ def si():
     cfg = namsa.SimulationConfig(scan_shape=(32, 32), pattern_px=32, target_px=32)
     sample = namsa.simulate_sample(namsa.load_structure("Si-diamond"), (0, 0, 1), cfg)
     m = sample.meta
-    step = (m["fov_A"][2] / 32, m["fov_A"][3] / 32)
-    cal = ScanCalibrations(energy_kv=200.0, semiangle_mrad=20.0, dk_inv_A=m["pattern_dk_inv_A"], step_A=step)
+    step = (m.fov_A[2] / 32, m.fov_A[3] / 32)
+    cal = ScanCalibrations(energy_kv=200.0, semiangle_mrad=20.0, dk_inv_A=m.pattern_dk_inv_A, step_A=step)
     return sample.cbed.reshape(32, 32, 32, 32), sample.potential, cal
 
 
@@ -183,8 +183,8 @@ def test_a_scan_at_five_times_the_trained_defocus_is_reported_as_such_by_reconst
                                  aberrations={"C1_A": 200.0, "C3_mm": 0.0})
     sample = namsa.simulate_sample(namsa.load_structure("Si-diamond"), (0, 0, 1), cfg)
     m = sample.meta
-    step = (m["fov_A"][2] / 32, m["fov_A"][3] / 32)
-    cal = ScanCalibrations(energy_kv=200.0, semiangle_mrad=20.0, dk_inv_A=m["pattern_dk_inv_A"], step_A=step)
+    step = (m.fov_A[2] / 32, m.fov_A[3] / 32)
+    cal = ScanCalibrations(energy_kv=200.0, semiangle_mrad=20.0, dk_inv_A=m.pattern_dk_inv_A, step_A=step)
     info, _, _ = _reconstruct((sample.cbed.reshape(32, 32, 32, 32), sample.potential, cal), tmp_path / "scan.hspy",
                               CameraSettings(dose_e_per_A2=1e5))
     predict = info["checks"]["predict"]

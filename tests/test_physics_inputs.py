@@ -18,7 +18,7 @@ from models.card import validate_card
 from models.fcdensenet import build_model
 from models.losses import data_loss, huber_loss, relative_huber_loss
 from models.reconstructor import Reconstructor
-from namsa.icom import calibration_from_meta, fourier_resample
+from namsa.icom import fourier_resample
 from stage.physics_dataset import PhysicsSampleDataset
 
 NAMES = ("com_y", "com_x", "icom")
@@ -32,11 +32,11 @@ def _hand_com(sample) -> tuple[np.ndarray, np.ndarray]:
     """Centre of mass of every pattern written out by hand, (scan_y, scan_x) each, 1/Angstrom."""
     cbed = sample.cbed.astype(np.float64)
     p = cbed.shape[1]
-    k = (np.arange(p) - p // 2) * sample.meta["pattern_dk_inv_A"]
+    k = (np.arange(p) - p // 2) * sample.meta.pattern_dk_inv_A
     total = cbed.sum(axis=(1, 2))
     com_y = (cbed.sum(axis=2) * k).sum(axis=1) / total
     com_x = (cbed.sum(axis=1) * k).sum(axis=1) / total
-    return com_y.reshape(sample.meta["scan_shape"]), com_x.reshape(sample.meta["scan_shape"])
+    return com_y.reshape(sample.meta.scan_shape), com_x.reshape(sample.meta.scan_shape)
 
 
 def test_the_extra_channels_are_the_stacks_com_and_icom(tiny_data_dir):
@@ -51,8 +51,8 @@ def test_the_extra_channels_are_the_stacks_com_and_icom(tiny_data_dir):
     assert item.shape == (s + 3, p, p) and ds.cbed_shape == item.shape and ds.stack_shape == (s, p, p)
     np.testing.assert_allclose(item[:s], sample.cbed, rtol=1e-6)
     meta = sample.meta
-    y0, x0, height, width = meta["fov_A"]
-    first = np.asarray(meta["scan_positions_A"]).reshape(-1, 2)[0]
+    y0, x0, height, width = meta.fov_A
+    first = np.asarray(meta.scan_positions_A).reshape(-1, 2)[0]
     shift = ((y0 - first[0]) / height, (x0 - first[1]) / width)
     com_y, com_x = _hand_com(sample)
     np.testing.assert_allclose(item[s], fourier_resample(com_y, (p, p), shift), atol=1e-5 * np.abs(com_y).max())
@@ -87,7 +87,7 @@ def test_predict_on_a_raw_stack_builds_the_loaders_channels(tiny_data_dir):
                           "targets": ["potential"], "normalizer": norm.to_dict(),
                           "files": {"model.safetensors": {"bytes": 0, "xxh3_128": "0" * 32}}}, "the test card")
     rec = Reconstructor(build_model(arch), card, torch.device("cpu"))
-    cal = calibration_from_meta(sample.meta)
+    cal = sample.meta.calibration
     x = rec.network_input(torch.from_numpy(sample.cbed)[None], [cal])
     np.testing.assert_allclose(x[0].numpy(), ds[0]["cbed"].numpy(), rtol=1e-4, atol=1e-4)
     assert rec.predict(sample.cbed, calibration=cal).shape == (1, 16, 16)
@@ -152,7 +152,7 @@ def test_training_with_physics_inputs_and_relative_loss_end_to_end(tiny_data_dir
     rec = models.load_reconstructor(result.model_dir, device="cpu")
     with stage.open_store(_store(tiny_data_dir)) as store:
         sample = store[0]
-    out = rec.predict(sample.cbed, calibration=calibration_from_meta(sample.meta))
+    out = rec.predict(sample.cbed, calibration=sample.meta.calibration)
     assert out.shape == (1, 16, 16) and np.isfinite(out).all()
 
 

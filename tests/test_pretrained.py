@@ -107,6 +107,7 @@ def test_a_model_trained_on_the_old_targets_is_compared_at_the_targets_resolutio
     import shutil
 
     from evaluation.scoring import _as_trained
+    from namsa.sample_meta import SampleMeta
     from namsa.targets import TARGETS_VERSION
 
     shutil.copytree(tiny_trained_model.model_dir, tmp_path / "old")
@@ -118,7 +119,7 @@ def test_a_model_trained_on_the_old_targets_is_compared_at_the_targets_resolutio
     assert old.targets_version == 1 and new.targets_version == TARGETS_VERSION == 2
     rng = np.random.default_rng(0)
     pred = rng.random((32, 32)).astype(np.float32)
-    meta = {"fov_A": [0.0, 0.0, 12.0, 12.0], "target_fwhm_A": 0.9}
+    meta = SampleMeta(scan_shape=(32, 32), fov_A=(0.0, 0.0, 12.0, 12.0), target_fwhm_A=0.9)
     assert np.array_equal(_as_trained(new, meta, pred), pred)
     smoothed = _as_trained(old, meta, pred)
     assert smoothed.std() < 0.5 * pred.std() and np.isclose(smoothed.mean(), pred.mean(), rtol=1e-5)

@@ -31,7 +31,7 @@ def test_a_shipped_model_scores_its_cards_figures_on_re_simulated_held_out_sampl
         for check in checks:
             material_id, zone_axis, variant = parse_sample_id(check["sample_id"])
             sample = namsa.simulate_sample(material_id, zone_axis, cfg, variant=variant)
-            assert sample.meta["sample_id"] == check["sample_id"]   # the same physics hash: the same sample
+            assert sample.meta.sample_id == check["sample_id"]   # the same physics hash: the same sample
             writer.put(sample)
     # the card's figures were made with or without symmetry averaging (cards before it: the single pass)
     averaged = card.held_out_evaluation.symmetry_average if card.held_out_evaluation else False

@@ -48,14 +48,14 @@ def _write(path: Path, sample: Any, *, energy_kv: float | None = None, semiangle
     """Write ``sample``'s scan (or ``data``) with its calibrations: .hspy in HyperSpy's TEM
     metadata, .emd (NCEM) in the microscope attributes; axis scales in Angstrom and 1/Angstrom."""
     meta = sample.meta
-    sy, sx = meta["scan_shape"]
+    sy, sx = meta.scan_shape
     if data is None:
         data = sample.cbed.reshape(sy, sx, *sample.cbed.shape[1:])
-    phys = {"beam_energy": meta["energy_kv"] if energy_kv is None else energy_kv,
-            "convergence_angle": meta["semiangle_mrad"] if semiangle_mrad is None else semiangle_mrad}
+    phys = {"beam_energy": meta.energy_kv if energy_kv is None else energy_kv,
+            "convergence_angle": meta.semiangle_mrad if semiangle_mrad is None else semiangle_mrad}
     phys = {k: v for k, v in phys.items() if v > 0}
-    step_A = (meta["fov_A"][2] / sy, meta["fov_A"][3] / sx) if step else None
-    dk_inv_A = meta["pattern_dk_inv_A"] if dk else None
+    step_A = (meta.fov_A[2] / sy, meta.fov_A[3] / sx) if step else None
+    dk_inv_A = meta.pattern_dk_inv_A if dk else None
     if path.suffix == ".emd":
         from rsciio.emd import file_writer
 
@@ -78,18 +78,18 @@ def _write_empad(folder: Path, sample: Any, detector_px: int = 128) -> Path:
     the scan's field of view [y, x] in metres and the detector pixel (``calibrated_pixelsize``,
     read as 1e9 x value 1/nm). Returns the XML path (the file `namsa reconstruct` is given)."""
     meta = sample.meta
-    sy, sx = meta["scan_shape"]
+    sy, sx = meta.scan_shape
     p = sample.cbed.shape[-1]
     frames = np.zeros((sy * sx, detector_px + 2, detector_px), dtype="<f4")
     lo = detector_px // 2 - p // 2
     frames[:, lo: lo + p, lo: lo + p] = sample.cbed
     raw = f"scan_x{sx}_y{sy}.raw"
     (folder / raw).write_bytes(frames.tobytes())
-    fov_m = [meta["fov_A"][2] * 1e-10, meta["fov_A"][3] * 1e-10]
+    fov_m = [meta.fov_A[2] * 1e-10, meta.fov_A[3] * 1e-10]
     xml = (f'<root><timestamp><isoformat>2026-01-01T00:00:00</isoformat></timestamp>'
            f'<pix_x>{sx}</pix_x><pix_y>{sy}</pix_y><raw_file filename="{raw}"/>'
            f'<iom_measurements><optics><get_full_scan_field_of_view>{fov_m!r}</get_full_scan_field_of_view>'
-           f'</optics><calibrated_pixelsize>{meta["pattern_dk_inv_A"] * 10 / 1e9!r}</calibrated_pixelsize>'
+           f'</optics><calibrated_pixelsize>{meta.pattern_dk_inv_A * 10 / 1e9!r}</calibrated_pixelsize>'
            f'</iom_measurements></root>')
     (folder / "scan.xml").write_text(xml)
     return folder / "scan.xml"
@@ -101,7 +101,7 @@ def _write_mib(folder: Path, sample: Any, counts_per_max: float = 60000.0) -> tu
     <exposure>ns,...``) then the frame as big-endian uint16 counts, rows stored bottom-up (the
     reader flips them); the ``.hdr`` gives frames per trigger (= scan_x) and in total. Returns
     the path and the (S, P, P) counts as written (top-down)."""
-    sy, sx = sample.meta["scan_shape"]
+    sy, sx = sample.meta.scan_shape
     p = sample.cbed.shape[-1]
     counts = np.rint(sample.cbed / sample.cbed.max() * counts_per_max).astype(np.uint16)
     chunks = []
@@ -117,10 +117,10 @@ def _write_mib(folder: Path, sample: Any, counts_per_max: float = 60000.0) -> tu
 
 def _calibration_flags(sample: Any) -> list[Any]:
     meta = sample.meta
-    sy, sx = meta["scan_shape"]
-    return ["--energy-kv", meta["energy_kv"], "--semiangle-mrad", meta["semiangle_mrad"],
-            "--dk-inv-a", repr(meta["pattern_dk_inv_A"]),
-            "--scan-step-a", f"{meta['fov_A'][2] / sy!r},{meta['fov_A'][3] / sx!r}"]
+    sy, sx = meta.scan_shape
+    return ["--energy-kv", meta.energy_kv, "--semiangle-mrad", meta.semiangle_mrad,
+            "--dk-inv-a", repr(meta.pattern_dk_inv_A),
+            "--scan-step-a", f"{meta.fov_A[2] / sy!r},{meta.fov_A[3] / sx!r}"]
 
 
 def _run(*argv: Any) -> int:
@@ -155,7 +155,7 @@ def test_file_round_trip_equals_the_prediction_on_the_sample(sample, tiny_model,
     np.testing.assert_array_equal(tifffile.imread(tmp_path / "out" / "potential.tif"), got)
     info = json.loads((tmp_path / "out" / "reconstruction.json").read_text())
     assert info["maps"]["potential"]["unit"] == "V*Angstrom"
-    fov = sample.meta["fov_A"]
+    fov = sample.meta.fov_A
     np.testing.assert_allclose(info["pixel_size_A"], [fov[2] / got.shape[0], fov[3] / got.shape[1]], rtol=1e-9)
     assert {c["source"] for c in info["calibrations"].values()} == {"file metadata"}
     assert info["resampling"] == ["none: the file's sampling is the model's"]
@@ -168,10 +168,10 @@ def test_command_line_calibrations_fill_in_and_override_the_file(sample, tiny_mo
     model_dir, rec = tiny_model
     meta = sample.meta
     path = _write(tmp_path / "bare.hspy", sample, energy_kv=300.0, step=False, dk=False)
-    mrad = meta["pattern_mrad_per_px"]
-    assert _run("reconstruct", path, "--model", model_dir, "--out", tmp_path / "out", "--energy-kv", meta["energy_kv"],
+    mrad = meta.pattern_mrad_per_px
+    assert _run("reconstruct", path, "--model", model_dir, "--out", tmp_path / "out", "--energy-kv", meta.energy_kv,
                 "--dk-mrad", mrad, "--scan-step-a",
-                f"{meta['fov_A'][2] / meta['scan_shape'][0]!r},{meta['fov_A'][3] / meta['scan_shape'][1]!r}") == 0
+                f"{meta.fov_A[2] / meta.scan_shape[0]!r},{meta.fov_A[3] / meta.scan_shape[1]!r}") == 0
     np.testing.assert_allclose(np.load(tmp_path / "out" / "potential.npy"), rec.predict(sample.cbed)[0],
                                rtol=1e-5, atol=1e-5 * float(np.abs(rec.predict(sample.cbed)).max()))
     info = json.loads((tmp_path / "out" / "reconstruction.json").read_text())
@@ -237,16 +237,16 @@ def test_a_negative_scan_scale_is_a_flipped_axis_read_back_in_order(sample, tiny
     file stored in order, and the flip said in reconstruction.json; a step given by flag keeps the
     file's sign (the map is never mirrored silently)."""
     model_dir, rec = tiny_model
-    sy, sx = sample.meta["scan_shape"]
+    sy, sx = sample.meta.scan_shape
     flipped = sample.cbed.reshape(sy, sx, *sample.cbed.shape[1:])[::-1]
     from rsciio.hspy import file_writer
 
     path = tmp_path / "flipped.hspy"
-    step = (-sample.meta["fov_A"][2] / sy, sample.meta["fov_A"][3] / sx)
-    tem = {"beam_energy": sample.meta["energy_kv"], "convergence_angle": sample.meta["semiangle_mrad"]}
-    file_writer(str(path), _signal(np.ascontiguousarray(flipped), step, sample.meta["pattern_dk_inv_A"], tem))
+    step = (-sample.meta.fov_A[2] / sy, sample.meta.fov_A[3] / sx)
+    tem = {"beam_energy": sample.meta.energy_kv, "convergence_angle": sample.meta.semiangle_mrad}
+    file_writer(str(path), _signal(np.ascontiguousarray(flipped), step, sample.meta.pattern_dk_inv_A, tem))
     expected = rec.predict(sample.cbed)[0]
-    for extra in ([], ["--scan-step-a", f"{sample.meta['fov_A'][2] / sy!r},{sample.meta['fov_A'][3] / sx!r}"]):
+    for extra in ([], ["--scan-step-a", f"{sample.meta.fov_A[2] / sy!r},{sample.meta.fov_A[3] / sx!r}"]):
         assert _run("reconstruct", path, "--model", model_dir, "--out", tmp_path / "out", *extra) == 0
         got = np.load(tmp_path / "out" / "potential.npy")
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * float(np.abs(expected).max()))
@@ -259,7 +259,7 @@ def test_wrong_beam_energy_is_refused(sample, tiny_model, tmp_path, capsys):
     path = _write(tmp_path / "300kv.hspy", sample, energy_kv=300.0)
     assert _run("reconstruct", path, "--model", tiny_model[0], "--out", tmp_path / "out") == 2
     line = _one_error_line(capsys)
-    assert "300 kV" in line and f"{sample.meta['energy_kv']:g} kV" in line
+    assert "300 kV" in line and f"{sample.meta.energy_kv:g} kV" in line
     assert not (tmp_path / "out" / "potential.npy").exists()
 
 
@@ -271,7 +271,7 @@ def test_wrong_convergence_angle_is_refused(sample, tiny_model, tmp_path, capsys
 
 
 def test_too_few_scan_points_and_a_short_detector_are_refused(sample, tiny_model, tmp_path, capsys):
-    sy, sx = sample.meta["scan_shape"]
+    sy, sx = sample.meta.scan_shape
     stack = sample.cbed.reshape(sy, sx, *sample.cbed.shape[1:])
     path = _write(tmp_path / "small-scan.hspy", sample, data=stack[: sy // 2])
     assert _run("reconstruct", path, "--model", tiny_model[0], "--out", tmp_path / "out") == 2
@@ -354,7 +354,7 @@ def test_a_physics_input_model_gets_the_files_own_calibration(sample, tiny_data_
     """A model with CoM/iCoM input planes computes them with the file's detector sampling and scan
     step (not the training set's typical ones), for a window (not periodic); the JSON records it."""
     import models
-    from namsa.icom import ScanCalibration, calibration_from_meta
+    from namsa.icom import ScanCalibration
 
     model_cfg = models.ModelConfig(preset="tiny", physics_inputs=["com_y", "com_x", "icom"], icom_residual=True)
     result = models.train(model_cfg, tiny_train_cfg(max_steps=2, eval_every=2, checkpoint_every=2), None, DATA_CFG,
@@ -364,7 +364,7 @@ def test_a_physics_input_model_gets_the_files_own_calibration(sample, tiny_data_
                 tmp_path / "out") == 0
     info = json.loads((tmp_path / "out" / "reconstruction.json").read_text())
     used = ScanCalibration.from_dict(info["physics_input_calibration"])
-    simulated = calibration_from_meta(sample.meta)
+    simulated = sample.meta.calibration
     assert used.scan_step_A == pytest.approx(simulated.scan_step_A, rel=1e-6) and not used.periodic
     assert used.k_sampling_invA == pytest.approx(simulated.k_sampling_invA, rel=1e-6)
     got = np.load(tmp_path / "out" / f"{rec.targets[0]}.npy")

@@ -25,8 +25,8 @@ def test_empad_file_round_trip(sample, tiny_model, tmp_path):
     model_dir, rec = tiny_model
     meta = sample.meta
     path = _write_empad(tmp_path, sample)
-    assert _run("reconstruct", path, "--model", model_dir, "--out", tmp_path / "out", "--energy-kv", meta["energy_kv"],
-                "--semiangle-mrad", meta["semiangle_mrad"]) == 0
+    assert _run("reconstruct", path, "--model", model_dir, "--out", tmp_path / "out", "--energy-kv", meta.energy_kv,
+                "--semiangle-mrad", meta.semiangle_mrad) == 0
     expected = rec.predict(sample.cbed)[0]
     np.testing.assert_allclose(np.load(tmp_path / "out" / "potential.npy"), expected, rtol=1e-6,
                                atol=1e-6 * float(np.abs(expected).max()))
@@ -34,7 +34,7 @@ def test_empad_file_round_trip(sample, tiny_model, tmp_path):
     assert info["calibrations"]["step_A"]["source"] == "file metadata"
     assert info["calibrations"]["dk_inv_A"]["source"] == "file metadata"
     np.testing.assert_allclose(info["calibrations"]["step_A"]["value"],
-                               [meta["fov_A"][2] / meta["scan_shape"][0], meta["fov_A"][3] / meta["scan_shape"][1]],
+                               [meta.fov_A[2] / meta.scan_shape[0], meta.fov_A[3] / meta.scan_shape[1]],
                                rtol=1e-6)
     assert info["resampling"][0].startswith("detector ky: centred crop 128 -> 16 px")
 
@@ -60,14 +60,14 @@ def test_file_saved_by_hyperspy_round_trips(sample, tiny_model, tmp_path):
     hs = pytest.importorskip("hyperspy.api")
     model_dir, rec = tiny_model
     meta = sample.meta
-    sy, sx = meta["scan_shape"]
+    sy, sx = meta.scan_shape
     signal = hs.signals.Signal2D(sample.cbed.reshape(sy, sx, *sample.cbed.shape[1:]))
     nav_x, nav_y = signal.axes_manager.navigation_axes  # HyperSpy lists axes x first
-    for axis, scale, unit in ((nav_y, meta["fov_A"][2] / sy, "Å"), (nav_x, meta["fov_A"][3] / sx, "Å"),
-                              *((a, meta["pattern_dk_inv_A"], "1/Å") for a in signal.axes_manager.signal_axes)):
+    for axis, scale, unit in ((nav_y, meta.fov_A[2] / sy, "Å"), (nav_x, meta.fov_A[3] / sx, "Å"),
+                              *((a, meta.pattern_dk_inv_A, "1/Å") for a in signal.axes_manager.signal_axes)):
         axis.scale, axis.units = scale, unit
-    signal.metadata.set_item("Acquisition_instrument.TEM.beam_energy", meta["energy_kv"])
-    signal.metadata.set_item("Acquisition_instrument.TEM.convergence_angle", meta["semiangle_mrad"])
+    signal.metadata.set_item("Acquisition_instrument.TEM.beam_energy", meta.energy_kv)
+    signal.metadata.set_item("Acquisition_instrument.TEM.convergence_angle", meta.semiangle_mrad)
     signal.save(tmp_path / "scan.hspy")
     assert _run("reconstruct", tmp_path / "scan.hspy", "--model", model_dir, "--out", tmp_path / "out") == 0
     expected = rec.predict(sample.cbed)[0]
@@ -114,17 +114,17 @@ def test_py4dstem_datacube_in_memory_gives_the_file_s_maps(sample, tiny_model, t
 
     model_dir, rec = tiny_model
     meta = sample.meta
-    sy, sx = meta["scan_shape"]
+    sy, sx = meta.scan_shape
     cube = py4dstem.DataCube(sample.cbed.reshape(sy, sx, *sample.cbed.shape[1:]))
-    cube.calibration.set_R_pixel_size(meta["fov_A"][2] / sy)
+    cube.calibration.set_R_pixel_size(meta.fov_A[2] / sy)
     cube.calibration.set_R_pixel_units("A")
-    cube.calibration.set_Q_pixel_size(meta["pattern_dk_inv_A"])
+    cube.calibration.set_Q_pixel_size(meta.pattern_dk_inv_A)
     cube.calibration.set_Q_pixel_units("A^-1")
-    cube.calibration.set_convergence_semiangle_mrad(meta["semiangle_mrad"])
-    if meta["fov_A"][2] / sy != meta["fov_A"][3] / sx:  # py4DSTEM keeps one R pixel size
-        given = {"energy_kv": meta["energy_kv"], "step_A": (meta["fov_A"][2] / sy, meta["fov_A"][3] / sx)}
+    cube.calibration.set_convergence_semiangle_mrad(meta.semiangle_mrad)
+    if meta.fov_A[2] / sy != meta.fov_A[3] / sx:  # py4DSTEM keeps one R pixel size
+        given = {"energy_kv": meta.energy_kv, "step_A": (meta.fov_A[2] / sy, meta.fov_A[3] / sx)}
     else:
-        given = {"energy_kv": meta["energy_kv"]}
+        given = {"energy_kv": meta.energy_kv}
     summary = reconstruct(cube, model_dir, tmp_path / "out", calibrations=given)
     got = np.load(summary["files"]["potential.npy"])
     expected = rec.predict(sample.cbed)[0]

@@ -56,11 +56,11 @@ def test_specimens_from_refine_below_A_on_keep_the_networks_map(graphite):
     """At least refine_below_A thick (default 50 A): the network's map comes back unrefined, saying why;
     below it, or with no cut (None) or no known thickness, the stack is refined."""
     start = np.random.default_rng(1).normal(100.0, 20.0, graphite.potential.shape).astype(np.float32)
-    thick = SimpleNamespace(cbed=graphite.cbed, meta={**graphite.meta, "thickness_A": 80.0})
+    thick = SimpleNamespace(cbed=graphite.cbed, meta=graphite.meta.replace(thickness_A=80.0))
     kept = refine_from_sample(thick, start, FEW)
     np.testing.assert_array_equal(kept.potential, start)
     assert kept.kept_network and kept.iterations == 0 and "80 A thick, not below refine_below_A=50 A" in kept.skipped
-    assert RefineSettings().too_thick(graphite.meta) is None and RefineSettings().too_thick({}) is None
+    assert RefineSettings().too_thick(graphite.meta) is None and RefineSettings().too_thick(graphite.meta.replace(thickness_A=None)) is None
     refined = refine_from_sample(thick, start, FEW.model_copy(update={"refine_below_A": None}))
     assert not refined.kept_network and refined.skipped is None and refined.iterations > 0
     assert not refine_from_sample(_blind(graphite), start, FEW).kept_network   # 6.7 A: refined
@@ -70,7 +70,7 @@ def test_a_strong_phase_keeps_the_networks_map(graphite):
     """A network map spanning max_phase_rad (default 0.75 rad) or more is not refined; None refines it."""
     from namsa.constants import interaction_constant
 
-    sigma = interaction_constant(float(graphite.meta["energy_kv"]))
+    sigma = interaction_constant(float(graphite.meta.energy_kv))
     weak = graphite.potential - graphite.potential.min()
     strong = (weak * (2.0 / (sigma * float(np.ptp(weak))))).astype(np.float32)   # spans 2 rad
     assert sigma * np.ptp(weak) < 0.75 and RefineSettings().too_strong(weak, graphite.meta) is None   # graphite: weak
@@ -137,8 +137,8 @@ def test_thick_specimens_get_multislice_with_the_start_split_over_the_slices():
     start = np.zeros(si.potential.shape, np.float32)
     result = refine_from_sample(_blind(si), start, settings)
     assert result.n_slices == 3 and result.iterations == 3 and np.isfinite(result.final_error)
-    assert RefineSettings().slices(si.meta) == (1, si.meta["thickness_A"])     # below 100 A: single-slice
-    assert RefineSettings().slices({}) [0] == 1                                  # thickness unknown: single-slice
+    assert RefineSettings().slices(si.meta) == (1, si.meta.thickness_A)     # below 100 A: single-slice
+    assert RefineSettings().slices(si.meta.replace(thickness_A=None))[0] == 1   # thickness unknown: single-slice
 
 
 def test_the_start_goes_onto_the_object_grid_and_reads_back(graphite):
@@ -169,9 +169,9 @@ def test_the_start_goes_onto_the_object_grid_and_reads_back(graphite):
 
 def test_the_fill_beyond_the_field_follows_the_field_of_view(graphite):
     assert RefineSettings().periodic(graphite.meta)                         # one whole period of the cell
-    tile = {k: v for k, v in graphite.meta.items() if k != "cell_A"}        # a microscope tile: unknown
+    tile = graphite.meta.replace(cell_A=None)                               # a microscope tile: unknown
     assert not RefineSettings().periodic(tile)
-    part = {**graphite.meta, "fov_A": [0.0, 0.0, 4.0, 4.0]}                # a part of the cell
+    part = graphite.meta.replace(fov_A=(0.0, 0.0, 4.0, 4.0))               # a part of the cell
     assert not RefineSettings().periodic(part)
     assert RefineSettings(outside="periodic").periodic(tile) and not RefineSettings(outside="mean").periodic(graphite.meta)
 
@@ -187,7 +187,7 @@ def test_bad_refinement_input_is_one_line(graphite, case, match):
     elif case == "nan":
         start[3, 3] = np.nan
     else:
-        sample = SimpleNamespace(cbed=graphite.cbed, meta={k: v for k, v in graphite.meta.items() if k != "energy_kv"})
+        sample = SimpleNamespace(cbed=graphite.cbed, meta=graphite.meta.replace(energy_kv=None))
     with pytest.raises(PtychoError, match=match) as info:
         refine_from_sample(sample, start, FEW)
     assert "\n" not in str(info.value)
@@ -200,7 +200,7 @@ def test_evaluation_gets_the_raw_map_at_the_targets_resolution_and_a_record(grap
     start = np.zeros(graphite.potential.shape, np.float32)
     raw, record = refined_from_network(FEW, _blind(graphite), start)
     direct = refine_from_sample(_blind(graphite), start, FEW)
-    expected = to_target_resolution(direct.potential, graphite.meta["fov_A"], graphite.meta["target_fwhm_A"])
+    expected = to_target_resolution(direct.potential, graphite.meta.fov_A, graphite.meta.target_fwhm_A)
     np.testing.assert_allclose(raw, expected, rtol=1e-5, atol=1e-4)
     assert set(record) == {"seconds", "start_error", "final_error", "error", "iterations", "converged",
                            "kept_network", "n_slices", "skipped"}
@@ -246,10 +246,11 @@ def test_predict_refine_requests_without_what_they_need_are_one_line(tiny):
     from models.reconstructor import Reconstructor, ReconstructorInputError
 
     _, rec, sample = tiny
-    meta_without_dk = {k: v for k, v in sample.meta.items() if k not in ("pattern_dk_inv_A", "pattern_mrad_per_px")}
+    meta_without_dk = sample.meta.replace(pattern_dk_inv_A=None, pattern_mrad_per_px=None)
     cases = [(dict(refine=True), "pass refine_meta="),
              (dict(refine=True, refine_meta=[sample.meta, sample.meta]), "2 metas for 1 stacks"),
              (dict(refine=True, refine_meta=meta_without_dk), "lacks the calibrations pattern_dk_inv_A"),
+             (dict(refine=True, refine_meta=sample.meta.to_json()), "refine_meta\\[0\\] is a dict, not a sample's meta"),
              (dict(refine="yes", refine_meta=sample.meta), "refine must be True, False or")]
     for kwargs, match in cases:
         with pytest.raises(ReconstructorInputError, match=match) as info:
@@ -268,15 +269,16 @@ def test_reconstruct_refine_end_to_end_records_every_tile(tiny, tmp_path):
     pytest.importorskip("rsciio")
     from microscope_helpers import write_hspy
     from namsa.optics import scan_positions
+    from namsa.sample_meta import SampleMeta
     from workflow.cli import main
 
     model_dir, rec, sample = tiny
     meta = sample.meta
-    sy, sx = meta["scan_shape"]
-    step = (meta["fov_A"][2] / sy, meta["fov_A"][3] / sx)
+    sy, sx = meta.scan_shape
+    step = meta.scan_step_A
     path = write_hspy(tmp_path / "scan.hspy", sample.cbed.reshape(sy, sx, *sample.cbed.shape[1:]), step_A=step[0],
-                      dk_inv_A=meta["pattern_dk_inv_A"], energy_kv=meta["energy_kv"],
-                      semiangle_mrad=meta["semiangle_mrad"])
+                      dk_inv_A=meta.pattern_dk_inv_A, energy_kv=meta.energy_kv,
+                      semiangle_mrad=meta.semiangle_mrad)
     out = tmp_path / "out"
     assert main(["reconstruct", str(path), "--model", str(model_dir), "--out", str(out),
                  "--scan-step-a", f"{step[0]!r},{step[1]!r}", "--refine"]) == 0
@@ -285,10 +287,11 @@ def test_reconstruct_refine_end_to_end_records_every_tile(tiny, tmp_path):
     assert tile["origin_yx"] == [0, 0] and tile["n_slices"] == 1 and tile["seconds"] > 0
     assert {"start_error", "final_error", "iterations", "kept_network", "converged"} <= set(tile)
     assert info["refinement"]["probe_start_aberrations"] == {"C1_A": 0.0, "C3_mm": 0.0}
-    fov = [0.0, 0.0, sy * step[0], sx * step[1]]
-    tile_meta = {"scan_shape": [sy, sx], "fov_A": fov, "scan_positions_A": scan_positions(fov, (sy, sx)).tolist(),
-                 "energy_kv": meta["energy_kv"], "semiangle_mrad": meta["semiangle_mrad"],
-                 "pattern_dk_inv_A": meta["pattern_dk_inv_A"], "aberrations": {"C1_A": 0.0, "C3_mm": 0.0}}
+    fov = (0.0, 0.0, sy * step[0], sx * step[1])
+    tile_meta = SampleMeta(scan_shape=(sy, sx), fov_A=fov,
+                           scan_positions_A=tuple(map(tuple, scan_positions(fov, (sy, sx)).tolist())),
+                           energy_kv=meta.energy_kv, semiangle_mrad=meta.semiangle_mrad,
+                           pattern_dk_inv_A=meta.pattern_dk_inv_A, aberrations={"C1_A": 0.0, "C3_mm": 0.0})
     expected = rec.predict(sample.cbed, refine=True, refine_meta=tile_meta)[rec.targets.index("potential")]
     assert rec.last_refinement[0].start_error == pytest.approx(tile["start_error"], rel=1e-5)
     got = np.load(out / "potential.npy")

@@ -269,10 +269,12 @@ def test_the_class_chart_plots_the_intervals_of_metrics_json(report):
 def test_cbed_axes_in_mrad_from_either_detector_sampling():
     from evaluation.map_figures import cbed_extent
     from namsa.constants import wavelength_A
+    from namsa.sample_meta import SampleMeta
 
+    scan = SampleMeta(scan_shape=(4, 4), fov_A=(0.0, 0.0, 4.0, 4.0))
     dk = 0.05   # 1/Angstrom per pixel
     mrad = dk * wavelength_A(200.0) * 1e3
-    by_k = cbed_extent({"pattern_dk_inv_A": dk, "energy_kv": 200.0}, 32)
-    assert by_k == pytest.approx(cbed_extent({"pattern_mrad_per_px": mrad}, 32))
+    by_k = cbed_extent(scan.replace(pattern_dk_inv_A=dk, energy_kv=200.0), 32)
+    assert by_k == pytest.approx(cbed_extent(scan.replace(pattern_mrad_per_px=mrad), 32))
     assert by_k == pytest.approx((-16.5 * mrad, 15.5 * mrad, 15.5 * mrad, -16.5 * mrad))
-    assert cbed_extent({}, 32) is None
+    assert cbed_extent(scan, 32) is None

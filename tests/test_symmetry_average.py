@@ -130,7 +130,6 @@ def test_evaluation_scores_the_averaged_maps_unless_told_not_to(flagship, tmp_pa
     import stage
     from evaluation import EvaluationConfig, evaluate
     from evaluation.views import FIELD, field_map
-    from namsa.icom import calibration_from_meta
 
     cfg = namsa.SimulationConfig(scan_shape=(32, 32), pattern_px=32, target_px=32)   # the flagship's physics
     sample = namsa.simulate_sample(namsa.load_structure("Si-diamond"), (0, 0, 1), cfg)
@@ -150,7 +149,7 @@ def test_evaluation_scores_the_averaged_maps_unless_told_not_to(flagship, tmp_pa
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for averaged in (True, False):
-            own = flagship.predict(sample.cbed.astype(np.float32), calibration_from_meta(sample.meta),
+            own = flagship.predict(sample.cbed.astype(np.float32), sample.meta.calibration,
                                    symmetry_average=None if averaged else False)[0]
             truth = sample.potential.astype(np.float64)
             expected = np.linalg.norm(field_map(own, truth) - truth) / np.linalg.norm(truth)

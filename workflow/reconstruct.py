@@ -10,6 +10,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from namsa.errors import MemoryShortage, UserError
+from namsa.sample_meta import SampleMeta
 
 from .errors import out_of_memory
 from .memory import machine_memory
@@ -199,7 +200,7 @@ class TileRefinement:
     tile: its scan, the fitted detector sampling and the physics of the file) and what each did."""
 
     settings: Any
-    meta: dict[str, Any]
+    meta: SampleMeta
     tiles: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
@@ -212,10 +213,11 @@ class TileRefinement:
         from namsa.ptychography.refine import RefineSettings
 
         sy, sx = expect.scan_shape
-        fov = [0.0, 0.0, sy * plan.step_A[0], sx * plan.step_A[1]]  # map pixel (0, 0) at the tile's first position
-        meta = {"scan_shape": [sy, sx], "fov_A": fov, "scan_positions_A": scan_positions(fov, (sy, sx)).tolist(),
-                "energy_kv": float(cal.energy_kv), "semiangle_mrad": float(cal.semiangle_mrad),
-                "pattern_dk_inv_A": float(plan.dk_inv_A), "aberrations": _expected_aberrations(rec.card)}
+        fov = (0.0, 0.0, sy * plan.step_A[0], sx * plan.step_A[1])  # map pixel (0, 0) at the tile's first position
+        positions = tuple(tuple(p) for p in scan_positions(fov, (sy, sx)).tolist())
+        meta = SampleMeta(scan_shape=(sy, sx), fov_A=fov, scan_positions_A=positions, energy_kv=float(cal.energy_kv),
+                          semiangle_mrad=float(cal.semiangle_mrad), pattern_dk_inv_A=float(plan.dk_inv_A),
+                          aberrations=_expected_aberrations(rec.card))
         return cls(RefineSettings() if refine is True else refine, meta)
 
     def predict_options(self) -> dict[str, Any]:
@@ -234,7 +236,7 @@ class TileRefinement:
         kept = sum(t["kept_network"] for t in self.tiles)
         return {"method": "single-slice ptychography (py4DSTEM) started from the network's potential; the network's "
                           "map kept where that raised the data error (namsa.ptychography.refine)",
-                "probe_start_aberrations": self.meta["aberrations"], "settings": self.settings.model_dump(),
+                "probe_start_aberrations": dict(self.meta.aberrations or {}), "settings": self.settings.model_dump(),
                 "tiles_kept_network": kept, "tiles": self.tiles}
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from namsa.ptychography.single_slice import INSTALL_HINT
+from namsa.sample_meta import SampleMeta
 from namsa.targets import to_target_resolution
 
 from .record import Requirement
@@ -19,12 +20,12 @@ from .record import Requirement
 PY4DSTEM = Requirement(module="py4DSTEM.process.phase", package="py4DSTEM", install=INSTALL_HINT)
 
 
-def at_target_resolution(raw: np.ndarray, meta: dict[str, Any]) -> np.ndarray:
+def at_target_resolution(raw: np.ndarray, meta: SampleMeta) -> np.ndarray:
     """``raw`` brought to the targets' resolution when ``meta`` states it (``target_fwhm_A``,
     `namsa.targets.to_target_resolution`), as the network learned it: ptychography, whose maps resolve
     finer than the probe, is not charged for detail finer than the truth holds."""
-    if meta.get("target_fwhm_A"):
-        raw = to_target_resolution(raw, meta["fov_A"], float(meta["target_fwhm_A"]))
+    if meta.target_fwhm_A:
+        raw = to_target_resolution(raw, meta.fov_A, float(meta.target_fwhm_A))
     return np.asarray(raw, dtype=np.float32)
 
 

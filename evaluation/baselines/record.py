@@ -12,6 +12,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from namsa.errors import UserError
+from namsa.sample_meta import SampleMeta
 
 from ..config import EvaluationConfig
 from .cache import Baseline, cached
@@ -47,7 +48,7 @@ class Requirement:
 class Subset(Protocol):
     """Which samples a costly method runs on, decided sample by sample in scoring order."""
 
-    def take(self, meta: dict) -> bool:
+    def take(self, meta: SampleMeta) -> bool:
         """True (and counted) when the sample with this meta gets the method."""
 
     def note(self) -> str:
@@ -167,7 +168,7 @@ class Method:
         if self.settings is None:
             result, facts = self.runner(cfg, sample, shape, network)
         else:
-            result, facts = cached(cfg.baseline_cache, self.name, sample.meta["sample_id"], self.settings(cfg),
+            result, facts = cached(cfg.baseline_cache, self.name, sample.id, self.settings(cfg),
                                    lambda: self.runner(cfg, sample, shape, network))
         seconds = facts.get("seconds", time.perf_counter() - started)
         # Marked: a subset method's aggregates cover only the samples it ran on.

@@ -24,7 +24,7 @@ def refined_from_network(settings: RefineSettings, sample: Any,
 
     The map is in V * Angstrom on the network's grid at the targets' resolution: a refined map
     (ptychography resolves finer than the targets) is convolved with the targets' Gaussian
-    (``meta["target_fwhm_A"]``, `maps.at_target_resolution`), as the ptychography baselines are; the
+    (``meta.target_fwhm_A``, `maps.at_target_resolution`), as the ptychography baselines are; the
     network's own map, when kept, is already at that resolution and returned as is. Its mean is the
     network's (a uniform phase is invisible to the data). The record holds ``seconds``, ``start_error``,
     ``final_error``, ``error`` (the data error of the map returned), ``iterations``, ``converged``,

@@ -3,6 +3,7 @@ of `evaluation.methods`, picking thick samples in scoring order."""
 from __future__ import annotations
 
 from namsa.ptychography.multislice import MultisliceSettings
+from namsa.sample_meta import SampleMeta
 
 
 class ThickSubset:
@@ -13,7 +14,7 @@ class ThickSubset:
         self.settings = settings
         self.taken = 0
 
-    def take(self, meta: dict) -> bool:
+    def take(self, meta: SampleMeta) -> bool:
         """True (and counted) when the sample with this meta gets the multislice baseline."""
         due = self.taken < self.settings.max_samples and self.settings.eligible(meta)
         self.taken += due

@@ -172,7 +172,7 @@ def _scan_shape(stores: Any) -> tuple[int, int] | None:
     if not len(stores):
         return None
     reader, index = stores.locate(0)
-    scan_y, scan_x = (int(v) for v in reader.meta(index)["scan_shape"])
+    scan_y, scan_x = reader.meta(index).scan_shape
     return scan_y, scan_x
 
 
