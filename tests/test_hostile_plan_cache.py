@@ -103,7 +103,7 @@ def assert_the_configs_plan(cfg: SimulationConfig, cache: Path, out: Path) -> No
     formulas = {}
     for path in stage.find_stores(out):
         with stage.open_store(path) as reader:
-            formulas.update((reader.meta(i)["material_id"], reader.meta(i)["formula"]) for i in range(len(reader)))
+            formulas.update((reader.meta(i).material_id, reader.meta(i).formula) for i in range(len(reader)))
     assert formulas == FORMULAS
     assert_planned_over(cfg, cache)
 
