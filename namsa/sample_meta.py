@@ -122,12 +122,12 @@ class SampleMeta:
         shape, fov = (tuple(v) if isinstance(v, list) else v for v in (self.scan_shape, self.fov_A))
         object.__setattr__(self, "scan_shape", shape)   # a list given is taken as its tuple
         object.__setattr__(self, "fov_A", fov)
+        which = f"sample meta {str(self.sample_id)[:80]!r}"
         if not (isinstance(shape, tuple) and len(shape) == 2 and all(_is_int(n) and n > 0 for n in shape)):
-            raise SampleMetaError(f"sample meta {self.sample_id!r}: scan_shape must be two positive ints, got {shape!r}")
+            raise SampleMetaError(f"{which}: scan_shape must be two positive ints, got {shape!r}")
         if not (isinstance(fov, tuple) and len(fov) == 4 and all(_is_number(v) for v in fov) and fov[2] > 0
                 and fov[3] > 0):
-            raise SampleMetaError(f"sample meta {self.sample_id!r}: fov_A must be (y0, x0, height, width) with a "
-                                  f"positive size, got {fov!r}")
+            raise SampleMetaError(f"{which}: fov_A must be (y0, x0, height, width) with a positive size, got {fov!r}")
 
     # ----------------------------------------------------------------------------- what is missing
 
