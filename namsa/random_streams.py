@@ -66,6 +66,8 @@ class TrainingStream(IntEnum):
     LOADER_WORKERS = 203  # the train loader's generator in one epoch: its workers' base seeds
     DEV_LOADER = 204      # the dev loader's generator: its workers' base seeds
     DROPOUT = 205         # one rank's global generators once the model is built: its dropout masks
+    BATCH_SHOT_NOISE = 206  # stage.resident: the Poisson counts of one resident training batch, seeded with
+    #                         the dose augmentation's seed and the batch's ordinal in the run as the epoch
 
 
 #: the training order's seed before the table, seed * 1_000_003 + epoch * 101 + rank: `training_seed` keeps it

@@ -132,6 +132,17 @@ class DataConfig(BaseModel):
                        samples (`DoseAugmentationConfig`; off by default).
     symmetry_augmentation: rotations/mirrors of scan, patterns and targets together for training
                        samples (`SymmetryAugmentationConfig`; off by default).
+    resident:          hold the training and dev splits in the training device's memory (`stage.resident`):
+                       the store is read once (checksums verified) into one tensor in the stored dtype,
+                       and each step gathers its batch by index there and draws the symmetry
+                       operation, the shot noise and the input transform on the device, so a step
+                       does no host work but launching. The same batches, in the same order, as the
+                       streaming loader for a seed; the doses and operations are the host path's
+                       per (seed, epoch, sample id) and the noise is always drawn on the device
+                       (``dose_augmentation.on_device`` is implied). Refused with one line
+                       (`namsa.errors.MemoryShortage`) before anything is read when the splits do not
+                       fit the device's free memory with a quarter kept; not with
+                       ``model.physics_inputs``. False (the default): the streaming loader above.
     light_oversample:  each training sample of a light material (every element Z <= 14,
                        `namsa.kirkland.is_light`) is drawn this many times per epoch, each copy
                        with its own noise and symmetry draws (1 = as stored). Light materials are
@@ -160,6 +171,7 @@ class DataConfig(BaseModel):
     dose_augmentation: DoseAugmentationConfig = DoseAugmentationConfig()
     symmetry_augmentation: SymmetryAugmentationConfig = SymmetryAugmentationConfig()
     light_oversample: int = Field(1, ge=1, le=16)
+    resident: bool = False
 
     @field_validator("split_fractions")
     @classmethod

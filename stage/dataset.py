@@ -1,7 +1,8 @@
 """The torch `SampleDataset`: samples of one split of one or many stores as normalised tensors.
 
-With stage.sampler, stage.loader, stage.threadloader and stage.device_noise, the only modules of
-`stage` that import torch. Stores are opened lazily, read-only and lock-free in each worker
+With stage.sampler, stage.loader, stage.threadloader, stage.device_noise and the resident set's
+stage.resident, stage.resident_batch and stage.resident_loader, the only modules of `stage` that
+import torch. Stores are opened lazily, read-only and lock-free in each worker
 process (kernel readahead off for small records, on for large ones that are read whole: see
 `stage.reader.StoreReader`).
 """
@@ -112,13 +113,19 @@ class SampleDataset(Dataset):
         self.copies = self.copies + [c for c in range(1, k) for _ in light]
 
     def _noise_meta_per_position(self) -> list[SampleMeta]:
-        """What `device_noise_draws` needs of each position's meta (the id with its copy suffix,
-        the scan grid, a dose as simulated), read once here: the training process opens no store."""
+        """What `device_noise_draws` needs of each position's meta, read once here: the training
+        process opens no store."""
+        return self.position_metas(range(len(self)))
+
+    def position_metas(self, positions: Sequence[int]) -> list[SampleMeta]:
+        """What the draws of an augmentation need of each dataset position in ``positions``: a small
+        `SampleMeta` with the id it draws as (an oversampled copy's with its ``#c`` suffix), the scan
+        grid (``scan_shape``, ``fov_A``) and a dose as simulated (None: stored clean)."""
         out = []
-        for g, copy in zip(self.global_indices, self.copies):
-            meta = self._meta(g)
-            out.append(SampleMeta(sample_id=_copy_id(meta, copy), scan_shape=meta.scan_shape, fov_A=meta.fov_A,
-                                  dose_e_per_A2=meta.dose_e_per_A2))
+        for k in positions:
+            meta = self._meta(self.global_indices[k])
+            out.append(SampleMeta(sample_id=_copy_id(meta, self.copies[k]), scan_shape=meta.scan_shape,
+                                  fov_A=meta.fov_A, dose_e_per_A2=meta.dose_e_per_A2))
         return out
 
     def device_noise_draws(self, indices: Sequence[int]) -> list[tuple[float, int]]:

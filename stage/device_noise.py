@@ -33,6 +33,21 @@ def add_shot_noise_torch(cbed: torch.Tensor, electrons: float, generator: torch.
     return cbed.copy_(torch.poisson(lam, generator=generator).mul_(scale / electrons))
 
 
+def add_shot_noise_batch(cbed: torch.Tensor, electrons: torch.Tensor, generator: torch.Generator,
+                         scale: float = 1.0) -> torch.Tensor:
+    """`add_shot_noise_torch` for a whole batch in one draw: ``cbed`` float32 (B, ...) intensities
+    times ``scale``, ``electrons`` float (B,) on its device, sample b's electrons per probe position
+    (0: sample b stays clean). Returns a new tensor: counts ~ Poisson(electrons[b] * I) as counts /
+    electrons[b] on ``scale``, or the clean sample itself."""
+    shape = (-1,) + (1,) * (cbed.dim() - 1)
+    per_sample = electrons.to(cbed.dtype).view(shape)
+    noisy = per_sample > 0
+    safe = torch.where(noisy, per_sample, torch.ones_like(per_sample))
+    lam = (cbed * (safe / scale)).clamp_(min=0.0)
+    counts = torch.poisson(lam, generator=generator).mul_(scale / safe)
+    return torch.where(noisy, counts, cbed)
+
+
 def noisy_batch_to_device(batch: dict[str, Any], device: torch.device | str, normalizer: Normalizer | None,
                           dataset: SampleDataset) -> dict[str, Any]:
     """`stage.dataset.batch_to_device` for a clean training batch of ``dataset`` (dose
@@ -50,4 +65,4 @@ def noisy_batch_to_device(batch: dict[str, Any], device: torch.device | str, nor
     return out
 
 
-__all__ = ["add_shot_noise_torch", "noisy_batch_to_device"]
+__all__ = ["add_shot_noise_torch", "add_shot_noise_batch", "noisy_batch_to_device"]

@@ -46,6 +46,22 @@ def make_sample(material_id: str, variant: int = 0, *, scan: tuple[int, int] = (
     return Sample(cbed=cbed.astype(np.float32), potential=potential, density=density, meta=meta)
 
 
+def check_poisson(noisy: np.ndarray, clean: np.ndarray, electrons: float) -> None:
+    """Shot-noise draws against their law (stage.dose, stage.device_noise, stage.resident): ``noisy``
+    (K, ...) draws of counts / electrons with counts ~ Poisson(electrons * clean), K large (~400)."""
+    k = noisy.shape[0]
+    lit = clean > 0
+    np.testing.assert_array_equal(noisy[:, ~lit], 0.0)  # zero intensity: no electron ever lands there
+    var = clean[lit] / electrons  # the Poisson variance of counts / N
+    z = (noisy.mean(axis=0)[lit] - clean[lit]) / np.sqrt(var / k)
+    assert abs(z.mean()) < 5 / np.sqrt(z.size) and np.abs(z).max() < 6, "mean of the noisy pattern != clean"
+    ratio = noisy.var(axis=0, ddof=1)[lit] / var
+    assert abs(ratio.mean() - 1.0) <= 5 * np.sqrt(2 / k / ratio.size), "mean variance != I / N"
+    assert np.all(np.abs(ratio - 1) < 6 * np.sqrt(2 / k)), "per-pixel variance != I / N"
+    # the counts are integers: noisy * N lies on the integers
+    np.testing.assert_allclose(noisy * electrons, np.round(noisy * electrons), atol=1e-6)
+
+
 def make_samples(n_materials: int, variants: int = 1, **kw) -> list[Sample]:
     return [make_sample(f"mp-{100 + m}", v, **kw) for m in range(n_materials) for v in range(variants)]
 

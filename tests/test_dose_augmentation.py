@@ -16,7 +16,7 @@ from stage.config import DoseAugmentationConfig
 from stage.dataset import batch_to_device, collate_samples
 from stage.device_noise import noisy_batch_to_device
 from stage.dose import DoseAugmentation, add_shot_noise, augmentation_rng, draw_dose
-from stage_helpers import CONFIG_HASH, make_sample, make_samples
+from stage_helpers import CONFIG_HASH, check_poisson, make_sample, make_samples
 
 FIXED_DOSE = 2500.0  # electrons/A^2; the helpers' 2 x 2 scan over 4 x 4 A puts 4 A^2 per position
 ELECTRONS = FIXED_DOSE * 4.0
@@ -43,21 +43,6 @@ def _draws(ds: stage.SampleDataset, index: int, epochs: range) -> np.ndarray:
     return np.stack(out)
 
 
-def _check_poisson(noisy: np.ndarray, clean: np.ndarray, electrons: float) -> None:
-    """noisy: (K, ...) draws of counts / electrons with counts ~ Poisson(electrons * clean)."""
-    k = noisy.shape[0]
-    lit = clean > 0
-    np.testing.assert_array_equal(noisy[:, ~lit], 0.0)  # zero intensity: no electron ever lands there
-    var = clean[lit] / electrons  # the Poisson variance of counts / N
-    z = (noisy.mean(axis=0)[lit] - clean[lit]) / np.sqrt(var / k)
-    assert abs(z.mean()) < 5 / np.sqrt(z.size) and np.abs(z).max() < 6, "mean of the noisy pattern != clean"
-    ratio = noisy.var(axis=0, ddof=1)[lit] / var
-    assert ratio.mean() == pytest.approx(1.0, abs=5 * np.sqrt(2 / k / ratio.size))
-    assert np.all(np.abs(ratio - 1) < 6 * np.sqrt(2 / k)), "per-pixel variance != I / N"
-    # the counts are integers: noisy * N lies on the integers
-    np.testing.assert_allclose(noisy * electrons, np.round(noisy * electrons), atol=1e-6)
-
-
 def test_shot_noise_has_poisson_mean_and_variance_on_a_known_pattern():
     yy, xx = np.mgrid[:16, :16] - 8
     clean = np.exp(-(yy**2 + xx**2) / 20.0)
@@ -67,7 +52,7 @@ def test_shot_noise_has_poisson_mean_and_variance_on_a_known_pattern():
     rng = np.random.default_rng(0)
     draws = np.repeat(clean[None].astype(np.float32), 2000, axis=0)
     add_shot_noise(draws, electrons, rng)
-    _check_poisson(draws.astype(np.float64), clean.astype(np.float32).astype(np.float64), electrons)
+    check_poisson(draws.astype(np.float64), clean.astype(np.float32).astype(np.float64), electrons)
 
 
 def test_shot_noise_keeps_the_storage_scale_of_float16_buffers():
@@ -87,7 +72,7 @@ def test_loader_draws_have_poisson_statistics_on_a_real_stored_sample(store):
     noisy_ds = stage.SampleDataset(store, "train", None, dose_augmentation=NOISY)
     clean = clean_ds[0]["cbed"].numpy().astype(np.float64)
     assert stage.open_store(store).meta(noisy_ds.global_indices[0]).scan_step_area_A2 == 4.0
-    _check_poisson(_draws(noisy_ds, 0, range(400)), clean, ELECTRONS)
+    check_poisson(_draws(noisy_ds, 0, range(400)), clean, ELECTRONS)
 
 
 def test_normalised_and_raw_fp16_items_carry_the_same_noise(store):
@@ -229,7 +214,7 @@ def test_device_noise_has_the_host_paths_poisson_statistics(store):
     device = np.stack(draws)
     host = _draws(stage.SampleDataset(store, "train", None, dose_augmentation=NOISY), 0, range(400))
     for noisy in (device, host):   # the same test of the law on both paths
-        _check_poisson(noisy, clean, ELECTRONS)
+        check_poisson(noisy, clean, ELECTRONS)
     assert not np.array_equal(device[0], device[1]), "each epoch draws other counts"
 
 

@@ -88,6 +88,9 @@ def _training_seeds(seed: int, epochs: int, world_size: int) -> list[tuple[tuple
              for stream in (TrainingStream.SHARED_ORDER, TrainingStream.LOADER_WORKERS) for e in range(epochs)]
     uses += [((TrainingStream.DROPOUT, r), training_seed(seed, TrainingStream.DROPOUT, 0, r, world_size))
              for r in ranks]
+    # a resident run's batch noise (stage.resident_draws.batch_noise_seed): the batch's ordinal as the epoch
+    uses += [((TrainingStream.BATCH_SHOT_NOISE, e, r), training_seed(seed, TrainingStream.BATCH_SHOT_NOISE, e, r,
+                                                                      world_size)) for e in range(epochs) for r in ranks]
     return uses + [((TrainingStream.DEV_LOADER,), training_seed(seed, TrainingStream.DEV_LOADER))]
 
 

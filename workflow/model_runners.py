@@ -39,7 +39,7 @@ def data_fingerprint(data_dirs: Iterable[str | Path]) -> str:
 #: finished run is not taken for out of date (and retrained) by a namsa that merely knows more keys
 _LATER_KEYS: dict[str, dict[tuple[str, ...], Any]] = {
     "training": {("max_wall_s",): None, ("init_from",): None},
-    "data": {("dose_augmentation", "on_device"): False},
+    "data": {("dose_augmentation", "on_device"): False, ("resident",): False},   # issue 41: data.resident
     # issue 30: the study's data mix; at their defaults the plan is the one before them. (The scan
     # preset's padding is not here: its default changed from zeros to circular, a different model.)
     "simulation": {("generator", "light_fraction"): 0.0, ("generator", "light_family_weights"): {},

@@ -64,14 +64,22 @@ class TrainingData:
                                                              physics_inputs=self.arch.physics_inputs)
         self.local_data = bool(self.data_cfg.node_local_dir)
         read_paths = self._stage_locally(dirs) if self.local_data else paths
+        #: data.resident: the splits are held in the device's memory and batched there (stage.resident_loader)
+        self.resident = bool(getattr(self.data_cfg, "resident", False))
+        if self.resident and self.arch.physics_inputs:
+            raise TrainingError("data.resident cannot serve model.physics_inputs (their maps are computed in the "
+                                "streaming loader from the patterns it delivers): set data.resident false")
         # On a GPU the loader ships float16 cbed as stored (half the host-to-device bytes) and the
-        # input transform runs on the device; on the CPU it runs in the loader.
-        raw = self.device.type == "cuda"
+        # input transform runs on the device; on the CPU it runs in the loader. A resident set holds
+        # the patterns as stored and transforms them on its device.
+        raw = self.device.type == "cuda" or self.resident
         targets = tuple(self.model_cfg.targets)
         # noise drawn on the device (data.dose_augmentation.on_device) comes before the transform
         dose = getattr(self.data_cfg, "dose_augmentation", None)
         on_device = dose is not None and dose.enabled and dose.on_device
-        self.train_ds = self._dataset(read_paths, "train", targets, raw or on_device, allow_empty=self.local_data)
+        # a resident set draws the augmentations itself, on the device: its dataset delivers samples as stored
+        self.train_ds = self._dataset(read_paths, "train", targets, raw or on_device, allow_empty=self.local_data,
+                                      augment=not self.resident)
         self.dev_ds = self._dataset(read_paths, "dev", targets, raw, allow_empty=True)
         self._agree_sample_counts()
 
@@ -91,8 +99,10 @@ class TrainingData:
                    f"{report.skipped} already there")
         return report.destinations
 
-    def _dataset(self, paths: list[Path], split: str, targets: tuple[str, ...], raw: bool, allow_empty: bool) -> Any:
-        """The split's `stage.SampleDataset`, or None when it has no samples and ``allow_empty``."""
+    def _dataset(self, paths: list[Path], split: str, targets: tuple[str, ...], raw: bool, allow_empty: bool,
+                 augment: bool = True) -> Any:
+        """The split's `stage.SampleDataset`, or None when it has no samples and ``allow_empty``;
+        ``augment`` False: without the dose and symmetry augmentations."""
         import stage
         from stage import EmptyStoreError
 
@@ -102,8 +112,8 @@ class TrainingData:
         try:
             # Shot noise at a random dose (data.dose_augmentation) and the square group's rotations/mirrors
             # (data.symmetry_augmentation); SampleDataset applies them to "train" only.
-            dose = getattr(self.data_cfg, "dose_augmentation", None)
-            symmetry = getattr(self.data_cfg, "symmetry_augmentation", None)
+            dose = getattr(self.data_cfg, "dose_augmentation", None) if augment else None
+            symmetry = getattr(self.data_cfg, "symmetry_augmentation", None) if augment else None
             return _dataset_class(self.arch)(paths, split, self.normalizer, targets, raw_cbed=raw, max_samples=cap,
                                              dose_augmentation=dose, symmetry_augmentation=symmetry,
                                              light_oversample=getattr(self.data_cfg, "light_oversample", 1))
@@ -141,6 +151,8 @@ class TrainingData:
 
         cfg, ctx = self.cfg, self.ctx
         mode = "local" if self.local_data else None  # None: data.shard_mode
+        if self.resident:
+            return self._resident_loaders(mode)
         train_loader = stage.make_loader(self.train_ds, self.data_cfg, cfg.batch_size, ctx.rank, ctx.world_size,
                                          shuffle=True, seed=cfg.seed, shard_mode=mode,
                                          samples_per_rank=self.train_per_rank)
@@ -148,18 +160,42 @@ class TrainingData:
                                         shuffle=False, shard_mode=mode) if self.dev_ds is not None else None)
         return train_loader, dev_loader
 
+    def _resident_loaders(self, mode: str | None) -> tuple[Any, Any]:
+        """``data.resident``: the loaders of the splits held in the training device's memory, checked
+        to fit together (one line otherwise) and read once."""
+        import time
+
+        from stage.resident_loader import load_resident, make_resident_loader
+
+        cfg, ctx = self.cfg, self.ctx
+        train = make_resident_loader(self.train_ds, self.data_cfg, cfg.batch_size, self.normalizer, rank=ctx.rank,
+                                     world_size=ctx.world_size, shuffle=True, seed=cfg.seed, shard_mode=mode,
+                                     samples_per_rank=self.train_per_rank)
+        dev = (make_resident_loader(self.dev_ds, self.data_cfg, cfg.batch_size, self.normalizer, rank=ctx.rank,
+                                    world_size=ctx.world_size, shuffle=False, shard_mode=mode, augment=False)
+               if self.dev_ds is not None else None)
+        held = [ld for ld in (train, dev) if ld is not None]
+        t0 = time.perf_counter()
+        load_resident(held, self.device, threads=self.data_cfg.num_workers)
+        gib = sum(ld.resident.nbytes for ld in held) / 2 ** 30
+        ctx.notice(f"data.resident: {sum(len(ld.resident) for ld in held)} samples ({gib:.3g} GiB) held in "
+                   f"{self.device} memory, read in {time.perf_counter() - t0:.1f} s")
+        return train, dev
+
     def to_device(self, batch: dict[str, Any], train: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """(normalised cbed, standardised targets) on the training device; ``train``: a batch of
-        the training split, whose shot noise is drawn here with data.dose_augmentation.on_device."""
+        the training split, whose shot noise is drawn here with data.dose_augmentation.on_device.
+        A resident loader's batches (data.resident) are made there already."""
         from stage.dataset import batch_to_device
         from stage.device_noise import noisy_batch_to_device
 
-        if train and getattr(self.train_ds, "device_dose", None) is not None:
-            batch = noisy_batch_to_device(batch, self.device, self.normalizer, self.train_ds)
-        elif self.arch.physics_inputs:
-            batch = _physics_batch_to_device(batch, self.device, self.normalizer, self.arch.in_channels)
-        else:
-            batch = batch_to_device(batch, self.device, self.normalizer)
+        if not self.resident:
+            if train and getattr(self.train_ds, "device_dose", None) is not None:
+                batch = noisy_batch_to_device(batch, self.device, self.normalizer, self.train_ds)
+            elif self.arch.physics_inputs:
+                batch = _physics_batch_to_device(batch, self.device, self.normalizer, self.arch.in_channels)
+            else:
+                batch = batch_to_device(batch, self.device, self.normalizer)
         x = batch["cbed"]
         if self.cfg.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)

@@ -368,6 +368,9 @@ class Trainer:
 
     def close(self) -> None:
         self.logs.close()
+        for loader in (getattr(self, "train_loader", None), getattr(self, "dev_loader", None)):
+            if hasattr(loader, "close"):   # reader threads, a resident set's background draws
+                loader.close()
         if self.engine is not None:
             self.engine.close()
 
