@@ -37,6 +37,7 @@ def test_the_config_is_the_studys_physics_and_splits_with_a_larger_model_trained
     assert gpu.model.architecture().input_layout == "scan"
     assert (gpu.training.precision, gpu.training.batch_size, gpu.training.device) == ("bf16", 64, "cuda")
     assert gpu.training.max_wall_s and gpu.execution.simulate_deadline_s and gpu.data.dose_augmentation.on_device
+    assert gpu.data.resident   # the splits held in GPU memory, batched and augmented there (issue 41)
 
 
 def test_the_rehearsal_runs_every_step_and_its_outputs_come_back(tmp_path):
@@ -60,6 +61,7 @@ def test_the_rehearsal_runs_every_step_and_its_outputs_come_back(tmp_path):
     assert study["simulate"] and study["train"]
     assert study["notes"] == []   # collect found every step's files whole (tests/test_gpu_study_hostile.py: when not)
     assert "samples) read from " + str(plans) in log   # simulate read the stored plan, did not plan again
+    assert "data.resident: " in log and "held in cpu memory" in log   # trained on the splits held in memory
     timing = study["train_timing"]   # whether the loader or the device bounds a step, for the next run
     assert 0 < timing["compute_s"] <= timing["step_s"] and timing["other_s"] >= 0 and "outside_steps_s" in timing
     assert study["compare"]["samples"] >= 1 and "potential" in study["compare"]
