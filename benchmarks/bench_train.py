@@ -17,14 +17,32 @@ optimiser, not the input pipeline; bench_io.py covers data). Ops per step = 3 x 
     python benchmarks/bench_train.py --device cpu --threads 1
     python benchmarks/bench_train.py --device cuda --max-batch
     python -u benchmarks/bench_train.py --device cuda --presets paper   # scripts/gpu_checks.sh
+
+``--resident``: the study's training step as the trainer runs it (configs/gpu-study.yaml: the scan preset
+widened to 3.4 M parameters, 1024 x 32 x 32 fp16 stacks, two targets, dose noise and symmetry on, bf16,
+batch 64), with the batches streamed from the store (the reference, measured in the same run) and held in
+the device's memory (``data.resident``), each variant in a fresh process on one store of synthetic samples
+of that shape. From the trainer's metrics (after ``--warmup`` steps): the mean step time, split into
+compute (forward, backward and optimiser, synchronised: the trainer's compute_s) and the rest (the batch,
+its transfer and augmentation, the host); the goal is compute >= 80% of the step. On the CPU: bf16 autocast
+where the CPU has bf16 instructions (else fp32) and a batch of 4 (a step of batch 64 takes minutes).
+
+    python -u benchmarks/bench_train.py --resident --device cuda          # the GPU figure (batch 64)
+    python -u benchmarks/bench_train.py --resident --device cpu           # the CPU rehearsal (batch 4)
+    python -u benchmarks/bench_train.py --resident --device cuda --compile   # and training.compile on it
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import platform
+import subprocess
+import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 
@@ -152,6 +170,84 @@ def cpu_cases() -> list[Case]:
             Case("small", 1024, 32, 2, "fp32", False, False)]
 
 
+# ------------------------------------------------------------------ the study's step: streamed or resident
+
+STUDY_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "gpu-study.yaml"
+VARIANTS = ("streaming", "resident")   # the first is the reference
+COMPILED = "resident-compiled"         # --compile: also the resident run with training.compile (torch.compile)
+
+
+def write_study_store(path: Path, samples: int) -> None:
+    """A store of ``samples`` synthetic samples at the study's shape (32 x 32 scan, 32 px patterns and
+    targets, fp16; `bench_io.make_sample`), 90% of the materials in the training split, 10% in dev."""
+    import stage
+    from bench_io import CONFIG_HASH, make_sample
+
+    cfg = stage.DataConfig(split_fractions=(0.9, 0.1, 0.0), map_size_mb=4096)
+    with stage.StoreWriter(path, config_hash=CONFIG_HASH, data_cfg=cfg) as writer:
+        for k in range(samples):
+            writer.put(make_sample(k, 32, scan=32))
+
+
+def cpu_precision() -> str:
+    """bf16 where this CPU has bf16 instructions (oneDNN says so), else fp32."""
+    return "bf16" if torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
+
+
+def run_variant(variant: str, data: Path, out: Path, device: str, batch: int, steps: int, warmup: int,
+                loader_threads: int) -> dict:
+    """Train the study's config on ``data`` for ``warmup + steps`` steps (``variant``: resident or not)
+    and return the mean step, compute and rest seconds of the steps after the warmup."""
+    import models
+    from workflow.config import load_config
+
+    precision = "bf16" if device == "cuda" else cpu_precision()
+    sets = [f"data.resident={'false' if variant == 'streaming' else 'true'}", f"data.num_workers={loader_threads}",
+            f"training.compile={'true' if variant == COMPILED else 'false'}",
+            f"training.device={device}", f"training.precision={precision}", f"training.batch_size={batch}",
+            f"training.max_steps={warmup + steps}", "training.max_wall_s=null", "training.eval_every=1000000",
+            "training.checkpoint_every=1000000", "training.log_every=1", "training.progress=false"]
+    cfg = load_config(STUDY_CONFIG, sets)
+    models.train(cfg.model, cfg.training, None, cfg.data, [data], out)
+    with open(out / "metrics.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))[warmup:]
+    step = sum(float(r["step_s"]) for r in rows) / len(rows)
+    compute = sum(float(r["compute_s"]) for r in rows) / len(rows)
+    return {"variant": variant, "device": device, "precision": precision, "batch": batch, "steps": len(rows),
+            "step_s": step, "compute_s": compute, "rest_s": step - compute, "compute_fraction": compute / step}
+
+
+def bench_study_step(args: argparse.Namespace, device: str) -> list[dict]:
+    """Both variants, each in a fresh process, on one store written first; prints and returns their figures."""
+    batch = args.batch_study or (64 if device == "cuda" else 4)
+    samples = args.samples or (640 if device == "cuda" else 48)
+    threads = args.loader_threads if args.loader_threads is not None else (12 if device == "cuda" else 1)
+    root = Path(tempfile.mkdtemp(prefix="bench_train-resident-", dir=args.dir))
+    t0 = time.perf_counter()
+    write_study_store(root / "data" / "store-0", samples)
+    print(f"study store: {samples} synthetic samples (1024 x 32 x 32 fp16) written in "
+          f"{time.perf_counter() - t0:.1f} s under {root}", flush=True)
+    results = []
+    for variant in VARIANTS + ((COMPILED,) if args.compile else ()):
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--variant", variant, "--data", str(root / "data"), "--out",
+               str(root / variant), "--device", device, "--batch-study", str(batch),
+               "--steps", str(args.steps or (20 if device == "cuda" else 8)),
+               "--warmup", str(args.warmup), "--loader-threads", str(threads), "--json", str(root / f"{variant}.json")]
+        if args.threads:
+            cmd += ["--threads", str(args.threads)]
+        subprocess.run(cmd, check=True, cwd=Path(__file__).resolve().parents[1])
+        res = json.loads((root / f"{variant}.json").read_text())
+        results.append(res)
+        print(f"{variant:9s} {res['precision']} batch {batch}: {res['step_s']:.4f} s per step = compute "
+              f"{res['compute_s']:.4f} s ({100 * res['compute_fraction']:.1f}%) + rest {res['rest_s']:.4f} s, "
+              f"mean of {res['steps']} steps", flush=True)
+    ref = results[0]
+    for held in results[1:]:
+        print(f"{held['variant']} / streaming step time: {held['step_s'] / ref['step_s']:.3f} "
+              f"({ref['step_s'] / held['step_s']:.2f}x the streaming rate); rest {held['rest_s'] / ref['rest_s']:.3f}")
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
@@ -159,17 +255,39 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--batch", type=int, default=4, help="GPU: paper batch at 256^2 (512^2 uses batch/4)")
     ap.add_argument("--max-batch", action="store_true", help="GPU: also search the largest batch that fits")
-    ap.add_argument("--compile", action="store_true", help="GPU: also the torch.compile cases (minutes to compile)")
+    ap.add_argument("--compile", action="store_true", help="GPU: also the torch.compile cases (minutes to compile); "
+                    "--resident: also the resident run compiled")
     ap.add_argument("--presets", nargs="+", choices=("paper", "small"), default=["paper", "small"],
                     help="GPU: the presets to measure")
     ap.add_argument("--threads", type=int, default=None, help="CPU: intra-op threads (default: torch's)")
     ap.add_argument("--json", default=None, help="also write the results to this JSON file")
+    ap.add_argument("--resident", action="store_true",
+                    help="the study's training step, streamed vs held in device memory (data.resident)")
+    ap.add_argument("--batch-study", type=int, default=None, help="--resident: batch (default 64 cuda, 4 cpu)")
+    ap.add_argument("--samples", type=int, default=None, help="--resident: samples in the store (640 cuda, 48 cpu)")
+    ap.add_argument("--loader-threads", type=int, default=None,
+                    help="--resident: data.num_workers (default 12 cuda as configs/gpu-study.yaml, 1 cpu)")
+    ap.add_argument("--dir", default=None, help="--resident: where the store and the runs go (default: the temp dir)")
+    ap.add_argument("--variant", choices=VARIANTS + (COMPILED,), default=None, help=argparse.SUPPRESS)   # one variant's process
+    ap.add_argument("--data", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     want = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     if want == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda, but this torch sees no CUDA GPU; use --device cpu or auto")
+    if args.variant:
+        res = run_variant(args.variant, Path(args.data), Path(args.out), want, args.batch_study, args.steps,
+                          args.warmup, args.loader_threads)
+        Path(args.json).write_text(json.dumps(res))
+        return 0
+    if args.resident:
+        results = bench_study_step(args, want)
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump({"device": want, "reference": "streaming", "results": results}, fh, indent=1)
+        return 0
     device = torch.device(want)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True

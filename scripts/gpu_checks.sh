@@ -66,7 +66,7 @@ export PY
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 step summary env 10 bash -c env_report
 # Offline and from the carried wheels only: no pip configuration or find-links of the machine.
-step install install 60 bash -c install_wheels
+step install install 40 bash -c install_wheels   # 10-22 s on the lent H200s (RESULTS.md)
 
 gpu_tests tests/test_dataset.py 25
 gpu_tests tests/test_distributed_gpu.py 60
@@ -74,6 +74,7 @@ gpu_tests tests/test_multislice.py 30
 gpu_tests tests/test_train.py 90
 gpu_tests tests/test_rng_devices.py 20
 gpu_tests tests/test_loader_ring_events.py 25
+gpu_tests tests/test_resident_data.py 20
 
 gpu_step bench-simulate bench-simulate 90 "$PY" -u benchmarks/bench_simulate.py --device cuda --grids 256 512 \
   --skip-abtem --no-rss --json "$OUT/bench_simulate.json"

@@ -63,10 +63,10 @@ def _raw(store, norm, split="train", **kw) -> stage.SampleDataset:
     return stage.SampleDataset(store, split, norm, targets=("potential", "density"), raw_cbed=True, **kw)
 
 
-def _resident(store, norm, data_cfg: stage.DataConfig, batch: int, **kw):
+def _resident(store, norm, data_cfg: stage.DataConfig, batch: int, device: str = "cpu", **kw):
     loader = make_resident_loader(_raw(store, norm, light_oversample=data_cfg.light_oversample), data_cfg, batch,
                                   norm, **kw)
-    load_resident([loader], "cpu")
+    load_resident([loader], device)
     return loader
 
 
@@ -186,15 +186,13 @@ def _counts_view(norm: stage.Normalizer, storage_scale: float) -> stage.Normaliz
     return stage.Normalizer("none", 0.0, 1.0, norm.targets, intensity_scale=storage_scale)
 
 
-def test_device_noise_follows_poisson_like_the_host_paths(store, norm):
-    """The counts of a resident set (one Poisson draw per batch on the device) and of the host path
-    (numpy, in the loader) both have mean N I and variance N I per pixel, on the same stored sample."""
+def _check_device_noise(store, norm, device: str, k: int = 0) -> None:
+    """The counts a resident set on ``device`` draws for training position ``k`` over 400 epochs have
+    mean N I and variance N I per pixel (`check_poisson`)."""
     ds = _raw(store, norm)
-    plain = _counts_view(norm, ds.storage_scale)
     cfg = stage.DataConfig(num_workers=0, pin_memory=False, dose_augmentation=NOISY)
-    resident = make_resident_loader(ds, cfg, 4, plain, seed=0)
-    load_resident([resident], "cpu")
-    k = 0
+    resident = make_resident_loader(ds, cfg, 4, _counts_view(norm, ds.storage_scale), seed=0)
+    load_resident([resident], device)
     clean = stage.SampleDataset(store, "train", None)[k]["cbed"].numpy().astype(np.float64)   # as stored
     electrons = FIXED_DOSE * ds.position_metas([k])[0].scan_step_area_A2
     draws = []
@@ -202,13 +200,22 @@ def test_device_noise_follows_poisson_like_the_host_paths(store, norm):
         for batch in _epoch(resident, epoch):
             at = batch["index"].tolist()
             if k in at:
-                draws.append(batch["cbed"][at.index(k)].numpy().astype(np.float64) / ds.storage_scale)
+                draws.append(batch["cbed"][at.index(k)].cpu().numpy().astype(np.float64) / ds.storage_scale)
+    check_poisson(np.stack(draws), clean, electrons)
+
+
+def test_device_noise_follows_poisson_like_the_host_paths(store, norm):
+    """The counts of a resident set (one Poisson draw per batch on the device) and of the host path
+    (numpy, in the loader) both have mean N I and variance N I per pixel, on the same stored sample."""
+    k = 0
+    _check_device_noise(store, norm, "cpu", k)
+    clean = stage.SampleDataset(store, "train", None)[k]["cbed"].numpy().astype(np.float64)   # as stored
+    electrons = FIXED_DOSE * _raw(store, norm).position_metas([k])[0].scan_step_area_A2
     host_ds = stage.SampleDataset(store, "train", None, dose_augmentation=NOISY)
     host = []
     for epoch in range(400):
         host_ds.set_epoch(epoch)
         host.append(host_ds[k]["cbed"].numpy().astype(np.float64))
-    check_poisson(np.stack(draws), clean, electrons)
     check_poisson(np.stack(host), clean, electrons)
 
 
@@ -236,6 +243,24 @@ def test_device_noise_draws_the_host_paths_doses_is_reproducible_and_resumes(sto
         assert all(torch.equal(x["cbed"], y["cbed"]) for x, y in zip(a[1:], resumed, strict=True))
     first.close()
     second.close()
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_batches_are_the_streaming_paths_and_the_noise_is_poisson(store, norm):
+    """The same checks on a GPU: clean and turned batches equal the streaming path's raw batch moved to
+    and transformed on the GPU, bit for bit; the counts drawn there follow Poisson(N I); the memory
+    check reads the GPU's free memory."""
+    for cfg in (stage.DataConfig(num_workers=2), stage.DataConfig(num_workers=2, symmetry_augmentation=SYMMETRY)):
+        resident = _resident(store, norm, cfg, 3, "cuda", seed=4)
+        assert resident.resident.cbed.is_cuda and resident.resident.cbed.dtype == torch.float16
+        streaming = stage.make_loader(_raw(store, norm, symmetry_augmentation=cfg.symmetry_augmentation),
+                                      cfg.model_copy(update={"loader": "processes", "num_workers": 0}), 3, seed=4)
+        for epoch in range(2):
+            for a, b in zip(_epoch(resident, epoch), _epoch(streaming, epoch), strict=True):
+                assert a["index"].tolist() == b["index"].tolist()
+                b = batch_to_device(b, "cuda", norm)
+                assert a["cbed"].is_cuda and torch.equal(a["cbed"], b["cbed"]) and torch.equal(a["target"], b["target"])
+    _check_device_noise(store, norm, "cuda")
 
 
 # ------------------------------------------------------------------ (4) the memory refusal
