@@ -181,7 +181,7 @@ RECEIVED_CASES: list[Case] = [
     Case("evaluate-model-absurd-normalizer", ev("{model_absurd_normalizer}"),
          "targets.potential std is 1e+30, outside what a training set gives"),
     Case("evaluate-model-expects-vs-architecture", ev("{model_expects_mismatch}"),
-         "expects_input.scan_shape [32, 32] holds 1024 patterns but architecture.in_channels is 64"),
+         "does not fit its architecture: the data has 1024 patterns per sample but the model expects in_channels=64"),
     # -- neighbours that must succeed ---------------------------------------------------------
     Case("inspect-a-good-store", ("inspect", "--verify", "{data}"), "", "ok"),
     Case("simulate-one-bad-material", sim("simulation.materials=[Si-diamond,Unobtainium]",
