@@ -224,14 +224,14 @@ def study_reference(target: str = "potential") -> str | None:
         return None
     # methods scored on every sample only: the sentence states one sample count for all of them
     rel_l2 = {m.name: scores[m.name]["rel_l2"] for m in in_panel_order() if m.name in scores and m.subset is None}
-    listed = ", ".join(f"{method(m).verdict_label.removesuffix(' baseline')} {v['value']:.3f}"
+    listed = ", ".join(f"{method(m).verdict_label.removesuffix(' baseline')} {v.value:.3f}"
                        for m, v in rel_l2.items())
     rule = ("under the legacy rule (network as predicted, baselines least-squares scaled and offset to the truth; "
             "not the field's rule of the headline above)" if view == LEGACY else "under the field's rule")
     if not card.held_out_evaluation.symmetry_average:
         rule += ", its single pass (the card predates symmetry averaging, evaluation.symmetry_average)"
-    materials = len(card.trained_on.data["materials"]["test"])
+    materials = len(card.trained_on.data.materials["test"])
     return (f"For scale, the study's flagship pretrained:{STUDY_PRETRAINED} (trained by "
             f"configs/{card.trained_on.config_name}.yaml; docs/evaluation.md, 'The study') scores {target} "
-            f"relative L2 {listed} {rule} on {rel_l2[NETWORK]['n']} noise-free held-out samples of {materials} "
+            f"relative L2 {listed} {rule} on {rel_l2[NETWORK].n} noise-free held-out samples of {materials} "
             f"materials of structure types it never saw.")

@@ -5,7 +5,10 @@ A model directory is a file a user may receive from anyone, so every field that 
 declared here with its type and range; unknown fields, missing required ones, wrong types,
 non-finite numbers, JSON that is not an object, bytes that are not UTF-8 and cards larger than
 `MAX_CARD_BYTES` are refused with one line (`ModelDirError`, a `UserError`: exit 2 in the CLI).
-Informational sections (training facts, metrics, provenance) are free-form objects.
+The informational sections are typed records too: what the trainer records of its run
+(models/card_training.py), what `namsa publish` records of its provenance (models/card_provenance.py)
+and the ranges of the training data (models/card_statistics.py); the configs a card carries are the
+configs' own types (`namsa.SimulationConfig`, `stage.DataConfig`, `models.TrainConfig`).
 
 The card file is opened and parsed by `models.safe_files` (no link followed, bounded JSON).
 """
@@ -17,12 +20,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from namsa.config import SimulationConfig
+from namsa.config import Aberrations, SimulationConfig, Variations
 from namsa.errors import UserError
 from namsa.sampling import ScanSampling, config_sampling, sampling_fields
+from stage.config import DataConfig
 
-from .card_statistics import DoseAugmentationRecord, StatisticName, TrainingStatistics  # noqa: F401 (re-exported)
-from .config import Architecture, ModelConfigError, _check_architecture
+from .card_provenance import CheckSample, HeldOutEvaluation, TrainedOn
+from .card_statistics import StatisticName, TrainingStatistics  # noqa: F401 (re-exported)
+from .card_training import ModelConfigRecord, TrainingFacts, TrainingMetrics
+from .config import Architecture, ModelConfigError, TrainConfig, _check_architecture
 from .errors import ModelDirError
 from .safe_files import open_regular, parse_json_bytes
 
@@ -36,7 +42,6 @@ NORMALIZER_LIMIT = 1e6
 MIN_SPREAD = 1e-6
 
 _STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, protected_namespaces=())
-_LOOSE = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
 Pos = Annotated[int, Field(ge=1)]
 TargetName = Literal["potential", "density"]
 
@@ -87,6 +92,24 @@ class ArchitectureSpec(BaseModel):
         return Architecture.from_dict(self.model_dump())
 
 
+Pair = Annotated[list[float], Field(min_length=2, max_length=2)]
+
+
+class CalibrationRecord(BaseModel):
+    """``normalizer.calibration``: the training set's typical `namsa.icom.ScanCalibration` (its
+    ``to_dict``): scan shape, detector 1/Angstrom per pixel, beam energy (kV), probe step (Angstrom),
+    the target grid's shift (fractions of the field of view) and whether the scan is periodic."""
+
+    model_config = _STRICT
+
+    scan_shape: Annotated[list[Annotated[int, Field(ge=1, le=1 << 16)]], Field(min_length=2, max_length=2)]
+    k_sampling_invA: Pair | None = None
+    energy_kv: Annotated[float, Field(gt=0, le=10_000)] | None = None
+    scan_step_A: Pair | None = None
+    shift_frac: Pair = [0.0, 0.0]
+    periodic: bool = True
+
+
 class NormalizerSpec(BaseModel):
     """`stage.Normalizer.to_dict()`: the input transform and the standardisation of each target."""
 
@@ -100,7 +123,7 @@ class NormalizerSpec(BaseModel):
     # models with physics input channels (stage.physics_inputs): their standardisation and the
     # training set's typical scan calibration (namsa.icom.ScanCalibration.to_dict)
     physics: dict[Literal["com_y", "com_x", "icom"], Annotated[list[float], Field(min_length=2, max_length=2)]] | None = None
-    calibration: dict[str, Any] | None = None
+    calibration: CalibrationRecord | None = None
 
     @model_validator(mode="after")
     def _sane_statistics(self) -> "NormalizerSpec":
@@ -146,8 +169,8 @@ class ExpectsInput(BaseModel):
     cell_lateral_A: Annotated[float, Field(gt=0, le=1e6)]
     band_limit: Annotated[float, Field(gt=0, le=1)]
     thickness_A: Annotated[float, Field(gt=0)] | None = None
-    aberrations: dict[str, float] | None = None
-    variations: dict[str, Any] | None = None
+    aberrations: Aberrations | None = None
+    variations: Variations | None = None
     _sampling: ScanSampling = PrivateAttr()
 
     @model_validator(mode="after")
@@ -159,10 +182,14 @@ class ExpectsInput(BaseModel):
         return self
 
     @classmethod
-    def of(cls, cfg: SimulationConfig) -> "ExpectsInput":
+    def of(cls, cfg: SimulationConfig, where: str = "the card") -> "ExpectsInput":
         """What a model trained on samples of ``cfg`` expects (`namsa.sampling.sampling_fields`): the
-        one builder of ``expects_input``, for the trainer's export and `namsa publish`."""
-        return cls.model_validate(sampling_fields(cfg))
+        one builder of ``expects_input``, for the trainer's export and `namsa publish`; one-line
+        `ModelDirError` naming ``where`` when ``cfg`` leaves the card's bounds."""
+        try:
+            return cls.model_validate(sampling_fields(cfg))
+        except ValidationError as exc:
+            raise ModelDirError(f"{where}: expects_input.{_describe(exc)}") from None
 
     def simulation_config(self) -> SimulationConfig:
         """These fields as a `namsa.SimulationConfig` (unset ones at its defaults)."""
@@ -186,20 +213,6 @@ class DataInfo(BaseModel):
     input_shape: Annotated[list[Annotated[int, Field(ge=1)]], Field(max_length=4)] | None = None
 
 
-class Provenance(BaseModel):
-    """``trained_on`` / ``held_out_evaluation`` of a published card (read by the verdict)."""
-
-    model_config = _LOOSE
-
-    data: dict[str, Any] | None = None
-    aggregates: dict[str, Any] | None = None
-    headline: dict[str, Any] | None = None              # held_out_evaluation: the verdict's figures
-    dose_augmentation: DoseAugmentationRecord | None = None   # trained_on: the loader's dose augmentation
-    #: held_out_evaluation: the network's maps averaged over the 8 turns (`evaluation.symmetry_average`);
-    #: cards published before it existed were scored with the single pass
-    symmetry_average: bool = False
-
-
 class ModelCard(BaseModel):
     """Every field of ``model_card.json`` (trainer export, `workflow.pretrained` or a checkpoint's
     state); see the module docstring."""
@@ -212,24 +225,24 @@ class ModelCard(BaseModel):
     targets: Annotated[list[TargetName], Field(min_length=1, max_length=2)]
     normalizer: NormalizerSpec
     files: dict[Literal["model.safetensors"], FileInfo]
-    model_config_: Annotated[dict[str, Any] | None, Field(alias="model_config")] = None
+    model_config_: Annotated[ModelConfigRecord | None, Field(alias="model_config")] = None
     target_units: dict[TargetName, str] | None = None
     data_manifest_hash: Annotated[str, Field(max_length=256)] | None = None
     code_version: Annotated[str, Field(max_length=256)] | None = None
-    train_config: dict[str, Any] | None = None
-    metrics: dict[str, Any] | None = None
+    train_config: TrainConfig | None = None
+    metrics: TrainingMetrics | None = None
     metrics_csv: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
-    training: dict[str, Any] | None = None
+    training: TrainingFacts | None = None
     data: DataInfo | None = None
     parameters: Annotated[int, Field(ge=0)] | None = None
     forward_conv_ops_per_sample: Annotated[int, Field(ge=0)] | None = None
     expects_input: ExpectsInput | None = None
-    trained_on: Provenance | None = None
-    held_out_evaluation: Provenance | None = None
+    trained_on: TrainedOn | None = None
+    held_out_evaluation: HeldOutEvaluation | None = None
     training_statistics: TrainingStatistics | None = None   # models.card_writer, over the training split
-    simulation_config: dict[str, Any] | None = None   # a published card: the physics it was trained at ...
-    data_config: dict[str, Any] | None = None         # ... and how its samples were stored
-    check_samples: Annotated[list[dict[str, Any]], Field(max_length=64)] | None = None   # workflow.pretrained
+    simulation_config: SimulationConfig | None = None   # a published card: the physics it was trained at ...
+    data_config: DataConfig | None = None         # ... and how its samples were stored
+    check_samples: Annotated[list[CheckSample], Field(max_length=64)] | None = None   # workflow.pretrained
     name: Annotated[str, Field(max_length=256)] | None = None
     source: Literal["checkpoint"] | None = None
     step: Annotated[int, Field(ge=0)] | None = None

@@ -13,9 +13,10 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from namsa.constants import MIN_DOSE_E_PER_A2
+from stage.config import DoseAugmentationConfig
 
 _STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
@@ -76,19 +77,21 @@ class TrainingStatistics(BaseModel):
         return self
 
 
-class DoseAugmentationRecord(BaseModel):
-    """``trained_on.dose_augmentation``: the training's `stage.config.DoseAugmentationConfig`; the
-    low-dose check reads ``enabled`` and ``dose_range_e_per_A2`` (electrons/Angstrom^2), the other
-    fields (log_uniform, clean_fraction, seed, on_device) are kept as the card states them."""
+class DoseAugmentationRecord(DoseAugmentationConfig):
+    """``trained_on.dose_augmentation``: the training's `stage.config.DoseAugmentationConfig`, its range
+    checked as the card's other ranges are (`check_range`); the low-dose check reads ``enabled`` and
+    ``dose_range_e_per_A2`` (electrons/Angstrom^2), which an enabled augmentation must state."""
 
-    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    enabled: bool = False
-    dose_range_e_per_A2: Annotated[list[float], Field(min_length=2, max_length=2)] | None = None
+    @field_validator("dose_range_e_per_A2")
+    @classmethod
+    def _positive_ordered(cls, value: tuple[float, float]) -> tuple[float, float]:
+        return value   # the config's own rule, replaced by `_plausible`'s, which names the card's ranges
 
     @model_validator(mode="after")
     def _plausible(self) -> "DoseAugmentationRecord":
-        if self.dose_range_e_per_A2 is not None:
+        if "dose_range_e_per_A2" in self.model_fields_set:
             check_range("dose_range_e_per_A2", "dose_e_per_A2", *self.dose_range_e_per_A2)
         elif self.enabled:
             raise ValueError("enabled without a dose_range_e_per_A2: the doses the model was trained at are unknown")

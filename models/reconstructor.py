@@ -24,6 +24,7 @@ from namsa.sample_meta import SampleMeta
 
 from . import checkpoint as ckpt
 from .card import CARD_FILE, ModelCard, read_card_file
+from .card_training import position_metrics
 from .card_writer import card_from_state
 from .config import Architecture
 from .errors import ModelDirError
@@ -241,10 +242,16 @@ def _resolve(path: Path) -> tuple[Path, ModelCard]:
     if os.path.lexists(path / ckpt.STATE_FILE):
         state = ckpt.verify_checkpoint(path)
         card = card_from_state(state, f"checkpoint {path / ckpt.STATE_FILE}", source="checkpoint",
-                               step=state.get("step"), metrics={"position": state.get("position")})
+                               step=state.get("step"), **_position_metrics(state.get("position")))
         return path, card
     raise ReconstructorInputError(f"{path} is neither a model dir ({CARD_FILE}), a run dir (model/) nor a checkpoint "
                                   f"dir ({ckpt.STATE_FILE}); pass the --out of `namsa train` or one of its folders")
+
+
+def _position_metrics(position: Any) -> dict[str, Any]:
+    """A checkpoint card's ``metrics``: the losses of the checkpoint's training position, when its
+    state holds one (`models.card_training.position_metrics`)."""
+    return {"metrics": position_metrics(position)} if isinstance(position, dict) else {}
 
 
 def _check_weights(folder: Path, card: ModelCard) -> Architecture:

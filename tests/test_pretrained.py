@@ -90,7 +90,7 @@ def test_small_runs_point_to_the_study_flagships_result_from_its_card():
     named = {"network": "network", "icom": "iCoM", "ptycho": "ptychography", "mean": "mean training target"}
     assert "network" in scores and "icom" in scores
     for method in scores.keys() & named.keys():
-        assert f"{named[method]} {scores[method]['rel_l2']['value']:.3f}" in sentence
+        assert f"{named[method]} {scores[method]['rel_l2'].value:.3f}" in sentence
     assert f"pretrained:{STUDY_PRETRAINED}" in sentence and "structure types it never saw" in sentence
     assert f"configs/{card.trained_on.config_name}.yaml" in sentence
     assert study_reference("no-such-target") is None

@@ -25,13 +25,12 @@ def test_a_shipped_model_scores_its_cards_figures_on_re_simulated_held_out_sampl
     card = pretrained_card(name)
     checks = card.check_samples
     assert checks, f"pretrained:{name} has no check_samples: publish it with namsa publish"
-    cfg = namsa.SimulationConfig.model_validate(card.simulation_config)   # portable: no machine fields
-    data_cfg = stage.DataConfig.model_validate(card.data_config)
+    cfg, data_cfg = card.simulation_config, card.data_config   # typed; portable: no machine fields
     with stage.StoreWriter(tmp_path / "data" / "store-0", config_hash=cfg.physics_hash(), data_cfg=data_cfg) as writer:
         for check in checks:
-            material_id, zone_axis, variant = parse_sample_id(check["sample_id"])
+            material_id, zone_axis, variant = parse_sample_id(check.sample_id)
             sample = namsa.simulate_sample(material_id, zone_axis, cfg, variant=variant)
-            assert sample.meta.sample_id == check["sample_id"]   # the same physics hash: the same sample
+            assert sample.meta.sample_id == check.sample_id   # the same physics hash: the same sample
             writer.put(sample)
     # the card's figures were made with or without symmetry averaging (cards before it: the single pass)
     averaged = card.held_out_evaluation.symmetry_average if card.held_out_evaluation else False
@@ -40,7 +39,7 @@ def test_a_shipped_model_scores_its_cards_figures_on_re_simulated_held_out_sampl
     result = evaluate(eval_cfg, data_cfg, [tmp_path / "data"], f"pretrained:{name}", tmp_path / "eval")
     scored = {s["sample_id"]: s for s in json.loads(result.metrics_json.read_text())["samples"]}
     for check in checks:
-        for target, expected in check["network_rel_l2"].items():
+        for target, expected in check.network_rel_l2.items():
             # the card's figures are the network as predicted: the legacy view's (no mean taken from the truth)
-            got = scored[check["sample_id"]]["metrics"][target]["network"][LEGACY]["rel_l2"]
-            assert got == pytest.approx(expected, rel=0.02, abs=2e-3), (check["sample_id"], target)
+            got = scored[check.sample_id]["metrics"][target]["network"][LEGACY]["rel_l2"]
+            assert got == pytest.approx(expected, rel=0.02, abs=2e-3), (check.sample_id, target)

@@ -97,15 +97,15 @@ def test_run_outputs(base_run):
     best = base_run.best_checkpoint.name
     assert ckpts == sorted({"step-00000006", "step-00000008", best})
     card = models.load_reconstructor(base_run.model_dir).card
-    assert card.training["checkpoint"] == best and card.targets == ["potential"]
+    assert card.training.checkpoint == best and card.targets == ["potential"]
     assert card.data_manifest_hash and card.normalizer.transform == DATA_CFG.transform
-    assert card.metrics["best_dev_loss"] == min(float(r["dev_loss"]) for r in rows if r["dev_loss"])
+    assert card.metrics.best_dev_loss == min(float(r["dev_loss"]) for r in rows if r["dev_loss"])
 
 
 def test_model_card_states_the_resolved_model_config_and_what_bounded_training(base_run):
     card = models.load_reconstructor(base_run.model_dir).card
     arch = card.architecture.model_dump()
-    config = card.model_config_
+    config = card.model_config_.model_dump(mode="json")
     # every preset-decided field written out from the architecture; null only where null is the value
     assert {k: v for k, v in config.items() if v is None} == ({"td_channels": None} if arch["td_channels"] is None
                                                                else {})
@@ -113,11 +113,11 @@ def test_model_card_states_the_resolved_model_config_and_what_bounded_training(b
         assert config[key] == arch[key], key
     assert config["preset"] == "tiny" and config["overrides"] == []
     training = card.training
-    assert training["length_bound_by"] == "max_steps" and training["steps_planned"] == BASE_STEPS
-    assert training["stopped_by"] == "max_steps" and base_run.stopped_by == "length"
-    assert training["length"].startswith(f"max_steps={BASE_STEPS} set the length (it wins over epochs=")
-    assert card.train_config["epochs"] > training["epochs_completed"]   # why the card must say which bound
-    assert training["device"] == "cpu"   # what it was trained on (a GPU's own name there)
+    assert training.length_bound_by == "max_steps" and training.steps_planned == BASE_STEPS
+    assert training.stopped_by == "max_steps" and base_run.stopped_by == "length"
+    assert training.length.startswith(f"max_steps={BASE_STEPS} set the length (it wins over epochs=")
+    assert card.train_config.epochs > training.epochs_completed   # why the card must say which bound
+    assert training.device == "cpu"   # what it was trained on (a GPU's own name there)
 
 
 def test_model_card_says_when_epochs_bounded_training(tiny_data_dir, tmp_path):
@@ -125,10 +125,10 @@ def test_model_card_says_when_epochs_bounded_training(tiny_data_dir, tmp_path):
                     epochs=1, eval_every=100, checkpoint_every=100)
     card = models.load_reconstructor(result.model_dir).card
     training = card.training
-    assert training["length_bound_by"] == "epochs" and training["epochs_completed"] == 1
-    assert training["steps"] == training["steps_planned"] == training["steps_per_epoch"] == result.steps
-    assert training["length"] == f"epochs=1 set the length (max_steps unset): 1 x {result.steps} steps"
-    assert card.model_config_["overrides"] == ["growth_rate"] and card.model_config_["growth_rate"] == 3
+    assert training.length_bound_by == "epochs" and training.epochs_completed == 1
+    assert training.steps == training.steps_planned == training.steps_per_epoch == result.steps
+    assert training.length == f"epochs=1 set the length (max_steps unset): 1 x {result.steps} steps"
+    assert card.model_config_.overrides == ["growth_rate"] and card.model_config_.growth_rate == 3
 
 
 def test_wall_clock_limit_ends_the_run_as_max_steps_would(tiny_data_dir, tmp_path):
@@ -142,10 +142,10 @@ def test_wall_clock_limit_ends_the_run_as_max_steps_would(tiny_data_dir, tmp_pat
     assert int(rows[-1]["step"]) == result.steps and rows[-1]["dev_loss"]  # the last step was evaluated
     reconstructor = models.load_reconstructor(result.model_dir)
     training = reconstructor.card.training
-    assert training["stopped_by"] == "max_wall_s" and training["steps"] == result.steps
-    assert f"wall-clock limit max_wall_s=0.5 s at step {result.steps} of {max_steps}" in training["length"]
-    assert training["checkpoint"] == result.best_checkpoint.name
-    assert reconstructor.card.metrics["final_dev_loss"] == pytest.approx(float(rows[-1]["dev_loss"]))
+    assert training.stopped_by == "max_wall_s" and training.steps == result.steps
+    assert f"wall-clock limit max_wall_s=0.5 s at step {result.steps} of {max_steps}" in training.length
+    assert training.checkpoint == result.best_checkpoint.name
+    assert reconstructor.card.metrics.final_dev_loss == pytest.approx(float(rows[-1]["dev_loss"]))
 
 
 def test_resume_extends_a_finished_run(base_run, tmp_path, tiny_data_dir, capsys):

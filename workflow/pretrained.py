@@ -16,17 +16,16 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any
 
 from models import checkpoint as ckpt
-from models.card import CARD_FILE, validate_card
-from models.card_writer import write_card
+from models.card import CARD_FILE
+from models.card_provenance import CheckSample, HeldOutEvaluation, TrainedOn
+from models.card_writer import published_card, write_card
 from models.reconstructor import PRETRAINED_DIR, load_reconstructor
 from models.safe_files import open_regular
 from namsa.errors import UserError
-from namsa.sampling import sampling_fields
 
-from .publish_inputs import HeldOutMetrics, RunConfig, read_run
+from .publish_inputs import HeldOutMetrics, read_run
 from .replace_out import replaced_atomically
 
 #: where `namsa publish --into-package` writes (the package's data folder; see pyproject's package-data)
@@ -38,18 +37,22 @@ _PUBLISHED = (ckpt.MODEL_FILE, CARD_FILE)
 def publish(run_dir: str | Path, name: str, root: str | Path) -> Path:
     """Copy the run's exported model to ``root/name`` with an extended card; returns that folder.
 
-    The run directory is read through `workflow.publish_inputs` (no links, bounded, typed); the
-    folder is built beside ``root/name`` and swapped into place whole (`workflow.replace_out`), so
-    nothing already at ``root/name`` (a planted link included) is written through."""
+    The run directory is read through `workflow.publish_inputs` (no links, bounded, typed); the card
+    is built from its typed records (`models.card_writer.published_card`); the folder is built beside
+    ``root/name`` and swapped into place whole (`workflow.replace_out`), so nothing already at
+    ``root/name`` (a planted link included) is written through."""
     if not name or "/" in name or "\x00" in name or name.startswith("."):
         raise UserError(f"pretrained name {name!r} must be a plain folder name, e.g. study-scan")
     run = read_run(run_dir)
     # no links, digest and finite weights: what users will load
-    card = load_reconstructor(run.model_dir, device="cpu").card.to_json()
-    card.update(_provenance(run.config, run.metrics))
-    card["name"] = name
-    # expects_input must fit the architecture
-    published = validate_card(_portable(card), f"the card published from {run.root}")
+    trained = load_reconstructor(run.model_dir, device="cpu").card
+    # expects_input must fit the architecture (the card's own check)
+    published = published_card(trained, f"the card published from {run.root}", name=name,
+                               simulation=run.config.simulation, data=run.config.data,
+                               trained_on=TrainedOn.of(run.config.name, run.config.simulation, run.config.data,
+                                                       run.metrics.data),
+                               held_out_evaluation=held_out_evaluation(run.metrics),
+                               check_samples=check_samples(run.metrics))
     dest = Path(os.path.abspath(Path(root) / name))
     _refuse_non_folder(dest)
     with replaced_atomically(dest, lambda entry: entry in _PUBLISHED, marker=CARD_FILE) as tmp:
@@ -73,17 +76,11 @@ def _refuse_non_folder(dest: Path) -> None:
                         f"wrote: move the file away, or choose another NAME or --out")
 
 
-def _provenance(config: RunConfig, metrics: HeldOutMetrics) -> dict[str, Any]:
-    sim = config.simulation_json()   # the samples' physics and plan, not the machine that simulated them
-    return {"expects_input": sampling_fields(config.simulation),
-            # the whole simulation and data sections: what held-out samples are re-made and stored with
-            "simulation_config": sim, "data_config": config.data.model_dump(mode="json"),
-            "check_samples": check_samples(metrics),
-            "trained_on": {"config_name": config.name, "variants": sim["variants"], "data": metrics.data,
-                           **_training_distribution(config)},
-            "held_out_evaluation": {"split": metrics.config.split, "headline": metrics.headline,
-                                    "aggregates": metrics.aggregates,
-                                    "symmetry_average": metrics.config.symmetry_average}}
+def held_out_evaluation(metrics: HeldOutMetrics) -> HeldOutEvaluation:
+    """The card's ``held_out_evaluation``: the split the run's metrics.json scored, its headline and
+    aggregates, and whether its maps were averaged over the 8 turns."""
+    return HeldOutEvaluation(split=metrics.config.split, headline=metrics.headline, aggregates=metrics.aggregates,
+                             symmetry_average=metrics.config.symmetry_average)
 
 
 #: held-out samples per element class whose figures `tests/test_pretrained_figures.py` re-makes from
@@ -91,46 +88,15 @@ def _provenance(config: RunConfig, metrics: HeldOutMetrics) -> dict[str, Any]:
 CHECK_SAMPLES_PER_CLASS = 2
 
 
-def check_samples(metrics: HeldOutMetrics) -> list[dict[str, Any]]:
+def check_samples(metrics: HeldOutMetrics) -> list[CheckSample]:
     """The thinnest held-out samples of each element class, each with the network's per-sample relative
     L2 per target: re-simulated from its id, the shipped weights must score the same."""
-    chosen: dict[str, list[dict[str, Any]]] = {}
+    chosen: dict[str, list[CheckSample]] = {}
     for s in sorted(metrics.samples, key=lambda s: s.thickness_A):
         group = chosen.setdefault(s.element_class, [])
         if len(group) < CHECK_SAMPLES_PER_CLASS:
-            group.append({"sample_id": s.sample_id, "element_class": s.element_class,
-                          # the network as predicted (its legacy-view entry): what re-simulating and
-                          # predicting reproduces, whatever view the headline uses
-                          "network_rel_l2": {t: m.network.legacy.rel_l2 for t, m in s.metrics.items()}})
+            group.append(CheckSample(sample_id=s.sample_id, element_class=s.element_class,
+                                     # the network as predicted (its legacy-view entry): what re-simulating and
+                                     # predicting reproduces, whatever view the headline uses
+                                     network_rel_l2={t: m.network.legacy.rel_l2 for t, m in s.metrics.items()}))
     return [s for group in chosen.values() for s in group]
-
-
-def _training_distribution(config: RunConfig) -> dict[str, Any]:
-    """What the training data spanned besides the microscope: structure sources, thickness, tilt,
-    phonons, and the dose and symmetry augmentation the loader applied."""
-    sim, data = config.simulation_json(), config.data.model_dump(mode="json")
-    return {"materials": sim["materials"], "generator": sim["generator"], "zone_axes": sim["zone_axes"],
-            "max_zone_axes": sim["max_zone_axes"], "variations": sim["variations"],
-            "split_by": data["split_by"], "dose_augmentation": data["dose_augmentation"],
-            "symmetry_augmentation": data["symmetry_augmentation"]}
-
-
-def _portable(card: dict[str, Any]) -> dict[str, Any]:
-    """The card without this machine's paths (where the run lived means nothing to a user): the run's
-    own path entries are dropped, and any other absolute path (e.g. the stores it was scored on) is
-    cut to its last component (``store-000``), which still names the part of the data it was."""
-    card = dict(card)
-    card.pop("metrics_csv", None)
-    if isinstance(card.get("data"), dict):
-        card["data"] = {k: v for k, v in card["data"].items() if k not in ("dirs", "node_local_dir")}
-    return _without_absolute_paths(card)
-
-
-def _without_absolute_paths(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _without_absolute_paths(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_without_absolute_paths(v) for v in value]
-    if isinstance(value, str) and Path(value).is_absolute():
-        return Path(value).name
-    return value

@@ -23,6 +23,7 @@ from evaluation.methods import NETWORK
 from evaluation.views import LEGACY
 from models import checkpoint as ckpt
 from models.card import CARD_FILE, TargetName
+from models.card_provenance import Aggregates, EvaluatedData, Headline
 from models.card import _describe as first_problem   # the card's one-line account of a pydantic error
 from models.safe_files import open_regular, parse_json_bytes
 from namsa.config import MACHINE_FIELDS, SimulationConfig
@@ -85,13 +86,14 @@ class EvaluationSettings(BaseModel):
 
 
 class HeldOutMetrics(BaseModel):
-    """What publish copies into the card's ``held_out_evaluation`` and ``trained_on.data``."""
+    """What publish copies into the card's ``held_out_evaluation`` and ``trained_on.data``, read as the
+    card's own records (`models.card_provenance`)."""
 
     model_config = _READ
     config: EvaluationSettings
-    data: dict[str, Any]
-    headline: Annotated[dict[TargetName, dict[str, Any]], Field(min_length=1)]
-    aggregates: Annotated[dict[TargetName, dict[str, Any]], Field(min_length=1)]
+    data: EvaluatedData
+    headline: Annotated[Headline, Field(min_length=1)]
+    aggregates: Annotated[Aggregates, Field(min_length=1)]
     samples: Annotated[list[HeldOutSample], Field(min_length=1)]
 
 
@@ -103,10 +105,6 @@ class RunConfig(BaseModel):
     name: Name
     simulation: SimulationConfig
     data: DataConfig
-
-    def simulation_json(self) -> dict[str, Any]:
-        """The samples' physics and plan as JSON, not the machine that simulated them."""
-        return self.simulation.model_dump(mode="json", exclude=set(MACHINE_FIELDS))
 
 
 @dataclass(frozen=True)

@@ -75,8 +75,8 @@ def trained_dose_range(card: ModelCard) -> tuple[float, float] | None:
     measured = card.training_statistics.ranges.get("dose_e_per_A2") if card.training_statistics else None
     if measured is not None:
         return measured.low, measured.high
-    variations = (card.expects_input.variations if card.expects_input else None) or {}
-    fixed = variations.get("dose_e_per_A2")
+    variations = card.expects_input.variations if card.expects_input else None
+    fixed = variations.dose_e_per_A2 if variations is not None else None
     return None if fixed is None else (float(fixed), float(fixed))
 
 

@@ -4,6 +4,7 @@ expects: `expected_input`)."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,8 @@ from namsa.config import SimulationConfig
 from stage import dir_swap
 
 from .. import checkpoint as ckpt
-from ..card import ExpectsInput
+from ..card import DataInfo, ExpectsInput
+from ..card_training import InitialModelFacts, TrainingFacts, position_metrics
 from ..card_writer import card_from_state, write_card
 from ..config import TrainConfig
 from ..fcdensenet import count_parameters
@@ -28,33 +30,30 @@ TARGET_UNITS = {"potential": "V*Angstrom", "density": "electrons/Angstrom^2"}
 def card_extra(source: Path, *, out: Path, pos: Position, cfg: TrainConfig, data: TrainingData,
                timing: Timing, model: torch.nn.Module, world_size: int, engine_name: str, steps_per_epoch: int,
                total_steps: int, stopped_by_wall: bool = False,
-               initialized_from: dict[str, Any] | None = None,
+               initialized_from: InitialModelFacts | None = None,
                expects_input: ExpectsInput | None = None) -> dict[str, Any]:
-    """The card's facts about the run that exported checkpoint ``source`` into ``out``: metrics,
-    training length (`_length_facts`), data and parameters; ``engine_name``: the gradient engine
+    """The card's facts about the run that exported checkpoint ``source`` into ``out``, as its typed
+    records: metrics (`position_metrics`), training length (`_length_facts`) and machine
+    (`TrainingFacts`), data (`DataInfo`) and parameters; ``engine_name``: the gradient engine
     (``"none"`` with one rank); ``stopped_by_wall``: training.max_wall_s ended the run;
     ``initialized_from``: the model it was fine-tuned from (`InitialModel.facts`), recorded under
     ``training.initialized_from``; ``expects_input``: what the model expects of its input
     (`expected_input`), None to record nothing; times in seconds, rates in TFLOP/s."""
     origin = {"initialized_from": initialized_from} if initialized_from else {}
     expects = {"expects_input": expects_input} if expects_input is not None else {}
-    return {"metrics": {"best_dev_loss": pos.best_dev_loss, "best_step": pos.best_step,
-                        "final_dev_loss": pos.last_dev_loss, "final_train_loss": pos.last_train_loss,
-                        "dev_loss_definition": "mean squared error on standardised targets"},
-            "metrics_csv": str(out / METRICS_FILE),
-            "training": {"steps": pos.step, "epochs_completed": pos.epoch,
-                         **_length_facts(cfg, pos.step, steps_per_epoch, total_steps, stopped_by_wall),
-                         "samples_seen": pos.samples_seen,
-                         "skipped_steps": pos.skipped_steps, "wall_s": pos.wall_s,
-                         "world_size": world_size, "optimizer": cfg.optimizer, "gradient_engine": engine_name,
-                         "precision": cfg.precision, "batch_size_per_rank": cfg.batch_size,
-                         "exported": "best" if pos.best_step is not None else "final",
-                         "checkpoint": source.name, "sustained_tflops": (timing.total_ops /
-                         timing.total_s / 1e12 if timing.total_s else None),
-                         "peak_tflops": timing.peak_tflops or None, "device": device_name(model), **origin},
-            "data": {"dirs": [str(p) for p in data.store_paths], "train_samples": data.train_total,
-                     "dev_samples": data.dev_total, "node_local_dir": data.data_cfg.node_local_dir,
-                     "input_shape": list(data.cbed_shape)},
+    training = TrainingFacts(steps=pos.step, epochs_completed=pos.epoch,
+                             **_length_facts(cfg, pos.step, steps_per_epoch, total_steps, stopped_by_wall),
+                             samples_seen=pos.samples_seen, skipped_steps=pos.skipped_steps, wall_s=pos.wall_s,
+                             world_size=world_size, optimizer=cfg.optimizer, gradient_engine=engine_name,
+                             precision=cfg.precision, batch_size_per_rank=cfg.batch_size,
+                             exported="best" if pos.best_step is not None else "final", checkpoint=source.name,
+                             sustained_tflops=timing.total_ops / timing.total_s / 1e12 if timing.total_s else None,
+                             peak_tflops=timing.peak_tflops or None, device=device_name(model), **origin)
+    stores = DataInfo(dirs=[str(p) for p in data.store_paths], train_samples=data.train_total,
+                      dev_samples=data.dev_total, node_local_dir=data.data_cfg.node_local_dir,
+                      input_shape=list(data.cbed_shape))
+    return {"metrics": position_metrics(asdict(pos), "mean squared error on standardised targets"),
+            "metrics_csv": str(out / METRICS_FILE), "training": training, "data": stores,
             "parameters": count_parameters(model),
             "forward_conv_ops_per_sample": timing.ops_forward_per_sample, **expects}
 

@@ -8,9 +8,9 @@ expect. The architecture the config resolves to and its targets must be the mode
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from .. import checkpoint as ckpt
+from ..card_training import InitialModelFacts
 from ..config import Architecture
 from .errors import TrainingError
 from .run_state import differences
@@ -38,10 +38,11 @@ class InitialModel:
         self.state = initial.model.state_dict()
         self.normalizer = initial.normalizer
         card = initial.card
-        training = card.training or {}
-        self.facts: dict[str, Any] = {"model": source, "name": card.name,
-                                      "weights_xxh3_128": card.files[ckpt.MODEL_FILE].xxh3_128,
-                                      "steps": training.get("steps"), "device": training.get("device")}
+        #: what the exported card records of the model the run started from (``training.initialized_from``)
+        self.facts = InitialModelFacts(model=source, name=card.name,
+                                       weights_xxh3_128=card.files[ckpt.MODEL_FILE].xxh3_128,
+                                       steps=card.training.steps if card.training else None,
+                                       device=card.training.device if card.training else None)
 
 
 __all__ = ["InitialModel"]
