@@ -84,7 +84,7 @@ def _check_page(report: Path, width: int, tmp_path: Path) -> dict:
 @pytest.fixture(scope="module")
 def report_html(evaluated):  # noqa: F811
     """report.html of a real evaluation of the tiny trained model on the tiny data, every baseline on
-    (the `evaluated` fixture of tests/test_evaluate.py)."""
+    (the `evaluated` fixture of tests/_evaluated_fixture.py)."""
     return evaluated[0].report_html
 
 
