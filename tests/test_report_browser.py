@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from _models_fixture import tiny_trained_model  # noqa: F401  (session fixture)
-from test_evaluate import evaluated  # noqa: F401  (module fixture: a real evaluation with every baseline)
+from _evaluated_fixture import evaluated  # noqa: F401  (session fixture: a real evaluation with every baseline)
 
 CHROMIUM = Path("/usr/bin/chromium")
 #: desktop windows the report must fit without horizontal scrolling (CSS px).
