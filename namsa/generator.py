@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Annotated, Literal
+from typing import Annotated, Callable, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -154,9 +154,20 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.3g} s"
 
 
-def generated_ids(cfg: GeneratorConfig) -> list[str]:
-    """The ``cfg.count`` generated material ids, a pure function of ``cfg`` (no duplicates, none
-    with the same prototype and formula as a library structure)."""
+def draw_budget(count: int) -> int:
+    """How many recipes `generated_ids` draws at most for ``count`` materials: every template with more
+    distinct elements than the pool holds is skipped, as is a repeat or a refused material."""
+    return 50 * count + 100
+
+
+def generated_ids(cfg: GeneratorConfig, refuse: Callable[[str], bool] | None = None) -> list[str]:
+    """The ``cfg.count`` generated material ids, a pure function of ``cfg`` and ``refuse`` (no
+    duplicates, none with the same prototype and formula as a library structure).
+
+    ``refuse(id)``: True when a drawn material cannot be used (a plan's: none of its zone axes can be
+    built, `namsa.plan`); it is skipped as a repeat is and its slot drawn again from the same stream,
+    so the count and the light slots hold and each stream's other draws are as without refusals (but
+    for a chemistry both streams draw, which the one now first takes)."""
     if cfg.count == 0:   # no templates to read: reading them costs tens of seconds (prototype verdicts)
         return []
     templates = _source_templates(cfg.sources) if cfg.templates == "all" else list(cfg.templates)
@@ -167,20 +178,26 @@ def generated_ids(cfg: GeneratorConfig) -> list[str]:
                     [s for s in pool if s in LIGHT_ELEMENTS], generator_rng(cfg.seed, GeneratorStream.LIGHT_MATERIALS))}
     taken = {_chemistry(t, _template_elements(t)) for t in _source_templates(["library", *cfg.sources])}
     ids: list[str] = []
-    # Every template with more distinct elements than the pool holds is skipped, so bound the draws.
-    for _ in range(50 * cfg.count + 100):
+    refused = 0
+    for _ in range(draw_budget(cfg.count)):
         if len(ids) == cfg.count:
             break
         recipe = _draw_recipe(templates, *draws[is_light_slot(len(ids), cfg.light_fraction)], cfg)
         chemistry = None if recipe is None else _chemistry(recipe[0], recipe[1])
         if chemistry is None or chemistry in taken:
             continue
-        taken.add(chemistry)
-        ids.append(generated_id(*recipe))
+        taken.add(chemistry)   # a refused material stays taken: drawn again, it would be refused again
+        material_id = generated_id(*recipe)
+        if refuse is not None and refuse(material_id):
+            refused += 1
+            continue
+        ids.append(material_id)
     if len(ids) < cfg.count:
         light = f" ({cfg.light_fraction:g} of them light)" if cfg.light_fraction else ""
-        raise GeneratorError(f"could draw only {len(ids)} of generator.count={cfg.count} distinct materials{light} "
-                             f"from {len(templates)} templates and {len(pool)} elements; add templates or elements")
+        also = f", {refused} more refused by the plan (no zone axis could be built)" if refused else ""
+        raise GeneratorError(f"could draw only {len(ids)} of generator.count={cfg.count} distinct materials{light}"
+                             f"{also} from {len(templates)} templates and {len(pool)} elements; add templates or "
+                             f"elements")
     return ids
 
 
@@ -283,7 +300,9 @@ def _build(material_id: str) -> Structure:
     structure = _template_structure(template)
     structure.replace_species(dict(zip(_template_elements(template), new)))
     structure.scale_lattice(structure.volume * scale ** 3)
-    structure.properties["material_id"] = material_id
+    # a new dict: Structure.copy shares ``properties`` with the template it copied (the library's
+    # cached structure), so writing into it would relabel the template and every material built on it
+    structure.properties = {**structure.properties, "material_id": material_id}
     return structure
 
 

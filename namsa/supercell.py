@@ -24,6 +24,8 @@ from .structure_io import load_structure
 MAX_ATOMS = 2_000_000
 #: strains below this are round-off: the cell is exactly orthogonal.
 EXACT_STRAIN = 1e-9
+#: the strain a cell may need to become orthogonal, by default (and in every plan, namsa.zone_axes)
+MAX_STRAIN = 0.02
 #: in-plane cell vectors are searched up to this length at least (Angstrom), and at least up
 #: to twice the longest primitive vector and the longest conventional lattice vector ...
 MIN_SEARCH_A = 20.0
@@ -239,7 +241,7 @@ def _rank_pairs(cands: np.ndarray, prim: np.ndarray, n_t: np.ndarray) -> list[_C
 
 
 def orient_supercell(structure: Structure | Any, zone_axis: Sequence[int], lateral_A: float | Sequence[float],
-                     thickness_A: float, *, max_strain: float = 0.02, material_id: str | None = None,
+                     thickness_A: float, *, max_strain: float = MAX_STRAIN, material_id: str | None = None,
                      max_atoms: int = MAX_ATOMS) -> Supercell:
     """Build an orthorhombic supercell with z along ``zone_axis``, periodic in x and y.
 
@@ -260,7 +262,7 @@ def orient_supercell(structure: Structure | Any, zone_axis: Sequence[int], later
     thickness = _positive("thickness_A", thickness_A)
     _positive("max_strain", max_strain, allow_zero=True)
     orienter = Orienter(structure, max(lateral_x, lateral_y))
-    cell = _choose_cell(orienter, axis, max_strain, material_id)
+    cell = choose_cell(orienter, axis, max_strain, material_id)
     ax, by, c = cell.unit_A
     tiling = (_repeats(lateral_x, ax), _repeats(lateral_y, by), _repeats(thickness, c))
     per_cell = len(orienter.primitive) * round(abs(np.linalg.det(cell.index_matrix)))
@@ -278,8 +280,10 @@ def orient_supercell(structure: Structure | Any, zone_axis: Sequence[int], later
                      tiling=tiling)
 
 
-def _choose_cell(orienter: Orienter, axis: tuple[int, int, int], max_strain: float,
-                 material_id: str | None) -> _Cell:
+def choose_cell(orienter: Orienter, axis: tuple[int, int, int], max_strain: float,
+                material_id: str | None) -> _Cell:
+    """The cell `orient_supercell` tiles along ``axis`` (also the plan's check that it can be built,
+    `namsa.zone_axes.buildable_axes`); `ZoneAxisError` saying why when there is none."""
     cells = orienter.candidate_cells(axis)
     if not cells:
         raise ZoneAxisError(

@@ -4,7 +4,7 @@
 #   (a) one study sample on cuda against the CPU (and the bf16 matmul rate of this GPU); if cupy fails,
 #       the simulation falls back to the CPU on all cores;
 #   (b) the study's plan (configs/gpu-study.yaml: the study's physics hash, sample ids and prototype
-#       splits) simulated until execution.simulate_deadline_s (200 s here: ~1,260 of its 1,981 samples at
+#       splits) simulated until execution.simulate_deadline_s (200 s here: ~1,260 of its 2,020 samples at
 #       the first run's 6.3 samples/s, against 428 in the first run's 120 s);
 #   (c) the flagship (FLAGSHIP, the 3.4 M-parameter scan-space model this script trained from scratch at
 #       commit 60e8ab7 on 311 samples) fine-tuned on them (training.init_from) in bf16, batch 64, until

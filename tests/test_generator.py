@@ -55,6 +55,16 @@ def test_structures_are_valid_and_keep_the_template_symmetry(ids):
     assert np.array_equal(a.cart_coords, b.cart_coords) and a.species == b.species
 
 
+def test_building_a_material_relabels_neither_its_template_nor_its_siblings():
+    # Structure.copy shares the properties dict: writing the id into it used to relabel the library's
+    # cached template and every material built on it with the last id built
+    first = generator.build("WS2-2H:Mg,B:0.9923")
+    second = generator.build("WS2-2H:Tb,Ga:1.3363")
+    assert first.properties["material_id"] == "WS2-2H:Mg,B:0.9923"
+    assert second.properties["material_id"] == "WS2-2H:Tb,Ga:1.3363"
+    assert library.get("WS2-2H").properties["material_id"] == "WS2-2H"
+
+
 def test_lattice_jitter_spreads_the_scale_around_the_radius_rule():
     plain = generator.generated_ids(GeneratorConfig(count=30, seed=5, lattice_jitter=0.0))
     jittered = generator.generated_ids(GeneratorConfig(count=30, seed=5, lattice_jitter=0.1))

@@ -47,7 +47,8 @@ def test_only_the_slow_choices_are_stored(tmp_path):
     made, _ = plan_cache.cached_plan(CFG, tmp_path)
     (path,) = tmp_path.glob("plan-*.json")
     stored = json.loads(path.read_text())
-    assert set(stored) == {"key", "generated", "zone_axes", "mac"}
+    assert set(stored) == {"key", "generated", "zone_axes", "refused", "mac"}
+    assert stored["refused"] == made.replaced == []   # the one generated material drawn plans
     generated = [m for m in made.sources if ":" in m]
     assert stored["generated"] == generated and len(generated) == CFG.generator.count
     assert stored["zone_axes"] == {m: [list(s.zone_axis) for s in made.specs if s.material_id == m]

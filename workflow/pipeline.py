@@ -214,13 +214,16 @@ class Pipeline:
         """Train only when at least execution.min_success_fraction of the planned samples exist.
 
         A material that could not be planned at all counts as the average number of samples the
-        planned materials have, so losing a whole material weighs like losing its samples.
+        planned materials have, so losing a whole material weighs like losing its samples (a generated
+        one the plan replaced by the next draw loses none; an explicit axis a planned material's cell
+        cannot be built along was never expected).
         """
         plan = self.plan
-        n_materials = len({s.material_id for s in plan.specs})
-        per_material = len(plan.specs) / n_materials if n_materials else 1.0
+        planned = {s.material_id for s in plan.specs}
+        per_material = len(plan.specs) / len(planned) if planned else 1.0
+        lost = len({material_id for material_id, _ in plan.failures} - planned - set(plan.replaced))
         # samples the simulate deadline stopped before are not failures: not expected this run
-        expected = len(plan.specs) + per_material * len(plan.failures) - self.summary.not_reached
+        expected = len(plan.specs) + per_material * lost - self.summary.not_reached
         fraction = self.summary.available / expected if expected else 0.0
         needed = self.cfg.execution.min_success_fraction
         if self.summary.available == 0 or fraction < needed:

@@ -20,18 +20,22 @@ others, another user's) is refused in one warning line: the plan is made afresh 
 What is read is also checked against the config, as a second layer:
 
 - a regular file only, under `MAX_PLAN_BYTES`, opened without following a link and without blocking
-  on a FIFO, parsed with a nesting cap (`models.card.open_regular`, `models.card.parse_json_bytes`);
+  on a FIFO, parsed with a nesting cap (`models.safe_files.open_regular`, `models.safe_files.parse_json_bytes`);
 - signed with this user's key, then exactly the fields `_payload` writes, under this config's key;
 - the generated ids: generator.count of them, distinct, each a recipe of the config's generator in
   its canonical spelling (template among the config's templates and sources, elements from the pool,
   the light slots' from its light elements; `namsa.generator.build` accepts it);
 - the zone axes: stored only under ``zone_axes: auto``, one to max_zone_axes distinct axes per
-  material, each three integers of the form and index range the search returns.
+  material, each three integers of the form and index range the search returns;
+- the refused generated ids (drawn, no zone axis could be built, replaced by the next draw): distinct,
+  none among the generated ones, each a recipe of the config's generator, no more than its draws.
 
 A file that fails a check (its signature included) is planned over as if it were absent, and stored
 again: a bad cache is never an error and never a traceback. A material without stored axes is
 searched (a failure is always searched again, so no material is dropped by leaving it out), and an
-entry for a material the config does not plan is never used; such a file is stored again too. What
+entry for a material the config does not plan is never used; such a file is stored again too. A
+refused material is searched again too (its failure is planned, not stored); one the plan's checks
+judge otherwise than the file did is planned over (`namsa.plan.plan_and_choices`). What
 no check of the content can tell apart is one valid choice from another (a recipe the generator could
 have drawn, another low-index axis): the signature is what guards that.
 
@@ -50,7 +54,6 @@ atomic JSON writer (`stage.jsonfile.write_json_atomic`).
 from __future__ import annotations
 
 import hashlib
-import inspect
 import math
 import sys
 from importlib import metadata
@@ -59,7 +62,7 @@ from pathlib import Path
 from typing import Any
 
 import namsa
-from models.card import open_regular, parse_json_bytes
+from models.safe_files import open_regular, parse_json_bytes
 from namsa import generator, library
 from namsa.config import MACHINE_FIELDS, SimulationConfig
 from namsa.element_pool import DEFAULT_ELEMENTS, LIGHT_ELEMENTS
@@ -67,7 +70,7 @@ from namsa.errors import UserError
 from namsa.material_id import generated_id, split_generated_id
 from namsa.plan import Plan, PlanChoices, plan_and_choices, plan_samples
 from namsa.sample import config_hash
-from namsa.zone_axes import auto_zone_axes
+from namsa.zone_axes import MAX_INDEX
 from stage.jsonfile import write_json_atomic
 
 from .plan_signature import MAC_FIELD, PlanKeyRefused, plan_secret, signed, signer_id, verified
@@ -77,11 +80,13 @@ PLANNING_LIBRARIES = ("pymatgen", "pymatgen-core", "spglib")
 #: largest plan file read: the GPU study's is ~0.1 MB, 20,000 generated materials (generator's
 #: MAX_GENERATED) with three axes each ~5 MB
 MAX_PLAN_BYTES = 16 << 20
-_FIELDS = frozenset({"key", "generated", "zone_axes"})   # signed; the signature beside them
+_FIELDS = frozenset({"key", "generated", "zone_axes", "refused"})   # signed; the signature beside them
 _PACKAGE_DIR = Path(namsa.__file__).resolve().parent
-#: the largest index the automatic search tries: `auto_zone_axes`' default, which planning uses
-_SEARCH_MAX_INDEX: int = inspect.signature(auto_zone_axes).parameters["max_index"].default
-#: every axis the search can return: gcd 1, first non-zero index positive (u v w ~ -u -v -w)
+#: the largest index the automatic search tries in a structure's own basis (axes only its standard cell
+#: gives, beyond it, are not stored: `namsa.plan.PlanChoices`)
+_SEARCH_MAX_INDEX: int = MAX_INDEX
+#: every axis a stored plan may hold: the search's in a structure's own basis, gcd 1, first non-zero
+#: index positive (u v w ~ -u -v -w)
 SEARCH_AXES = frozenset(axis for axis in product(range(-_SEARCH_MAX_INDEX, _SEARCH_MAX_INDEX + 1), repeat=3)
                         if any(axis) and math.gcd(*axis) == 1 and next(i for i in axis if i) > 0)
 
@@ -172,7 +177,9 @@ def _checked(stored: Any, key: str, cfg: SimulationConfig) -> PlanChoices:
     """``stored`` (parsed JSON) as the choices of ``cfg``'s plan; `_Untrusted` when any part is not."""
     if not isinstance(stored, dict) or set(stored) != _FIELDS or stored["key"] != key:
         raise _Untrusted("not a stored plan of this key")
-    return PlanChoices(_checked_generated(stored["generated"], cfg), _checked_zone_axes(stored["zone_axes"], cfg))
+    generated = _checked_generated(stored["generated"], cfg)
+    return PlanChoices(generated, _checked_zone_axes(stored["zone_axes"], cfg),
+                       _checked_refused(stored["refused"], cfg, generated))
 
 
 def _checked_generated(ids: Any, cfg: SimulationConfig) -> tuple[str, ...]:
@@ -186,15 +193,28 @@ def _checked_generated(ids: Any, cfg: SimulationConfig) -> tuple[str, ...]:
     return tuple(ids)
 
 
-def _check_recipe(material_id: str, slot: int, gen: generator.GeneratorConfig) -> None:
-    """`_Untrusted` unless ``material_id`` is a recipe ``gen`` could draw as its material ``slot``."""
+def _checked_refused(ids: Any, cfg: SimulationConfig, generated: tuple[str, ...]) -> tuple[str, ...]:
+    """The stored refused ids: distinct, none generated, each a recipe of the generator (drawn for a
+    slot the file does not say, so from its whole pool), no more than it draws."""
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise _Untrusted("refused ids are not a list of strings")
+    if len(ids) > generator.draw_budget(cfg.generator.count) or len(set(ids)) != len(ids) or set(ids) & set(generated):
+        raise _Untrusted(f"{len(ids)} refused ids: more than the generator draws, repeated, or generated ones")
+    for material_id in ids:
+        _check_recipe(material_id, None, cfg.generator)
+    return tuple(ids)
+
+
+def _check_recipe(material_id: str, slot: int | None, gen: generator.GeneratorConfig) -> None:
+    """`_Untrusted` unless ``material_id`` is a recipe ``gen`` could draw as its material ``slot`` (None:
+    as any one)."""
     try:
         template, elements, scale = split_generated_id(material_id)
         spelled = generated_id(template, elements, float(scale))
     except ValueError as exc:
         raise _Untrusted(str(exc)) from None
     pool = set(gen.elements or DEFAULT_ELEMENTS)
-    if generator.is_light_slot(slot, gen.light_fraction):
+    if slot is not None and generator.is_light_slot(slot, gen.light_fraction):
         pool &= set(LIGHT_ELEMENTS)
     if material_id != spelled or not set(elements) <= pool or not _template_allowed(template, gen):
         raise _Untrusted(f"{material_id!r} is not a recipe of this generator")
@@ -239,7 +259,7 @@ def _checked_axis(axis: Any) -> tuple[int, int, int]:
 def _payload(key: str, choices: PlanChoices) -> dict:
     """The stored form of ``choices`` under ``key``, before its signature (what `_read` reads back)."""
     zone_axes = {material_id: [list(axis) for axis in axes] for material_id, axes in choices.zone_axes.items()}
-    return {"key": key, "generated": list(choices.generated), "zone_axes": zone_axes}
+    return {"key": key, "generated": list(choices.generated), "zone_axes": zone_axes, "refused": list(choices.refused)}
 
 
 __all__ = ["cached_plan", "plan_path", "plan_key", "library_version", "PLANNING_LIBRARIES", "MAX_PLAN_BYTES",
