@@ -8,7 +8,8 @@
 #       the first run's 6.3 samples/s, against 428 in the first run's 120 s);
 #   (c) the flagship (FLAGSHIP, the 3.4 M-parameter scan-space model this script trained from scratch at
 #       commit 60e8ab7 on 311 samples) fine-tuned on them (training.init_from) in bf16, batch 64, until
-#       training.max_wall_s=100, the dose augmentation's shot noise drawn on the GPU; the best checkpoint by
+#       training.max_wall_s=100, on the splits held in GPU memory (data.resident), the augmentations'
+#       symmetry operations and shot noise drawn there; the best checkpoint by
 #       dev loss exported;
 #   (d) it and the flagship scored on the same first dev samples (the publish decision);
 #   (e) at most 8 files of at most 16 MiB in $OUT (summary, log, study.json, the model and its card).
