@@ -28,7 +28,7 @@ from stage.config import DataConfig
 from .card_provenance import CheckSample, HeldOutEvaluation, TrainedOn
 from .card_statistics import StatisticName, TrainingStatistics  # noqa: F401 (re-exported)
 from .card_training import ModelConfigRecord, TrainingFacts, TrainingMetrics
-from .config import Architecture, ModelConfigError, TrainConfig, _check_architecture
+from .config import Architecture, ModelConfigError, TrainConfig, check_architecture
 from .errors import ModelDirError
 from .safe_files import open_regular, parse_json_bytes
 
@@ -83,7 +83,7 @@ class ArchitectureSpec(BaseModel):
         if self.input_layout == "scan" and self.pattern_bins < 1:
             raise ValueError("the scan layout needs pattern_bins >= 1")
         try:
-            _check_architecture(self.architecture())
+            check_architecture(self.architecture())
         except ModelConfigError as exc:
             raise ValueError(str(exc).replace("model.", "architecture.")) from None
         return self
@@ -189,7 +189,7 @@ class ExpectsInput(BaseModel):
         try:
             return cls.model_validate(sampling_fields(cfg))
         except ValidationError as exc:
-            raise ModelDirError(f"{where}: expects_input.{_describe(exc)}") from None
+            raise ModelDirError(f"{where}: expects_input.{first_validation_problem(exc)}") from None
 
     def simulation_config(self) -> SimulationConfig:
         """These fields as a `namsa.SimulationConfig` (unset ones at its defaults)."""
@@ -282,7 +282,7 @@ class ModelCard(BaseModel):
         return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
-def _describe(exc: ValidationError) -> str:
+def first_validation_problem(exc: ValidationError) -> str:
     """The first problem of a pydantic error as ``field: what``, on one line."""
     err = exc.errors(include_url=False)[0]
     where = ".".join(str(p) for p in err["loc"]) or "the card"
@@ -303,7 +303,7 @@ def validate_card(obj: Any, where: str) -> ModelCard:
     try:
         return ModelCard.model_validate(obj)
     except ValidationError as exc:
-        raise ModelDirError(f"{where}: {_describe(exc)}; use the {CARD_FILE} that namsa train wrote "
+        raise ModelDirError(f"{where}: {first_validation_problem(exc)}; use the {CARD_FILE} that namsa train wrote "
                             f"(or re-export the model)") from None
 
 
@@ -319,5 +319,5 @@ def read_card_file(path: Path) -> ModelCard:
 
 
 __all__ = ["ModelCard", "ArchitectureSpec", "NormalizerSpec", "ExpectsInput", "TrainingStatistics", "validate_card",
-           "read_card_file", "CARD_FILE", "MODEL_FILE", "MAX_CARD_BYTES"]
+           "first_validation_problem", "read_card_file", "CARD_FILE", "MODEL_FILE", "MAX_CARD_BYTES"]
 

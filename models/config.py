@@ -269,7 +269,7 @@ class ModelConfig(BaseModel):
                                        "model.physics_inputs (the plane it starts from); add them or turn it off")
         values["icom_residual"] = self.targets.index("potential") if self.icom_residual else -1
         arch = Architecture(out_channels=len(self.targets), **values)
-        _check_architecture(arch)
+        check_architecture(arch)
         return arch
 
 
@@ -281,7 +281,7 @@ def _square_scan(patterns: int) -> tuple[int, int]:
     return (side, side)
 
 
-def _check_architecture(arch: Architecture) -> None:
+def check_architecture(arch: Architecture) -> None:
     kernels = {"kernel_size": arch.kernel_size, "stem_kernel": arch.stem_kernel or arch.kernel_size}
     for name, size in kernels.items():
         if size % 2 == 0:

@@ -22,9 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from evaluation.methods import NETWORK
 from evaluation.views import LEGACY
 from models import checkpoint as ckpt
-from models.card import CARD_FILE, TargetName
+from models.card import CARD_FILE, TargetName, first_validation_problem
 from models.card_provenance import Aggregates, EvaluatedData, Headline
-from models.card import _describe as first_problem   # the card's one-line account of a pydantic error
 from models.safe_files import open_regular, parse_json_bytes
 from namsa.config import MACHINE_FIELDS, SimulationConfig
 from namsa.errors import UserError
@@ -166,7 +165,7 @@ def _read_metrics(root: Path) -> HeldOutMetrics:
     doc = parse_json_bytes(_read_capped(root, METRICS_FILE, MAX_METRICS_BYTES), where, MAX_METRICS_BYTES,
                            kind=_METRICS_KIND)
     # the first problem only: a damaged file of many samples has as many errors, and one says what to fix
-    return _validated(HeldOutMetrics, doc, where, f"it is not {_METRICS_KIND}: rerun namsa evaluate", first_problem)
+    return _validated(HeldOutMetrics, doc, where, f"it is not {_METRICS_KIND}: rerun namsa evaluate", first_validation_problem)
 
 
 Record = TypeVar("Record", bound=BaseModel)
