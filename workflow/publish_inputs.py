@@ -165,7 +165,8 @@ def _read_metrics(root: Path) -> HeldOutMetrics:
     doc = parse_json_bytes(_read_capped(root, METRICS_FILE, MAX_METRICS_BYTES), where, MAX_METRICS_BYTES,
                            kind=_METRICS_KIND)
     # the first problem only: a damaged file of many samples has as many errors, and one says what to fix
-    return _validated(HeldOutMetrics, doc, where, f"it is not {_METRICS_KIND}: rerun namsa evaluate", first_validation_problem)
+    return _validated(HeldOutMetrics, doc, where, f"it is not {_METRICS_KIND}: rerun namsa evaluate",
+                      first_validation_problem)
 
 
 Record = TypeVar("Record", bound=BaseModel)
