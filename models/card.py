@@ -26,7 +26,7 @@ from namsa.sampling import ScanSampling, config_sampling, sampling_fields
 from stage.config import DataConfig
 
 from .card_provenance import CheckSample, HeldOutEvaluation, TrainedOn
-from .card_statistics import StatisticName, TrainingStatistics  # noqa: F401 (re-exported)
+from .card_statistics import TrainingStatistics
 from .card_training import ModelConfigRecord, TrainingFacts, TrainingMetrics
 from .config import Architecture, ModelConfigError, TrainConfig, check_architecture
 from .errors import ModelDirError

@@ -56,7 +56,6 @@ from typing import Any, Sequence
 import numpy as np
 
 from namsa.errors import UserError
-from namsa.optics import scan_step_A
 
 from .microscope.disc import Disc, find_disc
 

@@ -210,7 +210,7 @@ def test_the_cards_statistic_names_are_the_estimators():
     (and gives units for): a new statistic cannot reach a card's ranges without the schema knowing it."""
     from typing import get_args
 
-    from models.card import StatisticName
+    from models.card_statistics import StatisticName
     from stage.scan_statistics import UNITS
 
     assert set(get_args(StatisticName)) == set(UNITS)

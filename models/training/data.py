@@ -103,7 +103,6 @@ class TrainingData:
                  augment: bool = True) -> Any:
         """The split's `stage.SampleDataset`, or None when it has no samples and ``allow_empty``;
         ``augment`` False: without the dose and symmetry augmentations."""
-        import stage
         from stage import EmptyStoreError
 
         cap = self.cfg.max_train_samples if split == "train" else None
