@@ -125,18 +125,75 @@ class Backend:
         return out
 
 
+class _SharedBlasLimit:
+    """One process-wide "BLAS on one thread" limit shared by every holder in every thread.
+
+    OpenBLAS (pthreads) has one process-wide thread count. threadpoolctl's limits restore on exit
+    what they saw on entry, so two overlapping holders in different threads undid each other in
+    the wrong order, and since 3.8 only the thread that first set a limit may change it while it
+    lives: a pool thread's GEMM then ran on the default OpenBLAS threads mid-sample and changed its
+    last bits (samples prepared ahead differed from sequential ones, tests/test_pipelined_simulation.py).
+    Counted here instead: the first holder sets the limit, the last one to leave restores it, from
+    whichever thread, and no thread is left owning OpenBLAS's setting (tests/test_blas_limit.py)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders = 0
+        self._limit: Any = None
+
+    @contextlib.contextmanager
+    def held(self):
+        with self._lock:
+            if self._holders == 0:
+                self._limit = self._set_one_thread()
+            self._holders += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._holders -= 1
+                if self._holders == 0 and self._limit is not None:
+                    _release_openblas_control()
+                    self._limit.restore_original_limits()
+                    _release_openblas_control()
+                    self._limit = None
+
+    @staticmethod
+    def _set_one_thread() -> Any:
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:  # pragma: no cover - a declared dependency; degrade to BLAS defaults
+            return None
+        _release_openblas_control()
+        limit = threadpool_limits(limits=1, user_api="blas")
+        _release_openblas_control()
+        return limit
+
+
+def _release_openblas_control() -> None:
+    """Let any thread set OpenBLAS's thread count next (threadpoolctl >= 3.8 gives it to the thread
+    that last set it, for as long as that thread lives; older versions have no owner)."""
+    try:
+        from threadpoolctl import OpenBLASController
+    except ImportError:  # pragma: no cover
+        return
+    release = getattr(OpenBLASController, "clear_controlling_thread", None)
+    if release is not None:
+        release(force=True)
+
+
+_BLAS_LIMIT = _SharedBlasLimit()
+
+
 def single_threaded_blas():
-    """Context manager pinning BLAS (OpenBLAS/MKL) to one thread.
+    """Context manager pinning BLAS (OpenBLAS/MKL) to one thread while any thread holds it.
 
     namsa parallelises over probes and beams itself; a multi-threaded BLAS underneath spins
     against those threads (and against other processes on a busy node): measured here, small
     complex GEMMs ran 15-60x slower with 2 OpenBLAS threads on 2 loaded cores than with 1.
+    Safe to nest and to hold from several threads at once (:class:`_SharedBlasLimit`).
     """
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - a declared dependency; degrade to BLAS defaults
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=1, user_api="blas")
+    return _BLAS_LIMIT.held()
 
 
 def cpu_threads() -> int:

@@ -72,11 +72,8 @@ def prepared_in_order(jobs: Sequence[Job], cfg: SimulationConfig,
         for job in jobs:
             yield PreparedSlot(job, cfg, None, None)
         return
-    # one BLAS limit held for the whole loop, on every device: the threads' own nested limits
-    # (prepare_simulation, simulate_sample's pool) then cannot restore each other's in the wrong order.
-    # The device path builds its potential on the host too: a limit undone mid-product by another
-    # thread ran its structure-factor GEMMs on 2 OpenBLAS threads and changed their last bits (1 run
-    # in 3-6 of tests/test_pipelined_simulation.py; 0 in 24 with the limit held).
+    # BLAS on one thread for the whole loop: the device path builds its potential on the host too, and
+    # a structure-factor GEMM on 2 OpenBLAS threads changes its last bits (namsa.backend._SharedBlasLimit)
     blas = single_threaded_blas()
     with blas, short_gil_switch(), ThreadPoolExecutor(max_workers=threads, thread_name_prefix="namsa-prepare") as pool:
         futures: dict[int, Future] = {}

@@ -19,6 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .version import __version__
+from .backend import single_threaded_blas
 from .config import SimulationConfig
 from .constants import wavelength_A
 from .detector import pattern_rebinner, poisson_noise
@@ -282,8 +283,9 @@ def simulate_sample(structure_or_id: Any, zone_axis: Sequence[int], cfg: Simulat
     """
     if not cfg.device.startswith("cuda"):
         return run_prepared(prepare_sample(structure_or_id, zone_axis, cfg, variant), cfg)
-    # on a GPU the host computes the targets (and the next configuration) while the device runs the probes
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    # on a GPU the host computes the targets (and the next configuration) while the device runs the
+    # probes; BLAS held on one thread over both threads' work, as in namsa.pipelined
+    with single_threaded_blas(), ThreadPoolExecutor(max_workers=1) as pool:
         return run_prepared(prepare_sample(structure_or_id, zone_axis, cfg, variant, targets_pool=pool), cfg, pool)
 
 
