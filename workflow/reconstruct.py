@@ -14,6 +14,7 @@ from namsa.sample_meta import SampleMeta
 
 from .errors import out_of_memory
 from .memory import machine_memory
+from .reconstruct_findings import PredictReports, findings
 from .runner_io import require_directory
 
 #: the record of a reconstruction (workflow.reconstruct_maps): what marks an --out as an earlier result
@@ -103,10 +104,11 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     transform = correction or transform
     tile_cal = _tile_calibration(plan, expect, cal.energy_kv)
     refining = TileRefinement.start(rec, plan, expect, cal, refine) if refine else None
-    with warnings.catch_warnings():  # predict's OutsideTrainingWarning: recorded in the JSON (checks.predict)
+    predicted = PredictReports()
+    with warnings.catch_warnings():  # predict's OutsideTrainingWarning: gathered (predicted), printed once by the CLI
         warnings.simplefilter("ignore", fit.OutsideTrainingWarning)
         stitched, com, scales = _stream(scan, plan, grid, rec, budget, transform, tile_cal, refining,
-                                        symmetry_average)
+                                        symmetry_average, predicted)
     pixel = (plan.step_A[0] * expect.scan_shape[0] / expect.target_px,
              plan.step_A[1] * expect.scan_shape[1] / expect.target_px)
     maps = dict(zip(rec.targets, stitched))
@@ -121,11 +123,12 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     if refining is not None:
         info["refinement"] = refining.report()
     after = fit.check_after_inference(maps, rec.card, checks)
-    info.update(checks={"before": checks, "predict": rec.last_report, "after": after},
+    info.update(checks={"before": checks, "predict": predicted.merged(), "after": after},
                 calibration_from_data=from_data.report())
+    info["findings"] = findings(info["checks"])   # what bears on trust, once: the terminal, the figure, the JSON
     written = _write_and_swap(tmp, out, maps, pixel, info)
     return {"out": str(out), "files": written, "pixel_size_A": pixel, "shape": list(stitched.shape[1:]),
-            "notes": notes, "warnings": [w["message"] for w in checks["warnings"] + after["warnings"]]}
+            "notes": notes, "findings": info["findings"], "warnings": [f["message"] for f in info["findings"]]}
 
 
 def _check_memory(scan: Any, expect: Any, calibrations: Mapping[str, Any], memory_gb: float) -> None:
@@ -155,13 +158,13 @@ def _tile_calibration(plan: Any, expect: Any, energy_kv: float) -> Any:
 
 
 def _stream(scan: Any, plan: Any, grid: Any, rec: Any, budget: int, transform: Any,
-            tile_calibration: Any = None, refining: Any = None,
-            symmetry_average: bool = True) -> tuple[np.ndarray, np.ndarray, list[float]]:
+            tile_calibration: Any = None, refining: Any = None, symmetry_average: bool = True,
+            predicted: PredictReports | None = None) -> tuple[np.ndarray, np.ndarray, list[float]]:
     """Blocks of tiles read, fitted, normalised per tile, predicted (with ``tile_calibration``: the physics
     input planes of a model that takes them, and every input report's probe step; each potential refined by ``refining``, a `TileRefinement`, when
     given) and blended; the centre of mass of every fitted pattern gathered on the way. Returns
     (C, H, W) maps, the (Y, X, 2) CoM (1/Angstrom) over the covered scan and the intensity factor
-    of each tile."""
+    of each tile; each block's input report (``rec.last_report``) is added to ``predicted``."""
     from models import scan_fit as fit
     from namsa.icom import center_of_mass
 
@@ -189,6 +192,8 @@ def _stream(scan: Any, plan: Any, grid: Any, rec: Any, budget: int, transform: A
                                                            symmetry_average=None if symmetry_average else False,
                                                            **options)):
             stitcher.add(maps, origin)
+        if predicted is not None:
+            predicted.add(rec.last_report)
         if refining is not None:
             refining.record(block.origins, rec.last_refinement)
     return stitcher.result(), com, scales

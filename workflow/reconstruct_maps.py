@@ -58,7 +58,7 @@ def write_maps(out_dir: str | Path, maps: Mapping[str, np.ndarray], pixel_A: tup
                          resolution=(1.0 / pixel_A[1], 1.0 / pixel_A[0]))
         written[f"{name}.npy"], written[f"{name}.tif"] = str(out / f"{name}.npy"), str(out / f"{name}.tif")
     written["reconstruction.hspy"] = str(_hspy(out / "reconstruction.hspy", maps, pixel_A))
-    written["reconstruction.png"] = str(_figure(out / "reconstruction.png", maps, pixel_A))
+    written["reconstruction.png"] = str(_figure(out / "reconstruction.png", maps, pixel_A, info.get("findings", [])))
     py4dstem_note = _py4dstem(out / PY4DSTEM_FILE, maps, pixel_A)
     if (out / PY4DSTEM_FILE).is_file():
         written[PY4DSTEM_FILE] = str(out / PY4DSTEM_FILE)
@@ -115,14 +115,22 @@ def _py4dstem(path: Path, maps: Mapping[str, np.ndarray], pixel_A: tuple[float, 
     return note
 
 
-def _figure(path: Path, maps: Mapping[str, np.ndarray], pixel_A: tuple[float, float]) -> Path:
-    """One panel per map, axes in Angstrom, a colour bar with the map's unit."""
+def _figure(path: Path, maps: Mapping[str, np.ndarray], pixel_A: tuple[float, float],
+            found: Sequence[Mapping[str, str]] = ()) -> Path:
+    """One panel per map, axes in Angstrom, a colour bar with the map's unit; below them every finding
+    of the reconstruction (workflow.reconstruct_findings), wrapped, or a line saying there is none."""
+    import textwrap
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(maps), figsize=(4.2 * len(maps), 3.8), squeeze=False)
+    width = 4.2 * len(maps)
+    lines = [textwrap.fill(f"warning: {f['message']}", width=int(width * 16), subsequent_indent="    ")
+             for f in found] or ["no findings: the checks found the file within what the model was trained on"]
+    text_rows = sum(line.count("\n") + 1 for line in lines)
+    fig, axes = plt.subplots(1, len(maps), figsize=(width, 3.8 + 0.17 * text_rows), squeeze=False)
     for ax, (name, image) in zip(axes[0], maps.items()):
         h, w = np.shape(image)
         shown = ax.imshow(image, cmap="magma", extent=(0, w * pixel_A[1], h * pixel_A[0], 0))
@@ -130,7 +138,8 @@ def _figure(path: Path, maps: Mapping[str, np.ndarray], pixel_A: tuple[float, fl
         ax.set_xlabel("x (Angstrom)")
         ax.set_ylabel("y (Angstrom)")
         fig.colorbar(shown, ax=ax, label=MAP_UNITS[name].split(" (")[0])
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.17 * text_rows / fig.get_figheight(), 1, 1))
+    fig.text(0.01, 0.01, "\n".join(lines), fontsize=7, va="bottom", ha="left", color="firebrick" if found else "black")
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -1,0 +1,65 @@
+"""Issue 42, item 1: every finding of `namsa reconstruct` that bears on trust reaches the terminal as one
+`namsa: warning:` line, reconstruction.json's ``findings`` and the figure, the same set, including the
+findings of the model's own input checks (`Reconstructor.predict`, one report per block of tiles, merged
+once per kind by workflow.reconstruct_findings), which were recorded but never shown before."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import namsa
+from namsa.camera import CameraSettings, record
+from stage.microscope import ScanCalibrations, write_scan
+from workflow.cli import main
+from workflow.reconstruct_findings import PredictReports, findings
+
+
+@pytest.fixture(scope="module")
+def defocused_scan(tmp_path_factory):
+    """A Si [001] scan at C1 = +200 A (the shipped study-scan model trained on +-40 A) as a .hspy file
+    that keeps every calibration: an out-of-range file, found out only by the model's input checks."""
+    cfg = namsa.SimulationConfig(scan_shape=(32, 32), pattern_px=32, target_px=32, thickness_A=20.0,
+                                 aberrations={"C1_A": 200.0, "C3_mm": 0.0})
+    sample = namsa.simulate_sample(namsa.load_structure("Si-diamond"), (0, 0, 1), cfg)
+    m = sample.meta
+    step = (m.fov_A[2] / 32, m.fov_A[3] / 32)
+    cal = ScanCalibrations(energy_kv=200.0, semiangle_mrad=20.0, dk_inv_A=m.pattern_dk_inv_A, step_A=step)
+    path = tmp_path_factory.mktemp("defocused") / "scan.hspy"
+    write_scan(path, record(sample.cbed.reshape(32, 32, 32, 32), step, CameraSettings(dose_e_per_A2=1e5)), cal)
+    return path
+
+
+def test_the_cli_prints_the_model_checks_findings_as_warnings_and_records_the_same_set(defocused_scan, capsys):
+    out = defocused_scan.parent / "out"
+    assert main(["reconstruct", str(defocused_scan), "--model", "pretrained:study-scan", "--out", str(out)]) == 0
+    printed = [line.removeprefix("namsa: warning: ") for line in capsys.readouterr().err.splitlines()
+               if line.startswith("namsa: warning: ")]
+    info = json.loads((out / "reconstruction.json").read_text())
+    recorded = info["findings"]
+    assert printed == [f["message"] for f in recorded]   # one line each, the same set, in the same order
+    defocus = next(f for f in recorded if f["code"] == "defocus")
+    assert defocus["stage"] == "predict" and "defocus" in defocus["message"]
+    assert "its maps are not trustworthy here" in defocus["message"]   # what it means for the maps
+    predict = info["checks"]["predict"]
+    assert predict["blocks"] >= 1 and [w["code"] for w in predict["warnings"]].count("defocus") == 1
+    assert (out / "reconstruction.png").stat().st_size > 0
+
+
+def test_merged_predict_reports_keep_each_kind_once_with_the_blocks_that_raised_it():
+    first = {"warnings": [{"code": "defocus", "message": "defocus 217 A"}], "measured": {"defocus_A": {"value": 217}}}
+    second = {"warnings": [{"code": "defocus", "message": "defocus 220 A"},
+                           {"code": "scattering", "message": "scatters more"}], "measured": {}}
+    reports = PredictReports()
+    for report in (first, None, second):
+        reports.add(report)
+    merged = reports.merged()
+    assert merged["blocks"] == 2 and merged["measured"] == first["measured"]
+    assert [(w["code"], w["message"], w["blocks"]) for w in merged["warnings"]] == [
+        ("defocus", "defocus 217 A", 2), ("scattering", "scatters more", 1)]
+    checks = {"after": {"warnings": [{"code": "defocus", "message": "later"}]}, "before": {"warnings": [
+        {"code": "dose", "message": "low dose"}]}, "predict": merged}
+    assert [(f["code"], f["stage"]) for f in findings(checks)] == [("dose", "before"), ("defocus", "predict"),
+                                                                  ("scattering", "predict")]
+    assert PredictReports().merged() == {"warnings": [], "measured": {}, "blocks": 0}
