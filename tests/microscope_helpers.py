@@ -9,6 +9,7 @@ draws parallel-beam spot patterns (a lattice of small Gaussian spots), which are
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -66,6 +67,22 @@ def write_hspy(path: Path, data: np.ndarray, *, step_A: float = 0.375, dk_inv_A:
               "learning_results": {}, "models": {}, "package_info": {"name": "namsa-tests", "version": "0"}}
     file_writer(str(path), signal)
     return path
+
+
+def defocused_si_scan(defocus_A: float = 200.0) -> tuple[np.ndarray, np.ndarray, Any]:
+    """Si [001], 20 A, at C1 = ``defocus_A`` (the shipped study-scan model trained on +-40 A), on a
+    32 x 32 scan of 32 px patterns: ((32, 32, 32, 32) noise-free scan, the true potential, its
+    `stage.microscope.ScanCalibrations`). ~5 s."""
+    import namsa
+    from stage.microscope import ScanCalibrations
+
+    cfg = namsa.SimulationConfig(scan_shape=(32, 32), pattern_px=32, target_px=32, thickness_A=20.0,
+                                 aberrations={"C1_A": defocus_A, "C3_mm": 0.0})
+    sample = namsa.simulate_sample(namsa.load_structure("Si-diamond"), (0, 0, 1), cfg)
+    m = sample.meta
+    step = (m.fov_A[2] / 32, m.fov_A[3] / 32)
+    cal = ScanCalibrations(energy_kv=200.0, semiangle_mrad=20.0, dk_inv_A=m.pattern_dk_inv_A, step_A=step)
+    return sample.cbed.reshape(32, 32, 32, 32), sample.potential, cal
 
 
 def simulated_scan() -> tuple[np.ndarray, dict]:

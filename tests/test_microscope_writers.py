@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from namsa.camera import CameraSettings, record
+from microscope_helpers import defocused_si_scan
 from stage.microscope import ExperimentalInputError, ScanCalibrations, read_scan, write_scan
 
 pytest.importorskip("rsciio")
@@ -177,15 +178,7 @@ def test_a_scan_at_five_times_the_trained_defocus_is_reported_as_such_by_reconst
     """Issue 31's case: a microscope file of a scan defocused by +200 A (the shipped model trained on
     +-40 A) is reconstructed, and reconstruction.json records one defocus finding with the estimate
     beside the training range (the scan step the fit used reaches the input report)."""
-    import namsa
-
-    cfg = namsa.SimulationConfig(scan_shape=(32, 32), pattern_px=32, target_px=32, thickness_A=20.0,
-                                 aberrations={"C1_A": 200.0, "C3_mm": 0.0})
-    sample = namsa.simulate_sample(namsa.load_structure("Si-diamond"), (0, 0, 1), cfg)
-    m = sample.meta
-    step = (m.fov_A[2] / 32, m.fov_A[3] / 32)
-    cal = ScanCalibrations(energy_kv=200.0, semiangle_mrad=20.0, dk_inv_A=m.pattern_dk_inv_A, step_A=step)
-    info, _, _ = _reconstruct((sample.cbed.reshape(32, 32, 32, 32), sample.potential, cal), tmp_path / "scan.hspy",
+    info, _, _ = _reconstruct(defocused_si_scan(), tmp_path / "scan.hspy",
                               CameraSettings(dose_e_per_A2=1e5))
     predict = info["checks"]["predict"]
     assert [w["code"] for w in predict["warnings"]].count("defocus") == 1, predict["warnings"]

@@ -9,9 +9,9 @@ import json
 import numpy as np
 import pytest
 
-import namsa
+from microscope_helpers import defocused_si_scan
 from namsa.camera import CameraSettings, record
-from stage.microscope import ScanCalibrations, write_scan
+from stage.microscope import write_scan
 from workflow.cli import main
 from workflow.reconstruct_findings import PredictReports, findings
 
@@ -20,14 +20,9 @@ from workflow.reconstruct_findings import PredictReports, findings
 def defocused_scan(tmp_path_factory):
     """A Si [001] scan at C1 = +200 A (the shipped study-scan model trained on +-40 A) as a .hspy file
     that keeps every calibration: an out-of-range file, found out only by the model's input checks."""
-    cfg = namsa.SimulationConfig(scan_shape=(32, 32), pattern_px=32, target_px=32, thickness_A=20.0,
-                                 aberrations={"C1_A": 200.0, "C3_mm": 0.0})
-    sample = namsa.simulate_sample(namsa.load_structure("Si-diamond"), (0, 0, 1), cfg)
-    m = sample.meta
-    step = (m.fov_A[2] / 32, m.fov_A[3] / 32)
-    cal = ScanCalibrations(energy_kv=200.0, semiangle_mrad=20.0, dk_inv_A=m.pattern_dk_inv_A, step_A=step)
+    cbed, _, cal = defocused_si_scan()
     path = tmp_path_factory.mktemp("defocused") / "scan.hspy"
-    write_scan(path, record(sample.cbed.reshape(32, 32, 32, 32), step, CameraSettings(dose_e_per_A2=1e5)), cal)
+    write_scan(path, record(cbed, cal.step_A, CameraSettings(dose_e_per_A2=1e5)), cal)
     return path
 
 
