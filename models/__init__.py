@@ -5,19 +5,21 @@
     result = train(cfg, TrainConfig(), None, DataConfig(), [data_dir], out_dir)
     rec = load_reconstructor(result.model_dir); rec.predict(cbed)   # physical units
 
-The trainer and the reconstructor are imported lazily so that ``import models`` (and the
-distributed engines that import ``models.distributed``) stays light. See docs/models.md.
+The network, the trainer and the reconstructor are imported lazily so that ``import models`` (and the
+distributed engines that import ``models.distributed``) stays light: no torch until one is used. See docs/models.md.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from .config import Architecture, ModelConfig, ModelConfigError, TrainConfig
-from .fcdensenet import FCDenseNet, build_model, count_parameters
 
+# torch is imported on first use of these, not by ``import models``: `namsa evaluate --help` lists the
+# shipped models (models.pretrained_index) without it
 _LAZY = {"train": "training", "TrainResult": "training", "load_reconstructor": "reconstructor",
-         "Reconstructor": "reconstructor",
-         "pretrained_names": "reconstructor", "pretrained_card": "reconstructor", "forward_conv_ops": "flops"}
+         "Reconstructor": "reconstructor", "FCDenseNet": "fcdensenet", "build_model": "fcdensenet",
+         "count_parameters": "fcdensenet", "pretrained_names": "pretrained_index",
+         "flagship_name": "pretrained_index", "pretrained_card": "reconstructor", "forward_conv_ops": "flops"}
 
 
 def __getattr__(name: str) -> Any:
@@ -30,4 +32,4 @@ def __getattr__(name: str) -> Any:
 
 __all__ = ["ModelConfig", "TrainConfig", "Architecture", "ModelConfigError", "FCDenseNet", "build_model",
            "count_parameters", "train", "TrainResult", "load_reconstructor", "Reconstructor", "pretrained_names",
-           "pretrained_card", "forward_conv_ops"]
+           "flagship_name", "pretrained_card", "forward_conv_ops"]

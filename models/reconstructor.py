@@ -29,13 +29,13 @@ from .card_writer import card_from_state
 from .config import Architecture
 from .errors import ModelDirError
 from .fcdensenet import FCDenseNet
+from .pretrained_index import PRETRAINED_DIR, pretrained_names
 from .safe_files import inside
 from .scan_fit.card_checks import OutsideTrainingWarning  # noqa: F401  (the category predict warns with)
 from .weights_check import check_header, check_size, expected_tensors
 
 #: ``load_reconstructor("pretrained:<name>")`` loads ``models/pretrained/<name>/`` (package data)
 PRETRAINED_PREFIX = "pretrained:"
-PRETRAINED_DIR = "pretrained"
 
 
 class Reconstructor:
@@ -266,12 +266,6 @@ def _check_weights(folder: Path, card: ModelCard) -> Architecture:
         raise ckpt.CorruptCheckpointError(f"model {folder}: {ckpt.MODEL_FILE} does not match the digest its card "
                                           f"records; re-export it from a checkpoint")
     return arch
-
-
-def pretrained_names() -> list[str]:
-    """Names of the reconstructors shipped with the package (``models/pretrained/<name>/``)."""
-    root = resources.files("models") / PRETRAINED_DIR
-    return sorted(p.name for p in root.iterdir() if p.is_dir() and (p / CARD_FILE).is_file()) if root.is_dir() else []
 
 
 def _pretrained_path(name: str) -> Path:

@@ -92,14 +92,46 @@ def test_model_help_documents_pretrained_names(command, capsys, monkeypatch):
     model_help = out[out.rindex("--model DIR|pretrained:<name> "):]   # the option's entry, not the usage line
     names = models.pretrained_names()
     assert names and "or pretrained:<name> for a reconstructor shipped with namsa" in model_help
-    assert f"shipped: {', '.join(names)} (models.pretrained_names())" in model_help
+    assert f"shipped: {', '.join(names)}; the flagship, the best on held-out types: {models.flagship_name()}" \
+        in model_help
+    assert models.flagship_name() in names
 
 
-def test_building_the_parser_does_not_import_torch():
-    # The shipped names are listed only when help is printed: every other command starts without torch.
-    code = "import sys; from workflow.cli import build_parser; build_parser(); print('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "False"
+def test_building_the_parser_and_printing_help_do_not_import_torch():
+    # The shipped names come from the package's files (models.pretrained_index): --help, even with the list
+    # of shipped models, starts no torch (it took 7-8 s on a cold machine)
+    for code in ("from workflow.cli import build_parser; build_parser()",
+                 "from workflow.cli import main\ntry:\n    main(['reconstruct', '--help'])\nexcept SystemExit:\n    pass"):
+        probe = f"import sys\n{code}\nprint('torch' in sys.modules, file=sys.stderr)"
+        err = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stderr
+        assert err.strip().splitlines()[-1] == "False", code
+
+
+def test_every_help_example_of_set_names_a_real_config_key(capsys):
+    """The --set example in the help of every config command (and in the errors of a bad --set) applies to
+    the default config: it once named training.steps, a key that does not exist."""
+    from workflow.config import load_config
+
+    examples = set()
+    for command in ("simulate", "train", "evaluate", "run", "scaling", "precompute"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        examples |= set(re.findall(r"--set ([a-z_]+\.[\w.]+=\S+?)\s", " ".join(capsys.readouterr().out.split()) + " "))
+    assert examples
+    for example in examples:
+        key, value = example.split("=")
+        config = load_config(None, overrides=[example])
+        section, name = key.split(".")
+        assert str(getattr(getattr(config, section), name)) == value, example
+
+
+@pytest.mark.parametrize("command,flag,default", [("simulate", "--worker", "default 0"), ("simulate", "--of", "default 1"),
+                                                  ("stage", "--threads", "default 4"),
+                                                  ("scaling", "--metric", "default rel_l2")])
+def test_options_with_a_default_say_it(command, flag, default, capsys):
+    parser = [a for a in build_parser()._actions if a.dest == "command"][0].choices[command]
+    action = next(a for a in parser._actions if flag in a.option_strings)
+    assert default in action.help and default.split()[-1] == str(action.default), (flag, action.help)
 
 
 def test_bad_config_key_exits_2_with_one_line(tmp_path, capsys):

@@ -49,7 +49,7 @@ def _add_config(parser: argparse.ArgumentParser) -> None:
 
 def _add_overrides(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
-                        help="override one config value, e.g. --set training.steps=50 (repeatable; "
+                        help="override one config value, e.g. --set training.max_steps=50 (repeatable; "
                              "the value is read as YAML)")
     parser.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress bars (for logs and batch jobs)")
@@ -247,14 +247,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("simulate", cmd_simulate, "simulate the config's samples into LMDB stores (one per worker)")
     _add_config(p)
     p.add_argument("--out", required=True, type=Path, help="data directory; this worker writes DIR/store-<worker>")
-    p.add_argument("--worker", type=int, default=0, help="this worker's index (0-based) when splitting the plan")
-    p.add_argument("--of", type=int, default=1, help="number of workers the plan is split over")
+    p.add_argument("--worker", type=int, default=0, help="this worker's index (0-based) when splitting the plan (default 0)")
+    p.add_argument("--of", type=int, default=1, help="number of workers the plan is split over (default 1: this worker simulates it all)")
 
     p = add("stage", cmd_stage, "copy/shard stores to node-local storage and verify every record")
     p.add_argument("src", type=Path, help="a store or a data directory of stores")
     p.add_argument("dst", type=Path, help="destination directory (e.g. $TMPDIR/namsa)")
     p.add_argument("--no-verify", dest="verify", action="store_false", help="skip the checksum pass")
-    p.add_argument("--threads", type=int, default=4, help="reader threads feeding the writer")
+    p.add_argument("--threads", type=int, default=4, help="reader threads feeding the writer (default 4)")
     p.add_argument("--rank", type=int, default=0, help="with --world-size: stage this rank's shard only")
     p.add_argument("--world-size", type=int, default=1, help="re-shard the samples over this many ranks")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
@@ -282,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_and_out(p, "output directory of the study")
     p.add_argument("--fractions", type=fractions, default=[0.125, 0.25, 0.5, 1.0],
                    help="comma-separated training-set fractions (default 0.125,0.25,0.5,1)")
-    p.add_argument("--metric", default="rel_l2", help="metric plotted against the training-set size")
+    p.add_argument("--metric", default="rel_l2", help="metric plotted against the training-set size (default rel_l2)")
 
     p = add("reconstruct", cmd_reconstruct, "reconstruct the potential and density maps of an experimental 4D-STEM "
             "file (EMD/HDF5, .hspy, MIB, EMPAD, ... through rosettasciio) with a trained model, plus iCoM. It reads "

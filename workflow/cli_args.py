@@ -45,15 +45,17 @@ class Parser(argparse.ArgumentParser):
 
 
 class ShippedModelsHelp(argparse.HelpFormatter):
-    """Fills ``{shipped}`` in a help text with the names of the reconstructors shipped with namsa, only
-    when the help is printed: listing them imports models (and torch), which no other use should pay."""
+    """Fills ``{shipped}`` in a help text with the names of the reconstructors shipped with namsa and
+    which is the flagship (models.pretrained_index: the package's files, no torch), only when the help
+    is printed."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = super()._get_help_string(action)
         if text and "{shipped}" in text:
-            from models import pretrained_names
+            from models.pretrained_index import flagship_name, pretrained_names
 
-            text = text.replace("{shipped}", ", ".join(pretrained_names()) or "none")
+            names = ", ".join(pretrained_names()) or "none"
+            text = text.replace("{shipped}", f"{names}; the flagship, the best on held-out types: {flagship_name()}")
         return text
 
 

@@ -232,16 +232,16 @@ def default_config_path() -> Path:
 def parse_override(text: str) -> tuple[list[str], Any]:
     """Split ``dotted.key=value`` into (["dotted", "key"], value); the value is parsed as YAML.
 
-    So ``--set training.steps=20`` gives an int, ``--set simulation.materials=[Si,GaAs]`` a list
+    So ``--set training.max_steps=20`` gives an int, ``--set simulation.materials=[Si,GaAs]`` a list
     and ``--set data.node_local_dir=null`` None.
     """
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not key or any(not part for part in key.split(".")):
-        raise ConfigError(f"--set {text!r}: expected dotted.key=value, e.g. --set training.steps=20")
+        raise ConfigError(f"--set {text!r}: expected dotted.key=value, e.g. --set training.max_steps=20")
     if key.count(".") >= MAX_DEPTH:
         raise ConfigError(f"--set {key[:40]}...: the key nests more than {MAX_DEPTH} levels; config keys are a "
-                          f"few levels deep, e.g. --set training.steps=20")
+                          f"few levels deep, e.g. --set training.max_steps=20")
     try:
         value = load_yaml(raw) if raw.strip() else ""
     except YamlRefused as exc:
