@@ -6,8 +6,9 @@ declared here with its type and range; unknown fields, missing required ones, wr
 non-finite numbers, JSON that is not an object, bytes that are not UTF-8 and cards larger than
 `MAX_CARD_BYTES` are refused with one line (`ModelDirError`, a `UserError`: exit 2 in the CLI).
 The informational sections are typed records too: what the trainer records of its run
-(models/card_training.py), what `namsa publish` records of its provenance (models/card_provenance.py)
-and the ranges of the training data (models/card_statistics.py); the configs a card carries are the
+(models/card_training.py), what `namsa publish` records of its provenance (models/card_provenance.py),
+the ranges of the training data (models/card_statistics.py) and the error-vs-dose curve the low-dose
+warning reads (models/card_dose.py); the configs a card carries are the
 configs' own types (`namsa.SimulationConfig`, `stage.DataConfig`, `models.TrainConfig`).
 
 The card file is opened and parsed by `models.safe_files` (no link followed, bounded JSON).
@@ -25,6 +26,7 @@ from namsa.errors import UserError
 from namsa.sampling import ScanSampling, config_sampling, sampling_fields
 from stage.config import DataConfig
 
+from .card_dose import DoseResponse
 from .card_provenance import CheckSample, HeldOutEvaluation, TrainedOn
 from .card_statistics import TrainingStatistics
 from .card_training import ModelConfigRecord, TrainingFacts, TrainingMetrics
@@ -243,6 +245,7 @@ class ModelCard(BaseModel):
     simulation_config: SimulationConfig | None = None   # a published card: the physics it was trained at ...
     data_config: DataConfig | None = None         # ... and how its samples were stored
     check_samples: Annotated[list[CheckSample], Field(max_length=64)] | None = None   # workflow.pretrained
+    dose_response: DoseResponse | None = None   # models.card_dose: error vs dose, scripts/card_dose_curve.py
     name: Annotated[str, Field(max_length=256)] | None = None
     source: Literal["checkpoint"] | None = None
     step: Annotated[int, Field(ge=0)] | None = None

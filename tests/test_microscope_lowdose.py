@@ -113,4 +113,4 @@ def test_reconstruct_gives_maps_at_any_dose_with_one_dose_figure(tmp_path, capsy
     assert measured == pytest.approx(dose, rel=0.25 if dose < 1 else 0.05)
     assert counts.sum() / 1024 == pytest.approx(electrons_per_pattern(dose, (step, step)) * 0.97, rel=0.3)
     err = capsys.readouterr().err
-    assert f"the data carry about {measured:.3g} e/Angstrom^2, below the" in err
+    assert f"the data carry a dose of about {measured:.3g} e/Angstrom^2, below the" in err

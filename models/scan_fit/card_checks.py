@@ -18,6 +18,7 @@ from stage.scan_statistics import (DEFOCUS_TOL_A, DEFOCUS_TOL_REL, NOISE_FREE_DO
                                    parallax_defocus, scattered_fraction)
 
 from ..card import ModelCard, TrainingStatistics
+from .dose_warning import dose_message
 
 #: a map above the training mean + this many training standard deviations is far outside
 MAP_SIGMAS = 6.0
@@ -81,19 +82,15 @@ def trained_dose_range(card: ModelCard) -> tuple[float, float] | None:
 
 
 def _check_dose(report: dict[str, Any], dose: float, card: ModelCard) -> None:
-    """Warn when a measured dose (e/Angstrom^2) lies below what the model was trained at; above the
-    noise-free threshold (`stage.scan_statistics.NOISE_FREE_DOSE_E_PER_A2`), or inside the trained
-    range, there is nothing to say."""
+    """Warn when a measured dose (e/Angstrom^2) lies below what the model was trained at, with the error
+    the card's ``dose_response`` measured there (`models.scan_fit.dose_warning`); above the noise-free
+    threshold (`stage.scan_statistics.NOISE_FREE_DOSE_E_PER_A2`), or inside the trained range, there is
+    nothing to say."""
     trained = trained_dose_range(card)
     if dose >= NOISE_FREE_DOSE_E_PER_A2 or (trained is not None and dose >= trained[0]):
         return
-    if trained is None:
-        message = (f"the data carry about {dose:.3g} e/Angstrom^2 but the model was trained noise-free; expect "
-                   "more error at low dose")
-    else:
-        message = (f"the data carry about {dose:.3g} e/Angstrom^2, below the {trained[0]:g}-{trained[1]:g} "
-                   "e/Angstrom^2 the model was trained at; expect more error")
-    add_warning(report, "dose", message)
+    # the card's error-vs-dose curve, when it has one, says how much error and whether the maps are unusable
+    add_warning(report, "dose", dose_message(dose, trained, card.dose_response))
 
 
 def input_report(cbed: np.ndarray, card: ModelCard, calibration: Any = None, check_dose: bool = True) -> dict[str, Any]:
