@@ -14,8 +14,8 @@ Fitted from the data, each with an uncertainty:
   residual; `recentred_mean` is the mean pattern with that descan undone;
 - the rotation (degrees) and flip of the patterns against the scan: the one that makes the
   centre-of-mass field curl-free (py4DSTEM's criterion), its 180-degree twin told apart by the
-  sign of its divergence against the dark-field signal (atoms attract the beam: the CoM field
-  converges where the annular dark field is bright);
+  bright-field parallax, else by the integrated CoM against the dark field (stage.microscope.twin:
+  channelling reverses the CoM contrast of thick crystals, the parallax's sign it does not);
 - the convergence semi-angle (mrad) from the disc radius, when the detector sampling is known.
 
 `DataCalibration.recentre(block, y0, x0)` applies the descan plane and the rotation/flip to a
@@ -34,8 +34,10 @@ from scipy import ndimage
 
 from namsa.constants import wavelength_A
 
+from . import twin
 from .disc import Disc
 from .disc import window as _window
+from .rotation import Rotation, _in_maps_frame, fit_rotation
 
 #: patterns read (strided over the scan) for the mean pattern: enough to average out the specimen
 SUBSAMPLE_PATTERNS = 256
@@ -60,6 +62,10 @@ def block_bytes_within(budget_bytes: int) -> int:
 RECENTRE_TOL_PX = 0.25
 #: ... when that is also this many standard errors of the fitted centre (low dose: a noisy fit)
 RECENTRE_SIGMAS = 3.0
+#: a fitted rotation is undone only when its standard error is at most this (degrees)
+ROTATION_MAX_ERROR_DEG = 3.0
+#: ... and it turns the detector's outermost pixel by more than RECENTRE_TOL_PX and ROTATION_SIGMAS errors
+ROTATION_SIGMAS = 3.0
 
 
 @dataclass
@@ -218,68 +224,6 @@ def _pair(row: np.ndarray) -> tuple[float, float]:
 
 
 @dataclass
-class Rotation:
-    """Rotation (degrees, counter-clockwise from ky to kx) and flip (ky <-> kx swapped first) that
-    bring the patterns' centre-of-mass vectors into the scan frame; ``curl_fraction``: the
-    remaining curl energy over the largest (0 = curl-free), ``error_deg``: standard error."""
-
-    angle_deg: float
-    flip: bool
-    curl_fraction: float
-    error_deg: float
-
-    def matrix(self) -> np.ndarray:
-        """2x2 map of a (ky, kx) vector in the detector frame to the scan frame."""
-        c, s = math.cos(math.radians(self.angle_deg)), math.sin(math.radians(self.angle_deg))
-        rot = np.array([[c, -s], [s, c]])
-        return rot @ np.array([[0.0, 1.0], [1.0, 0.0]]) if self.flip else rot
-
-
-def fit_rotation(com: np.ndarray, dark: np.ndarray) -> Rotation:
-    """The rotation and flip that make the (scan_y, scan_x, 2) CoM field (descan removed)
-    curl-free. The curl of the rotated field is cos(t) curl F + sin(t) div F, so the angle is the
-    smallest eigenvector of their 2x2 energy matrix; the error is the spread over scan quadrants
-    (180 degrees, angle 0, for a flat field: nothing to fit)."""
-    if not np.any(np.abs(com - com.mean(axis=(0, 1))) > 1e-9):
-        return Rotation(0.0, False, 1.0, 180.0)  # a flat CoM field (no specimen signal) says nothing
-    best = min((_curl_free(com, flip) + (flip,) for flip in (False, True)), key=lambda r: r[1])
-    angle, fraction, flip = best
-    angle = _resolve_half_turn(com, dark, angle, flip)
-    quads = [_curl_free(q, flip)[0] for q in _quadrants(com)]
-    diffs = [((a - angle + 90.0) % 180.0) - 90.0 for a in quads]
-    error = float(np.std(diffs) / math.sqrt(len(diffs))) if diffs else 180.0
-    return Rotation(angle_deg=angle % 360.0, flip=flip, curl_fraction=fraction, error_deg=error)
-
-
-def _curl_free(com: np.ndarray, flip: bool) -> tuple[float, float]:
-    """(angle in [0, 180) degrees, remaining curl fraction) for one flip."""
-    fy, fx = (com[..., 1], com[..., 0]) if flip else (com[..., 0], com[..., 1])
-    curl = np.gradient(fx, axis=0) - np.gradient(fy, axis=1)
-    div = np.gradient(fy, axis=0) + np.gradient(fx, axis=1)
-    energy = np.array([[np.sum(curl * curl), np.sum(curl * div)], [np.sum(curl * div), np.sum(div * div)]])
-    values, vectors = np.linalg.eigh(energy)
-    c, s = vectors[:, 0]
-    fraction = float(values[0] / values[1]) if values[1] > 0 else 1.0
-    return math.degrees(math.atan2(s, c)) % 180.0, fraction
-
-
-def _resolve_half_turn(com: np.ndarray, dark: np.ndarray, angle: float, flip: bool) -> float:
-    """``angle`` or ``angle + 180``: the one whose CoM field converges (negative divergence) where
-    the dark-field signal is high, as a field pulled towards the atoms does."""
-    field = com @ Rotation(angle, flip, 0.0, 0.0).matrix().T
-    div = np.gradient(field[..., 0], axis=0) + np.gradient(field[..., 1], axis=1)
-    return angle if np.sum(div * (dark - dark.mean())) <= 0 else angle + 180.0
-
-
-def _quadrants(a: np.ndarray) -> list[np.ndarray]:
-    """The four quadrants of a scan-shaped array (each at least 3 x 3 positions, else none)."""
-    hy, hx = a.shape[0] // 2, a.shape[1] // 2
-    if hy < 3 or hx < 3:
-        return []
-    return [a[:hy, :hx], a[:hy, hx:], a[hy:, :hx], a[hy:, hx:]]
-
-
-@dataclass
 class DataCalibration:
     """What the data say about themselves (see the module docstring); ``recentre`` applies it."""
 
@@ -289,6 +233,7 @@ class DataCalibration:
     rotation: Rotation
     semiangle_mrad: tuple[float, float] | None = None
     notes: list[str] = field(default_factory=list)
+    counts: Any = None  # stage.microscope.counts_restore.CountsRestore: camera values -> electrons, or None
 
     def recentre(self, block: np.ndarray, y0: int, x0: int) -> np.ndarray:
         """Block (h, w, ky, kx) float at scan offset (y0, x0) -> the same block with each pattern's
@@ -307,23 +252,64 @@ class DataCalibration:
                 out[i, j] = ndimage.affine_transform(block[i, j], inverse, offset=offset, order=1, mode="nearest")
         return out
 
-    def descan_correction(self, scan_shape: tuple[int, int]) -> Callable[[np.ndarray, int, int], np.ndarray] | None:
-        """The pattern transform the reconstruction applies before inference: `recentre` with the
-        rotation left out when the direct beam sits more than RECENTRE_TOL_PX (and RECENTRE_SIGMAS
-        standard errors of the fit) off the detector centre at a corner of the scan (descan, or a
-        mis-centred detector); None otherwise, so the
-        patterns go to the model untouched (no interpolation blur). A fitted rotation or flip is
-        reported, never applied here: a flip the file's metadata states (a negative scan scale) is
-        already undone by reading that axis backwards, and the fit sees the file's own order."""
+    def descan_correction(self, scan_shape: tuple[int, int], flipped_yx: tuple[bool, bool] = (False, False)
+                          ) -> Callable[[np.ndarray, int, int], np.ndarray] | None:
+        """The pattern transform the reconstruction applies before inference, or None (the patterns go
+        to the model untouched: no interpolation blur). `recentre` with the descan plane when the direct
+        beam sits more than RECENTRE_TOL_PX (and RECENTRE_SIGMAS standard errors of the fit) off the
+        detector centre at a corner of the scan, and with the rotation `applied_rotation` undoes (else
+        none). ``flipped_yx``: the scan axes the reader will read backwards (a negative scan step); the
+        fit saw the file's own order, so the maps' frame is that order mirrored along those axes."""
+        turn = self.applied_rotation(flipped_yx)
+        shifted = self._descan_measured(scan_shape)
+        if turn is None and not shifted:
+            return None
+        r = turn or Rotation(0.0, False, self.rotation.curl_fraction, self.rotation.error_deg)
+        plane = self.descan if shifted else _no_descan(1, 1, np.array(self.pattern_shape, float) // 2)
+        return replace(self, rotation=r, descan=plane).recentre
+
+    def _descan_measured(self, scan_shape: tuple[int, int]) -> bool:
+        """Whether the direct beam sits off the detector centre at a scan corner by more than the
+        tolerance and the fit's own noise (few counts per pattern: a shift that is not measured)."""
         ky, kx = self.pattern_shape
         ys = np.array([0.0, 0.0, scan_shape[0] - 1.0, scan_shape[0] - 1.0])
         xs = np.array([0.0, scan_shape[1] - 1.0, 0.0, scan_shape[1] - 1.0])
         off = np.abs(self.descan.at(ys, xs) - np.array([ky // 2, kx // 2], dtype=np.float64))
-        # a shift within the fit's own noise (few counts per pattern) is not corrected: it is not measured
-        if not np.any((off > RECENTRE_TOL_PX) & (off > RECENTRE_SIGMAS * self.descan.error_at(ys, xs))):
+        return bool(np.any((off > RECENTRE_TOL_PX) & (off > RECENTRE_SIGMAS * self.descan.error_at(ys, xs))))
+
+    def applied_rotation(self, flipped_yx: tuple[bool, bool] = (False, False)) -> Rotation | None:
+        """The turn `descan_correction` undoes, in the maps' frame (the fit composed with the scan axes
+        read backwards), or None: when it is the identity within the larger of ROTATION_SIGMAS errors
+        and the angle that moves the detector's outermost pixel by RECENTRE_TOL_PX, or when the fit is
+        not to be trusted (`rotation_trusted`)."""
+        turn = _in_maps_frame(self.rotation, flipped_yx)
+        radius = min(self.pattern_shape) / 2.0
+        least = max(math.degrees(RECENTRE_TOL_PX / radius), ROTATION_SIGMAS * self.rotation.error_deg)
+        if not turn.flip and abs((turn.angle_deg + 180.0) % 360.0 - 180.0) <= least:
             return None
+        return turn if self.rotation_trusted() else None
+
+    def rotation_trusted(self) -> bool:
+        """A rotation fitted within ROTATION_MAX_ERROR_DEG whose twin the bright-field parallax decided at
+        twin.PARALLAX_SIGMAS or more (the CoM's twin reverses in thick crystals: it is reported, not undone)."""
         r = self.rotation
-        return replace(self, rotation=Rotation(0.0, False, r.curl_fraction, r.error_deg)).recentre
+        return r.error_deg <= ROTATION_MAX_ERROR_DEG and r.twin == "parallax" and r.twin_sigma >= twin.PARALLAX_SIGMAS
+
+    def rotation_finding(self, flipped_yx: tuple[bool, bool] = (False, False)) -> tuple[str, str] | None:
+        """(code, one-line message) for the checks report (checks.add_warning) when the fitted rotation
+        is undone or is too uncertain to undo; None when there is nothing to undo."""
+        r = self.rotation
+        what = (f"the patterns are turned {r.angle_deg:.1f} +- {r.error_deg:.1f} degrees"
+                f"{' and mirrored (ky <-> kx)' if r.flip else ''} against the scan (fitted from the data, 180-degree "
+                f"twin by {r.twin}{f' at {r.twin_sigma:.1f} sigma' if r.twin == 'parallax' else ''})")
+        if self.applied_rotation(flipped_yx) is not None:
+            return "scan-rotation", f"{what}: undone before inference"
+        if self.rotation_trusted() or r.error_deg >= 180.0:
+            return None   # within the threshold (nothing to undo), or nothing fitted (a flat field)
+        return "scan-rotation", (f"{what}: too uncertain to undo (an error over {ROTATION_MAX_ERROR_DEG:g} degrees or a twin under "
+                                 f"{twin.PARALLAX_SIGMAS:g} sigma), the "
+                                 "patterns go to the model as recorded; namsa reconstruct has no rotation flag: "
+                                 "rotate the patterns yourself (the Python API's pattern_transform) if you know it")
 
     def report(self) -> dict[str, Any]:
         """The JSON record: every value with its unit and uncertainty."""
@@ -341,6 +327,8 @@ class DataCalibration:
             "rotation_deg": {"value": r.angle_deg, "unit": "degrees", "uncertainty": r.error_deg},
             "flip": {"value": r.flip, "unit": "ky <-> kx swapped before the rotation"},
             "curl_fraction": {"value": r.curl_fraction, "unit": "remaining / largest curl energy"},
+            "rotation_twin": {"value": r.twin, "unit": "what chose angle or angle + 180",
+                              "sigma": r.twin_sigma},
             "notes": list(self.notes)}
         if self.semiangle_mrad:
             out["semiangle_mrad"] = {"value": self.semiangle_mrad[0], "unit": "mrad",
@@ -371,6 +359,7 @@ def calibrate(data: Any, disc: Disc, scalars: ScanScalars) -> DataCalibration:
         rotation = Rotation(0.0, False, 1.0, 180.0)
         notes.append("scan smaller than 3 x 3: rotation not fitted (taken as 0)")
     else:
-        rotation = fit_rotation(com, scalars.dark)
+        images, k = twin.read_bf_images(data, descan.at, disc.radius_px)
+        rotation = fit_rotation(com, scalars.dark, twin.bf_parallax(images, k))
     return DataCalibration(pattern_shape=tuple(data.shape[2:]), disc=disc, descan=descan, rotation=rotation,
                            notes=notes)
