@@ -82,6 +82,7 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     from models import scan_fit as fit
     from stage import microscope as ex
     from stage.microscope.autocal import block_bytes_within
+    from stage.microscope.counts_restore import with_counts_restored
 
     from . import reconstruct_maps
 
@@ -101,7 +102,8 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     grid = fit.tile_grid(plan.shape, expect.scan_shape, expect.target_px,
                          margin=fit.tile_margin(rec.model.arch, expect.target_px))
     correction = from_data.descan_correction(scan.data.shape[:2]) if transform is None else None
-    transform = correction or transform
+    # a camera's values become electrons before anything else (the checks measured them so)
+    transform = with_counts_restored(from_data.counts, correction or transform)
     tile_cal = _tile_calibration(plan, expect, cal.energy_kv)
     refining = TileRefinement.start(rec, plan, expect, cal, refine) if refine else None
     predicted = PredictReports()

@@ -22,6 +22,7 @@ from namsa.constants import wavelength_A
 from . import autocal
 from .calibration import Calibrations, check_energy, known_calibrations, missing_calibrations
 from .counts import MIN_DISC_ELECTRONS, dose_record, is_counted, mean_pattern, nominal_disc
+from .counts_restore import camera_counts
 from .disc import Disc, find_disc, not_cbed
 from .errors import ExperimentalInputError, all_problems
 
@@ -67,26 +68,29 @@ def check_before_inference(scan: Any, given: Mapping[str, Any], block_bytes: int
     is read in blocks of at most ``block_bytes`` (float64), so memory does not grow with the file.
 
     Returns (calibrations, report, DataCalibration). A semi-angle neither given nor in the file
-    is taken from the disc (source "from the data (fit)"); a given one must match the disc.
+    is taken from the disc (source "from the data (fit)"); a given one must match the disc. Data that
+    are not Poisson counts (a camera's gain, dark level, read noise: stage.microscope.counts_restore)
+    are converted before any check reads them; the conversion is ``DataCalibration.counts``.
     ``model_problems(known)`` adds what a model refuses to the one refusal (see the module docstring).
     """
     check_energy(scan.found, given)  # the values and the data's sign first: the disc check would blame the angle
     report = new_report()
-    counted = is_counted(scan.data)
-    mean, electrons = mean_pattern(scan.data, counted, block_bytes)
+    data, counted, restore = camera_counts(scan.data, scan.path, is_counted(scan.data), report, block_bytes)
+    mean, electrons = mean_pattern(data, counted, block_bytes)
     refuse_if_negative(mean, scan.path)
     refuse_if_blank(mean, scan.path)
     few = electrons is not None and electrons < MIN_DISC_ELECTRONS
     disc = _nominal(mean, scan, given) if few else _disc_or_refuse(mean, scan.path)
-    scalars = autocal.scan_scalars(scan.data, disc, block_bytes)
-    calib = autocal.calibrate(scan.data, disc, scalars)
+    scalars = autocal.scan_scalars(data, disc, block_bytes)
+    calib = autocal.calibrate(data, disc, scalars)
+    calib.counts = restore
     if few:
         add_warning(report, "too-few-counts", f"the scan holds only {electrons:.0f} electrons, fewer than the "
                                               f"{MIN_DISC_ELECTRONS} that show its bright-field disc: the patterns "
                                               "are not checked to be CBED, nor the semi-angle against the disc; "
                                               "expect maps dominated by shot noise")
     else:  # the disc's shape, as one pattern shows it: the descan no longer smears its edge
-        disc = _disc_or_refuse(autocal.recentred_mean(scan.data, calib.descan), scan.path, complete=True)
+        disc = _disc_or_refuse(autocal.recentred_mean(data, calib.descan), scan.path, complete=True)
     fitted = None if few else _fitted_semiangle(scan.found, given, disc)
     known = known_calibrations(scan.found, given, fitted={"semiangle_mrad": fitted[0]} if fitted else None)
     problems = [p for p in (missing_calibrations(known), None if few else _radius_problem(disc, known)) if p]
@@ -97,7 +101,7 @@ def check_before_inference(scan: Any, given: Mapping[str, Any], block_bytes: int
     if not few:
         calib.semiangle_mrad = fitted or autocal.semiangle_from_disc(disc, float(np.mean(cal.dk_inv_A)), cal.energy_kv)
         _measure_radius(report, disc, known)
-    _check_counts(report, scalars, cal, counted)
+    _check_counts(report, scalars, cal, counted, restore.per_pattern if restore else None)
     _check_saturation(report, scan.data, scalars, counted)
     return cal, report, calib
 
@@ -198,12 +202,14 @@ def _measure_radius(report: dict[str, Any], disc: Disc, known: Mapping[str, Any]
                     edge_px=disc.edge_px)
 
 
-def _check_counts(report: dict[str, Any], scalars: autocal.ScanScalars, cal: Calibrations, counted: bool) -> None:
-    """Counts per pattern and the one dose they imply (e/Angstrom^2), or why there is none."""
+def _check_counts(report: dict[str, Any], scalars: autocal.ScanScalars, cal: Calibrations, counted: bool,
+                  restored_total: float | None = None) -> None:
+    """Counts per pattern and the one dose they imply (e/Angstrom^2), or why there is none;
+    ``restored_total``: the electrons per pattern of restored data before their negatives were set to 0."""
     total = float(scalars.total.mean())
     add_measurement(report, "total_per_pattern", total, "detector units", spread=float(scalars.total.std()),
                     patterns_without_counts=int(np.count_nonzero(scalars.total <= 0)))
-    dose, code, message = dose_record(total, counted, cal.step_A)
+    dose, code, message = dose_record(total if restored_total is None else restored_total, counted, cal.step_A)
     if dose is not None:
         report["measured"]["dose_e_per_A2"] = dose
     else:
