@@ -101,7 +101,8 @@ class NoiseMeasurement:
 
     @property
     def trusted(self) -> bool:
-        """Whether the gain (and so the conversion to electrons) can be trusted."""
+        """Whether the photon-transfer gain passed its checks (a slope measured to GAIN_RTOL, shot noise
+        at least MIN_SHOT_FRACTION of the variance at the top of the fit)."""
         return not self.why
 
     def record(self) -> dict[str, Any]:
