@@ -82,6 +82,7 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     from models import scan_fit as fit
     from stage import microscope as ex
     from stage.microscope.autocal import block_bytes_within
+    from stage.microscope.checks import add_warning
     from stage.microscope.counts_restore import with_counts_restored
 
     from . import reconstruct_maps
@@ -101,7 +102,13 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     # tiles overlap so that no kept pixel lies within the network's edge reach of an inner tile border
     grid = fit.tile_grid(plan.shape, expect.scan_shape, expect.target_px,
                          margin=fit.tile_margin(rec.model.arch, expect.target_px))
-    correction = from_data.descan_correction(scan.data.shape[:2]) if transform is None else None
+    # the fit saw the file's own scan order; the maps' frame has the backwards-read axes mirrored
+    flipped = (plan.scan[0].flipped, plan.scan[1].flipped)
+    correction = from_data.descan_correction(scan.data.shape[:2], flipped) if transform is None else None
+    turned = correction is not None and from_data.applied_rotation(flipped) is not None
+    rotation = from_data.rotation_finding(flipped) if transform is None else None
+    if rotation:   # undone, or too uncertain to undo: either way the user hears it
+        add_warning(checks, *rotation)
     # a camera's values become electrons before anything else (the checks measured them so)
     transform = with_counts_restored(from_data.counts, correction or transform)
     tile_cal = _tile_calibration(plan, expect, cal.energy_kv)
@@ -116,8 +123,8 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     maps = dict(zip(rec.targets, stitched))
     maps["icom_potential"] = _icom(com, plan, cal.energy_kv, stitched.shape[1:])
     notes = plan.notes + _tile_notes(plan, grid, scales)
-    notes += ["patterns recentred on the direct beam (the descan plane fitted to the data: "
-              "calibration_from_data)"] if correction else []
+    notes += [f"patterns recentred on the direct beam{' and turned back by the fitted scan rotation' if turned else ''}"
+              " (fitted to the data: calibration_from_data)"] if correction else []
     info = _reconstruct_info(scan.path, model, cal, expect, plan, grid, scales, notes, memory_gb)
     if rec.model.arch.physics_inputs:  # what the model's CoM/iCoM input planes were computed with
         info["physics_input_calibration"] = tile_cal.to_dict()

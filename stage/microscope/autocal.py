@@ -234,7 +234,6 @@ class DataCalibration:
     semiangle_mrad: tuple[float, float] | None = None
     notes: list[str] = field(default_factory=list)
     counts: Any = None  # stage.microscope.counts_restore.CountsRestore: camera values -> electrons, or None
-    counts: Any = None  # stage.microscope.counts_restore.CountsRestore: camera values -> electrons, or None
 
     def recentre(self, block: np.ndarray, y0: int, x0: int) -> np.ndarray:
         """Block (h, w, ky, kx) float at scan offset (y0, x0) -> the same block with each pattern's

@@ -20,6 +20,7 @@ import numpy as np
 from namsa.constants import wavelength_A
 
 from . import autocal
+from .check_report import add_measurement, add_warning, new_report
 from .calibration import Calibrations, check_energy, known_calibrations, missing_calibrations
 from .counts import MIN_DISC_ELECTRONS, dose_record, is_counted, mean_pattern, nominal_disc
 from .counts_restore import camera_counts
@@ -45,21 +46,6 @@ ModelProblems = Callable[[Mapping[str, Any]], list[str]]
 
 __all__ = ["check_before_inference", "refuse_if_negative", "refuse_if_not_cbed", "new_report", "add_warning",
            "add_measurement", "RADIUS_RTOL", "RADIUS_ATOL_PX", "FIT_SOURCE", "ModelProblems"]
-
-
-def new_report() -> dict[str, Any]:
-    """An empty check report: {"warnings": [], "measured": {}}."""
-    return {"warnings": [], "measured": {}}
-
-
-def add_warning(report: dict[str, Any], code: str, message: str) -> None:
-    """A finding of ``report``: a short ``code`` and a one-line ``message``."""
-    report["warnings"].append({"code": code, "message": message})
-
-
-def add_measurement(report: dict[str, Any], name: str, value: Any, unit: str, **extra: Any) -> None:
-    """A measured ``value`` (in ``unit``) of ``report``, with whatever else describes it."""
-    report["measured"][name] = {"value": value, "unit": unit, **extra}
 
 
 def check_before_inference(scan: Any, given: Mapping[str, Any], block_bytes: int = autocal.BLOCK_BYTES,

@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .check_report import add_measurement, add_warning
 from .counts import NORMALISED_TOTAL
 from .errors import ExperimentalInputError
 from .noise import MIN_PAIRS, NoiseMeasurement, measure_noise
@@ -91,8 +92,6 @@ def camera_counts(data: Any, path: str, counted: bool, report: dict[str, Any], b
     """(the data the checks should read, whether they are counts, the restore applied or None); the
     measurement and the finding go into ``report``. Refuses (one line) negative data whose noise
     cannot be measured."""
-    from .checks import add_measurement, add_warning
-
     noise = measure_noise(data, block_bytes)
     if not counted and NORMALISED_TOTAL[0] <= noise.mean_total <= NORMALISED_TOTAL[1]:
         return data, counted, None  # normalised (a simulation): counts.dose_record says so
