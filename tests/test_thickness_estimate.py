@@ -1,0 +1,125 @@
+"""The thickness estimate from a scan's PACBED (models/scan_fit/thickness.py) against the shipped
+reference (models/pretrained/study-scan-gpu/thickness_reference.safetensors): a rebuild agrees with the
+stored file; NiO [011] and cuprite Cu2O (neither in the reference set; cuprite a structure type the shipped
+model never saw) simulated with the card's physics are estimated within the stated range, 300 A is flagged
+and 60 A is not; bad input gets a reason, not a number; a damaged or linked reference file is refused."""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models.card import CARD_FILE, read_card_file
+from models.errors import ModelDirError
+from models.scan_fit.card_checks import input_report
+from models.scan_fit.thickness import (REFERENCE_FILE, WARNING_CODE, check_thickness, estimate_thickness,
+                                       find_reference, load_reference, pixel_mrad, trained_thickness_range)
+from models.scan_fit.thickness_reference import DEPTHS_A, material_profiles
+from namsa import simulate_sample
+from stage.microscope.checks import new_report
+
+MODEL = Path(__file__).resolve().parent.parent / "models" / "pretrained" / "study-scan-gpu"
+CUPRITE = "A2B_cP6_224_b_a:Cu,O:1.0"
+
+
+@functools.lru_cache(maxsize=1)
+def _card():
+    return read_card_file(MODEL / CARD_FILE)
+
+
+@functools.lru_cache(maxsize=8)
+def _scan(material: str, axis: tuple[int, int, int], thickness_A: float) -> tuple[np.ndarray, float, float]:
+    """(cbed (S, P, P), detector pixel mrad, realised thickness A) of a frozen-phonon simulation with the
+    card's physics: a 12 x 12 scan over the middle 0.35 of the supercell (0.35-0.45 A steps, at least one
+    unit cell of these crystals: a PACBED needs one period finely sampled)."""
+    cfg = _card().expects_input.simulation_config()
+    variations = cfg.variations.model_copy(update={"thickness_range_A": None, "frozen_phonon": True,
+                                                   "frozen_phonon_fraction": None})
+    cfg = cfg.model_copy(update={"thickness_A": thickness_A, "variations": variations, "scan_shape": (12, 12),
+                                 "scan_fov_fraction": 0.35})
+    sample = simulate_sample(material, axis, cfg)
+    return sample.cbed, pixel_mrad(sample.meta.pattern_dk_inv_A, cfg.energy_kv), sample.meta.thickness_A
+
+
+def test_the_stored_reference_agrees_with_a_rebuild() -> None:
+    reference = load_reference(MODEL / REFERENCE_FILE)
+    assert not reference.mismatch(_card().expects_input)
+    assert (MODEL / REFERENCE_FILE).stat().st_size < 1 << 20
+    # the set's cheapest material, every depth (a shallower supercell draws other phonon displacements)
+    rebuilt = material_profiles("C-diamond", _card().expects_input.simulation_config(), (0, 1, 1), DEPTHS_A)
+    stored = reference.profiles[reference.names.index("C-diamond|011")]
+    np.testing.assert_allclose(rebuilt, stored, atol=2e-3)
+    assert np.all(np.diff(reference.depths_A) > 0) and reference.depths_A[-1] >= 2 * trained_thickness_range(
+        _card())[1]
+
+
+def test_thin_nio_is_estimated_within_its_range_and_not_flagged() -> None:
+    cbed, mrad, thickness = _scan("NiO-rocksalt", (0, 1, 1), 60.0)
+    found = estimate_thickness(cbed, load_reference(MODEL / REFERENCE_FILE), mrad)
+    assert found.low_A <= thickness <= found.high_A, found
+    report = new_report()
+    check_thickness(report, cbed, _card(), mrad)
+    assert not [w for w in report["warnings"] if w["code"] == WARNING_CODE]
+    measured = report["measured"]["thickness_A"]
+    assert measured["unit"] == "Angstrom" and measured["training_range"] == [10.0, 150.0]
+
+
+def test_thick_cuprite_is_flagged_by_the_input_report() -> None:
+    cbed, mrad, thickness = _scan(CUPRITE, (0, 0, 1), 300.0)
+    report = input_report(cbed, _card())   # no calibration: the pixel comes from the disc radius
+    measured = report["measured"]["thickness_A"]
+    assert measured["range"][0] <= thickness <= measured["range"][1] or measured["at_least"], measured
+    codes = [w["code"] for w in report["warnings"]]
+    assert WARNING_CODE in codes, report["warnings"]
+    message = next(w["message"] for w in report["warnings"] if w["code"] == WARNING_CODE)
+    assert "\n" not in message and "10-150 A" in message and "not trustworthy" in message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("material,axis,thickness,flagged", [
+    ("NiO-rocksalt", (0, 1, 1), 150.0, False), (CUPRITE, (0, 1, 1), 300.0, True),
+    (CUPRITE, (0, 0, 1), 60.0, False), (CUPRITE, (0, 0, 1), 150.0, False)])
+def test_nio_and_cuprite_at_each_thickness(material: str, axis: tuple[int, int, int], thickness: float,
+                                           flagged: bool) -> None:
+    cbed, mrad, realised = _scan(material, axis, thickness)
+    report = new_report()
+    found = check_thickness(report, cbed, _card(), mrad)
+    assert found.low_A <= realised <= found.high_A or (found.at_least and realised >= found.low_A), found
+    assert (WARNING_CODE in [w["code"] for w in report["warnings"]]) == flagged, (found, report["warnings"])
+
+
+def test_bad_input_gets_a_reason_not_a_number() -> None:
+    reference = load_reference(MODEL / REFERENCE_FILE)
+    zeros = np.zeros((4, 32, 32), np.float32)
+    assert "no intensity" in estimate_thickness(zeros, reference, 4.4)
+    spot = np.zeros((32, 32))
+    spot[16, 16] = 1.0   # a parallel beam's single spot: no disc to read
+    assert "no bright-field disc" in estimate_thickness(spot, reference, 4.4)
+    assert "negative" in estimate_thickness(-np.ones((32, 32)), reference, 4.4)
+    cbed, mrad, _ = _scan("NiO-rocksalt", (0, 1, 1), 60.0)
+    assert "short of" in estimate_thickness(cbed[:, 8:-8, 8:-8], reference, mrad)   # a detector too small
+    report = new_report()
+    assert check_thickness(report, zeros, _card()) is None
+    note = report["measured"]["thickness_A"]["note"]
+    assert report["measured"]["thickness_A"]["value"] is None and note.startswith("not estimated") and "\n" not in note
+
+
+def test_a_damaged_or_linked_reference_is_refused(tmp_path: Path) -> None:
+    damaged = tmp_path / REFERENCE_FILE
+    damaged.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all}")
+    with pytest.raises(ModelDirError, match="damaged or not a thickness reference"):
+        load_reference(damaged)
+    linked = tmp_path / "linked" / REFERENCE_FILE
+    linked.parent.mkdir()
+    linked.symlink_to(MODEL / REFERENCE_FILE)
+    with pytest.raises(ModelDirError, match="symbolic link"):
+        load_reference(linked)
+
+
+def test_a_card_of_other_physics_finds_no_reference() -> None:
+    expects = _card().expects_input.model_copy(update={"energy_kv": 300.0})
+    other = _card().model_copy(update={"expects_input": expects})
+    reason = find_reference(other)
+    assert isinstance(reason, str) and "energy_kv" in reason and "build_thickness_reference" in reason
