@@ -14,7 +14,8 @@ inside ``NORM_MRAD``, on a log scale), which gain, dose and the per-tile normali
 the reference set (library structures of the training families, light to heavy, each with one
 frozen-phonon configuration, 10 to 300 Angstrom: twice the shipped models' 150). Each reference's best
 depth is read; every reference whose best match is within ``ACCEPT_FACTOR`` of the best one's residual
-is an acceptable explanation; the estimate is their depths' mean weighted by fit, their span its range, widened by ``MARGIN`` (the
+is an acceptable explanation; the estimate is their depths' mean weighted by fit, their span its range,
+widened by ``MARGIN`` (the
 leave-one-material-out error of the set, see the module's test and the docs' figures). A thin heavy and a
 thick light crystal can still look alike: the range says how far the data leave that open; a best match
 at the set's deepest entry is "at least" that deep.
@@ -89,7 +90,8 @@ class ThicknessReference:
 
 @dataclass(frozen=True)
 class ThicknessEstimate:
-    """``value_A``: the acceptable references' depths (Angstrom), geometric mean weighted by 1 / residual; ``low_A``..``high_A``: the range every acceptable
+    """``value_A``: the acceptable references' depths (Angstrom), geometric mean weighted by 1 / residual;
+    ``low_A``..``high_A``: the range every acceptable
     reference gives, widened by `MARGIN`; ``at_least``: the best match is the set's deepest entry, so the
     specimen may be thicker still; ``nearest``: the best-matching reference; ``accepted``: how many agree."""
 
