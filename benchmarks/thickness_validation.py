@@ -23,8 +23,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from models.card import CARD_FILE, read_card_file  # noqa: E402
-from models.scan_fit.thickness import (REFERENCE_FILE, ThicknessReference, estimate_thickness,  # noqa: E402
-                                       load_reference, match_profile, pixel_mrad)
+from models.scan_fit.thickness import (REFERENCE_FILE, WARNING_CODE, ThicknessReference,  # noqa: E402
+                                       check_thickness, estimate_thickness, load_reference, match_profile,
+                                       pixel_mrad)
+from stage.microscope.checks import new_report  # noqa: E402
 from models.scan_fit.thickness_reference import first_axis  # noqa: E402
 from namsa import simulate_sample  # noqa: E402
 
@@ -57,8 +59,10 @@ def validation(card, reference: ThicknessReference) -> None:
         for phonons in (True, False):
             for thickness in (60.0, 150.0, 300.0):
                 s = simulate_sample(material, axis, _cfg(card, thickness, phonons))
-                found = estimate_thickness(s.cbed, reference, pixel_mrad(s.meta.pattern_dk_inv_A, s.meta.energy_kv))
-                flagged = not isinstance(found, str) and found.low_A > 150.0
+                report = new_report()
+                found = check_thickness(report, s.cbed, card, pixel_mrad(s.meta.pattern_dk_inv_A, s.meta.energy_kv))
+                found = found or report["measured"]["thickness_A"]["note"]
+                flagged = WARNING_CODE in [w["code"] for w in report["warnings"]]
                 name = f"{s.meta.formula} {list(axis)} {'TDS' if phonons else 'no TDS'}"
                 print(_line(name, s.meta.thickness_A, found, "yes" if flagged else "no"), flush=True)
 

@@ -15,8 +15,7 @@ the reference set (library structures of the training families, light to heavy, 
 frozen-phonon configuration, 10 to 300 Angstrom: twice the shipped models' 150). Each reference's best
 depth is read; every reference whose best match is within ``ACCEPT_FACTOR`` of the best one's residual
 is an acceptable explanation; the estimate is their depths' mean weighted by fit, their span its range,
-widened by ``MARGIN`` (the
-leave-one-material-out error of the set, see the module's test and the docs' figures). A thin heavy and a
+widened by ``MARGIN`` (leave-one-material-out over the set: benchmarks/thickness_validation.py). A thin heavy and a
 thick light crystal can still look alike: the range says how far the data leave that open; a best match
 at the set's deepest entry is "at least" that deep.
 
