@@ -283,11 +283,22 @@ class DataCalibration:
         and the angle that moves the detector's outermost pixel by RECENTRE_TOL_PX, or when the fit is
         not to be trusted (`rotation_trusted`)."""
         turn = _in_maps_frame(self.rotation, flipped_yx)
-        radius = min(self.pattern_shape) / 2.0
-        least = max(math.degrees(RECENTRE_TOL_PX / radius), ROTATION_SIGMAS * self.rotation.error_deg)
-        if not turn.flip and abs((turn.angle_deg + 180.0) % 360.0 - 180.0) <= least:
+        if not turn.flip and self._near_half_turns(turn) is not None:
             return None
         return turn if self.rotation_trusted() else None
+
+    def _near_half_turns(self, turn: Rotation) -> int | None:
+        """0 or 180 when ``turn`` is that angle within the larger of ROTATION_SIGMAS errors and the angle
+        that moves the detector's outermost pixel by RECENTRE_TOL_PX, else None. A half turn is never
+        undone: no twin rule is right on every specimen and focus (stage.microscope.twin), and a file
+        recorded as it stands is the common case, while a wrong half turn ruins every map (a scintillator
+        scan of GaAs [011] read its wrong twin at 3.5 parallax standard errors)."""
+        least = max(math.degrees(RECENTRE_TOL_PX / (min(self.pattern_shape) / 2.0)),
+                    ROTATION_SIGMAS * self.rotation.error_deg)
+        for whole in (0, 180):
+            if abs((turn.angle_deg - whole + 180.0) % 360.0 - 180.0) <= least:
+                return whole
+        return None
 
     def rotation_trusted(self) -> bool:
         """A rotation fitted within ROTATION_MAX_ERROR_DEG whose twin the bright-field parallax decided at
@@ -304,8 +315,13 @@ class DataCalibration:
                 f"twin by {r.twin}{f' at {r.twin_sigma:.1f} sigma' if r.twin == 'parallax' else ''})")
         if self.applied_rotation(flipped_yx) is not None:
             return "scan-rotation", f"{what}: undone before inference"
-        if self.rotation_trusted() or r.error_deg >= 180.0:
-            return None   # within the threshold (nothing to undo), or nothing fitted (a flat field)
+        whole = None if r.flip else self._near_half_turns(_in_maps_frame(r, flipped_yx))
+        if whole == 180:
+            return "scan-rotation", (f"{what}: a half turn, which is not undone (no rule tells it from none on "
+                                     "every specimen and focus); if the patterns really are turned 180 degrees "
+                                     "against the scan, turn them (the Python API's pattern_transform) and rerun")
+        if whole == 0 or self.rotation_trusted() or r.error_deg >= 180.0:
+            return None   # as recorded (nothing to undo), or nothing fitted (a flat field)
         return "scan-rotation", (f"{what}: too uncertain to undo (an error over {ROTATION_MAX_ERROR_DEG:g} degrees or a twin under "
                                  f"{twin.PARALLAX_SIGMAS:g} sigma), the "
                                  "patterns go to the model as recorded; namsa reconstruct has no rotation flag: "
