@@ -3,7 +3,8 @@
 # The caller sets OUT, PY and FAILED=0 first.
 
 step() {  # step LOG NAME SECONDS COMMAND...: run under a time limit, output appended to $OUT/LOG.txt
-  local log=$1 name=$2 limit=$3 start=$SECONDS rc
+  # (the limit times STEP_LIMIT_SCALE: 1 on a device; a CPU rehearsal's steps time nothing of a device's)
+  local log=$1 name=$2 limit=$(( $3 * ${STEP_LIMIT_SCALE:-1} )) start=$SECONDS rc
   shift 3
   if [[ $log == summary ]]; then
     echo "== $name (limit $limit s): $*" | tee -a "$OUT/summary.txt"
