@@ -13,7 +13,9 @@ splits are the ones the model was trained with. `evaluation.evaluate` then score
 noise-free and at each ``--doses`` (e/Angstrom^2, `evaluation.dose_sweep`: the network with its maps
 averaged over the 8 turns as `namsa reconstruct` makes them, the mean image and iCoM on the same
 Poisson-noised patterns), and the field's-rule relative L2 of each (mean, bootstrap interval over
-materials, median) becomes the card's ``dose_response`` (`models.card_dose.DoseResponse`). Only that
+materials, median) becomes the card's ``dose_response`` (`models.card_dose.DoseResponse`), with the
+constant map's (the truth's mean everywhere) on the same samples. An evaluation already in ``--work``
+at the same doses is read again, not redone (like the store, the work folder resumes). Only that
 field is added to ``model_card.json``: every other field stays as it was (checked after writing),
 and the weights are not touched (their digest is checked by loading the model).
 """
@@ -30,7 +32,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import numpy as np  # noqa: E402
+
+import stage  # noqa: E402
 from evaluation import EvaluationConfig, evaluate  # noqa: E402
+from evaluation.metrics import bootstrap_ci, relative_l2  # noqa: E402
 from models import load_reconstructor  # noqa: E402
 from models.card import CARD_FILE, ModelCard, validate_card  # noqa: E402
 from models.card_dose import DoseResponse  # noqa: E402
@@ -65,20 +71,48 @@ def simulate_store(card: ModelCard, data_dir: Path, n_dev: int, n_train: int) ->
     plan = plan_samples(cfg)
     print(f"  planned {len(plan.specs)} samples in {time.time() - started:.0f} s", flush=True)
     dev, train = split_specs(card, plan.specs, "dev", n_dev), split_specs(card, plan.specs, "train", n_train)
-    listed = set((card.trained_on.data.materials if card.trained_on and card.trained_on.data else {}).get("dev", []))
-    strays = [s.material_id for s in dev if listed and s.material_id not in listed]
-    if strays:
-        raise SystemExit(f"dev materials {strays[:3]} are not among the card's dev materials: the split differs")
+    # the card's own training materials, where it lists them: no dev sample may share a structure type with one
+    listed = (card.trained_on.data.materials if card.trained_on and card.trained_on.data else {}).get("train", [])
+    seen = {prototype_label(m) for m in listed} | set(listed)
+    leaked = [s.material_id for s in dev if s.material_id in seen or prototype_label(s.material_id) in seen]
+    if leaked:
+        raise SystemExit(f"dev materials {leaked[:3]} share a structure type with the card's training materials: "
+                         f"the split differs from the one the model was trained with")
     summary = simulate_specs(cfg, card.data_config, data_dir / "store-000", dev + train, plan.sources, progress=False)
     print(f"  {summary.line()}", flush=True)
     return dev
 
 
 def measure(name: str, card: ModelCard, data_dir: Path, out: Path, doses: list[float]) -> dict[str, Any]:
-    """`evaluation.evaluate` of ``pretrained:name`` on the dev split of ``data_dir`` at ``doses``: metrics.json."""
+    """`evaluation.evaluate` of ``pretrained:name`` on the dev split of ``data_dir`` at ``doses``: metrics.json
+    (one already in ``out`` for these doses is read, not made again)."""
+    done = out / "metrics.json"
+    if done.exists() and json.loads(done.read_text())["config"]["doses"] == doses:
+        print(f"  reading the evaluation in {done}", flush=True)
+        return json.loads(done.read_text())
     cfg = EvaluationConfig(split="dev", doses=doses, n_panels=0, worst_k=0, n_bootstrap=1000, symmetry_average=True)
     result = evaluate(cfg, card.data_config, [data_dir], f"pretrained:{name}", out)
     return json.loads(result.metrics_json.read_text())
+
+
+def constant_map(data_dir: Path, targets: list[str], ci_level: float) -> dict[str, Any]:
+    """The constant map's relative L2 (the truth's mean in every pixel: the field's rule applied to a map
+    that reads nothing) per target over the dev split, with the evaluation's interval over materials."""
+    errors: dict[str, list[float]] = {t: [] for t in targets}
+    materials = []
+    with stage.open_stores([data_dir]) as stores:
+        for i in stores.indices("dev"):
+            reader, j = stores.locate(i)
+            arrays, meta = reader.read_arrays(j, names=tuple(targets))
+            materials.append(meta.material_id)
+            for t in targets:
+                truth = arrays[t].astype(np.float64)
+                errors[t].append(relative_l2(np.full_like(truth, truth.mean()), truth))
+    out = {}
+    for t, values in errors.items():
+        ci = bootstrap_ci(values, n_resamples=1000, level=ci_level, groups=materials)
+        out[t] = {"mean": ci.value, "low": ci.low, "high": ci.high, "median": float(np.median(values))}
+    return out
 
 
 def _stat(aggregate: dict[str, Any]) -> dict[str, float]:
@@ -86,7 +120,7 @@ def _stat(aggregate: dict[str, Any]) -> dict[str, float]:
     return {"mean": rel_l2["value"], "low": rel_l2["low"], "high": rel_l2["high"], "median": rel_l2["median"]}
 
 
-def dose_response(metrics: dict[str, Any], targets: list[str], command: str) -> DoseResponse:
+def dose_response(metrics: dict[str, Any], targets: list[str], constant: dict[str, Any], command: str) -> DoseResponse:
     """The card record of metrics.json's ``dose_sweep`` (each method's field-rule relative L2 per dose)."""
     points = []
     for entry in metrics["dose_sweep"]:
@@ -101,16 +135,19 @@ def dose_response(metrics: dict[str, Any], targets: list[str], command: str) -> 
         "n_samples": network["n"], "n_materials": network["n_groups"],
         "mean_image_samples": metrics["data"]["counts"].get("train", 0),
         "symmetry_average": metrics["config"]["symmetry_average"], "ci_level": metrics["config"]["ci_level"],
-        "command": command, "measured": time.strftime("%Y-%m-%d"), "points": points})
+        "command": command, "measured": time.strftime("%Y-%m-%d"), "constant_map": constant, "points": points})
 
 
 def write_record(folder: Path, record: DoseResponse) -> None:
     """Add ``record`` as the card's ``dose_response``; every other field is checked unchanged after writing,
     and the weights' digest by loading the model."""
     path = folder / CARD_FILE
-    before = json.loads(path.read_text())
+    text = path.read_text()
+    before = json.loads(text)
     card = validate_card({**before, "dose_response": record.model_dump(mode="json")}, str(path))
     write_card(folder, card)
+    if text.endswith("\n"):   # a card saved by an editor ends with a newline: its last byte kept too
+        path.write_text(path.read_text() + "\n")
     after = json.loads(path.read_text())
     assert {k: v for k, v in after.items() if k != "dose_response"} == {k: v for k, v in before.items()
                                                                       if k != "dose_response"}, path
@@ -132,6 +169,9 @@ def table(name: str, record: DoseResponse, noise_free: dict[str, Any]) -> str:
         lines.append(f"| {p.dose_e_per_A2:g} | {cell(p.potential.network)} | {cell(p.potential.mean_image)} | "
                      f"{cell(p.potential.icom)} | {cell(d.network if d else None)} | "
                      f"{cell(d.mean_image if d else None)} | {'yes' if record.unusable(p.dose_e_per_A2) else 'no'} |")
+    const = record.constant_map
+    lines.append(f"| any (constant map) | | {cell(const.potential)} | | | "
+                 f"{cell(const.density)} | |")
     free = {m: noise_free["potential"][m]["field"]["rel_l2"]["value"] for m in METHODS if m in noise_free["potential"]}
     lines.append(f"| noise-free | {free['network']:.3f} | {free.get('mean', float('nan')):.3f} | "
                  f"{free.get('icom', float('nan')):.3f} | | | |")
@@ -150,11 +190,14 @@ def main(argv: list[str] | None = None) -> int:
     command = "python scripts/card_dose_curve.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     for name in args.names:
         folder = REPO / "models" / PRETRAINED_DIR / name
-        card = validate_card(json.loads((folder / CARD_FILE).read_text()), name)
+        raw = json.loads((folder / CARD_FILE).read_text())
+        raw.pop("dose_response", None)   # measured again here, and replaced
+        card = validate_card(raw, name)
         print(f"{name}:", flush=True)
         simulate_store(card, args.work / name / "data", args.dev, args.train)
         metrics = measure(name, card, args.work / name / "data", args.work / name / "eval", args.doses)
-        record = dose_response(metrics, list(card.targets), command)
+        constant = constant_map(args.work / name / "data", list(card.targets), metrics["config"]["ci_level"])
+        record = dose_response(metrics, list(card.targets), constant, command)
         text = table(name, record, metrics["aggregates"])
         (args.work / name / "dose_curve.md").write_text(text + "\n")
         print(text, flush=True)
