@@ -185,7 +185,7 @@ def test_reconstruct_records_checks_and_calibration_from_the_data(tmp_path, caps
     dose = info["checks"]["before"]["measured"]["dose_e_per_A2"]["value"]
     low = card_checks.trained_dose_range(load_card_of("pretrained:study-scan"))[0]
     # a dose below what the model was trained at is said on stderr; one inside it is only recorded
-    assert ("namsa: warning: the data carry about" in err) == (dose < low), (dose, err)
+    assert ("namsa: warning: the data carry a dose of about" in err) == (dose < low), (dose, err)
     assert info["calibrations"]["semiangle_mrad"]["source"] == checks.FIT_SOURCE
     assert info["calibrations"]["semiangle_mrad"]["value"] == pytest.approx(20.0, rel=0.1)
     assert info["checks"]["before"]["measured"]["dose_e_per_A2"]["value"] > 0
