@@ -39,6 +39,10 @@ def test_the_cli_prints_the_model_checks_findings_as_warnings_and_records_the_sa
     predict = info["checks"]["predict"]
     assert predict["blocks"] >= 1 and [w["code"] for w in predict["warnings"]].count("defocus") == 1
     assert (out / "reconstruction.png").stat().st_size > 0
+    # the thickness from the whole scan's PACBED (20 A of Si: inside the training range, no finding)
+    thickness = info["checks"]["after"]["measured"]["thickness_A"]
+    assert thickness["unit"] == "Angstrom" and thickness["training_range"] == [10.0, 150.0], thickness
+    assert "thickness-outside-training" not in [f["code"] for f in recorded]
 
 
 def test_merged_predict_reports_keep_each_kind_once_with_the_blocks_that_raised_it():

@@ -80,6 +80,7 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     """The work of `reconstruct`: open, check, stream tiles through the model, write, swap."""
     from models import load_reconstructor
     from models import scan_fit as fit
+    from models.scan_fit.thickness import check_thickness, pixel_mrad
     from stage import microscope as ex
     from stage.microscope.autocal import block_bytes_within
     from stage.microscope.checks import add_warning
@@ -116,8 +117,8 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     predicted = PredictReports()
     with warnings.catch_warnings():  # predict's OutsideTrainingWarning: gathered (predicted), printed once by the CLI
         warnings.simplefilter("ignore", fit.OutsideTrainingWarning)
-        stitched, com, scales = _stream(scan, plan, grid, rec, budget, transform, tile_cal, refining,
-                                        symmetry_average, predicted)
+        stitched, com, scales, pacbed = _stream(scan, plan, grid, rec, budget, transform, tile_cal, refining,
+                                                symmetry_average, predicted)
     pixel = (plan.step_A[0] * expect.scan_shape[0] / expect.target_px,
              plan.step_A[1] * expect.scan_shape[1] / expect.target_px)
     maps = dict(zip(rec.targets, stitched))
@@ -132,6 +133,10 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     if refining is not None:
         info["refinement"] = refining.report()
     after = fit.check_after_inference(maps, rec.card, checks)
+    # the thickness from the whole scan's PACBED, here and not in predict's input checks: its premise, a
+    # thermal-diffuse tail, holds for every real specimen but not for simulations without frozen phonons,
+    # where it read 40 A samples as up to 194 A (docs/experimental-data.md, "Thickness from the data")
+    check_thickness(after, pacbed, rec.card, pixel_mrad(plan.dk_inv_A, cal.energy_kv))
     info.update(checks={"before": checks, "predict": predicted.merged(), "after": after},
                 calibration_from_data=from_data.report())
     info["findings"] = findings(info["checks"])   # what bears on trust, once: the terminal, the figure, the JSON
@@ -168,12 +173,13 @@ def _tile_calibration(plan: Any, expect: Any, energy_kv: float) -> Any:
 
 def _stream(scan: Any, plan: Any, grid: Any, rec: Any, budget: int, transform: Any,
             tile_calibration: Any = None, refining: Any = None, symmetry_average: bool = True,
-            predicted: PredictReports | None = None) -> tuple[np.ndarray, np.ndarray, list[float]]:
+            predicted: PredictReports | None = None) -> tuple[np.ndarray, np.ndarray, list[float], np.ndarray]:
     """Blocks of tiles read, fitted, normalised per tile, predicted (with ``tile_calibration``: the physics
     input planes of a model that takes them, and every input report's probe step; each potential refined by ``refining``, a `TileRefinement`, when
     given) and blended; the centre of mass of every fitted pattern gathered on the way. Returns
     (C, H, W) maps, the (Y, X, 2) CoM (1/Angstrom) over the covered scan and the intensity factor
-    of each tile; each block's input report (``rec.last_report``) is added to ``predicted``."""
+    of each tile, and the (P, P) mean of every tile's normalised patterns (the PACBED the model saw); each
+    block's input report (``rec.last_report``) is added to ``predicted``."""
     from models import scan_fit as fit
     from namsa.icom import center_of_mass
 
@@ -182,6 +188,7 @@ def _stream(scan: Any, plan: Any, grid: Any, rec: Any, budget: int, transform: A
     stitcher = fit.Stitcher(len(rec.targets), grid)
     com = np.zeros((*grid.covered, 2))
     scales: list[float] = []
+    pacbed, tiled = np.zeros((plan.pattern_px, plan.pattern_px)), 0
     sy, sx = grid.scan_shape
     for block in fit.blocks(grid, per_position, budget):
         fitted = fit.read_fitted(scan.data, plan, (block.y0, block.y1), (block.x0, block.x1), transform)
@@ -193,6 +200,8 @@ def _stream(scan: Any, plan: Any, grid: Any, rec: Any, budget: int, transform: A
             tile, scale = fit.normalise_tile(tile, f"{scan.path}: the tile at scan position (y={oy}, x={ox})")
             tiles.append(tile)
             scales.append(scale)
+            pacbed += np.asarray(tile, dtype=np.float64).sum(axis=0)
+            tiled += len(tile)
         options = refining.predict_options() if refining is not None else {}
         # the file's one dose figure is the one measured as read (checks.before): the fitted tiles are
         # cropped and rebinned, so their counts no longer tell it
@@ -205,7 +214,7 @@ def _stream(scan: Any, plan: Any, grid: Any, rec: Any, budget: int, transform: A
             predicted.add(rec.last_report)
         if refining is not None:
             refining.record(block.origins, rec.last_refinement)
-    return stitcher.result(), com, scales
+    return stitcher.result(), com, scales, pacbed / max(tiled, 1)
 
 
 @dataclass

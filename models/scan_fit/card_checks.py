@@ -18,7 +18,6 @@ from stage.scan_statistics import (DEFOCUS_TOL_A, DEFOCUS_TOL_REL, NOISE_FREE_DO
                                    parallax_defocus, scattered_fraction)
 
 from ..card import ModelCard, TrainingStatistics
-from .thickness import check_thickness, pixel_mrad
 from .dose_warning import dose_message
 
 #: a map above the training mean + this many training standard deviations is far outside
@@ -144,10 +143,11 @@ def _disc_against_card(report: dict[str, Any], mean: np.ndarray, card: ModelCard
 def check_training_distribution(report: dict[str, Any], cbed: np.ndarray, card: ModelCard,
                                 calibration: Any = None) -> None:
     """The scattering (thickness) and the defocus of the (S, P, P) stack ``cbed`` (`stage.scan_statistics`)
-    beside the ranges the model was trained on, and the thickness in Angstrom from the PACBED's diffuse tail
-    (`models.scan_fit.thickness.check_thickness`, code "thickness-outside-training"): one warning line per
-    finding (codes "thickness", "defocus"), each estimate recorded in ``report["measured"]`` with its range
-    and where that came from.
+    beside the ranges the model was trained on: one warning line per finding (codes "thickness", "defocus"),
+    each estimate recorded in ``report["measured"]`` with its range and where that came from. The thickness
+    in Angstrom (`models.scan_fit.thickness.check_thickness`) is `namsa reconstruct`'s, on a file's whole
+    scan: its premise, a thermal-diffuse tail, does not hold for simulations without frozen phonons, which
+    `namsa evaluate` scores (it read the quickstart's 40 A samples as up to 194 A).
 
     Ranges are the card's ``training_statistics`` (its training split, measured when the card was
     written). A card without them (the shipped ones) takes its defocus range from its training config
@@ -157,15 +157,6 @@ def check_training_distribution(report: dict[str, Any], cbed: np.ndarray, card: 
     disc = bright_field_disc(cbed)
     thicker = _check_scattering(report, cbed, disc, stats)
     _check_defocus(report, cbed, disc, card, calibration, judged=not thicker)
-    check_thickness(report, cbed, card, _calibrated_mrad_per_px(calibration))
-
-
-def _calibrated_mrad_per_px(calibration: Any) -> float | None:
-    """The detector pixel (mrad) a `namsa.icom.ScanCalibration` (or its dict) gives, None when it gives none
-    (the thickness estimate then reads it from the disc radius)."""
-    cal = calibration.to_dict() if hasattr(calibration, "to_dict") else dict(calibration or {})
-    dk, energy = cal.get("k_sampling_invA"), cal.get("energy_kv")
-    return pixel_mrad(float(dk[0]), float(energy)) if dk and energy else None
 
 
 def current_statistics(card: ModelCard) -> TrainingStatistics | None:
