@@ -189,9 +189,9 @@ def load_reference(path: str | Path) -> ThicknessReference:
     if len(raw) > MAX_REFERENCE_BYTES:
         raise ModelDirError(f"{where} is larger than {MAX_REFERENCE_BYTES} bytes; it is not a thickness reference")
     try:
-        arrays, meta = load(raw), _metadata(raw)
-        names, physics = json.loads(meta["names"]), json.loads(meta["physics"])
-        radii, version = json.loads(meta["radii_mrad"]), int(meta["version"])
+        arrays, header = load(raw), _metadata(raw)   # the file's JSON header, not a sample's meta
+        names, physics = json.loads(header["names"]), json.loads(header["physics"])
+        radii, version = json.loads(header["radii_mrad"]), int(header["version"])
         depths, profiles = arrays["depths_A"].astype(np.float64), arrays["profiles"].astype(np.float64)
     except (SafetensorError, KeyError, ValueError, TypeError) as exc:
         raise ModelDirError(f"{where} is damaged or not a thickness reference ({str(exc)[:80]})") from None

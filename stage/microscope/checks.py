@@ -61,6 +61,8 @@ def check_before_inference(scan: Any, given: Mapping[str, Any], block_bytes: int
     """
     check_energy(scan.found, given)  # the values and the data's sign first: the disc check would blame the angle
     report = new_report()
+    # negated data first: the camera's dark subtraction would clip them to zeros and blame the disc
+    refuse_if_negative(autocal.subsample(scan.data).mean(axis=0), scan.path)
     data, counted, restore = camera_counts(scan.data, scan.path, is_counted(scan.data), report, block_bytes)
     mean, electrons = mean_pattern(data, counted, block_bytes)
     refuse_if_negative(mean, scan.path)

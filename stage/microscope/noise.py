@@ -49,6 +49,9 @@ from . import autocal
 #: patterns read for the measurement (whole scan rows on a stride): 4,096 adjacent pairs give each
 #: bin's variance to ~2%
 MAX_POSITIONS = 4096
+#: the darkest pixels' values kept for the dark level and read noise (float32; thinned by halves beyond
+#: it): a 4096-pattern read of 256 x 256 px patterns would otherwise hold ~27 MB of them
+MAX_DARK_VALUES = 2**18
 #: bytes of float64 patterns the measurement reads in all (a large detector: fewer positions)
 MAX_READ_BYTES = 512 * 2**20
 #: fewest adjacent pairs a variance is taken from
@@ -215,7 +218,9 @@ def _accumulate(sums: _Sums, block: np.ndarray, b: int, dark_mask: np.ndarray) -
     sums.whole = sums.whole and bool(np.all(block == np.round(block)))
     if sums.whole and np.abs(block).max() < 2**53:
         sums.gcd = int(np.gcd.reduce(np.append(block.astype(np.int64).ravel(), sums.gcd)))
-    sums.dark_values.append(block[1:, dark_mask].ravel())
+    sums.dark_values.append(block[1:, dark_mask].ravel().astype(np.float32))
+    if sum(len(v) for v in sums.dark_values) > MAX_DARK_VALUES:   # thinned evenly: quantiles keep, memory stays flat
+        sums.dark_values = [np.concatenate(sums.dark_values)[::2]]
 
 
 def _dark_and_read(values: np.ndarray) -> tuple[float, float]:
@@ -228,7 +233,8 @@ def _dark_and_read(values: np.ndarray) -> tuple[float, float]:
 def _fit(sums: _Sums, b: int, sigma_psf: float) -> NoiseMeasurement:
     """The gain from var = a + g m' + p m'^2 over the bins (m' = mean - b^2 dark), weighted by the
     inverse square of the fitted variance (each variance is known to a fixed fraction), inner bins only."""
-    dark, read = _dark_and_read(np.concatenate(sums.dark_values)) if sums.dark_values else (0.0, 0.0)
+    values = np.concatenate(sums.dark_values) if sums.dark_values else np.zeros(0)
+    dark, read = _dark_and_read(values) if values.size else (0.0, 0.0)   # a 1-wide scan has no pairs
     facts = dict(dark=dark, read_noise=read, negative_fraction=sums.negative / max(sums.pixels, 1),
                  psf_sigma_px=sigma_psf, bin_px=b, pairs=sums.pairs, whole_numbers=sums.whole,
                  mean_total=sums.total / max(sums.patterns, 1), value_gcd=sums.gcd if sums.whole and sums.gcd else 1)
@@ -285,7 +291,13 @@ def _unmeasured(facts: dict[str, Any], why: str) -> NoiseMeasurement:
 
 def _weighted_fit(m: np.ndarray, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(a, g, p) of var = a + g m + p m^2 and their standard errors: least squares weighted by
-    1 / model^2, iterated from an unweighted start (a variance is known to a fixed fraction of itself)."""
+    1 / model^2, iterated from an unweighted start (a variance is known to a fixed fraction of itself).
+    Degenerate input (all-zero or denormal bins) gives non-finite figures, which `_fit` reads as untrusted."""
+    with np.errstate(all="ignore"):
+        return _weighted_fit_unguarded(m, var)
+
+
+def _weighted_fit_unguarded(m: np.ndarray, var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     design = np.stack([np.ones_like(m), m, m * m], axis=1)
     scale = np.array([1.0, 1.0 / max(float(np.abs(m).max()), 1e-300), 1.0 / max(float(m.max()) ** 2, 1e-300)])
     x = design * scale  # columns of comparable size: a well-conditioned solve
