@@ -24,9 +24,8 @@ sys.path.insert(0, str(ROOT))
 
 from models.card import CARD_FILE, read_card_file  # noqa: E402
 from models.scan_fit.thickness import (REFERENCE_FILE, WARNING_CODE, ThicknessReference,  # noqa: E402
-                                       check_thickness, estimate_thickness, load_reference, match_profile,
-                                       pixel_mrad)
-from stage.microscope.checks import new_report  # noqa: E402
+                                       check_thickness, estimate_thickness, load_reference, match_profile)
+from stage.microscope.check_report import new_report  # noqa: E402
 from models.scan_fit.thickness_reference import first_axis  # noqa: E402
 from namsa import simulate_sample  # noqa: E402
 
@@ -60,7 +59,7 @@ def validation(card, reference: ThicknessReference) -> None:
             for thickness in (60.0, 150.0, 300.0):
                 s = simulate_sample(material, axis, _cfg(card, thickness, phonons))
                 report = new_report()
-                found = check_thickness(report, s.cbed, card, pixel_mrad(s.meta.pattern_dk_inv_A, s.meta.energy_kv))
+                found = check_thickness(report, s.cbed, card, s.meta.angular_sampling_mrad)
                 found = found or report["measured"]["thickness_A"]["note"]
                 flagged = WARNING_CODE in [w["code"] for w in report["warnings"]]
                 name = f"{s.meta.formula} {list(axis)} {'TDS' if phonons else 'no TDS'}"
@@ -92,7 +91,7 @@ def dev_like(card, reference: ThicknessReference, count: int) -> None:
             s = simulate_sample(material, first_axis(material), _cfg(card, phonons=phonons))
             pred = rec.predict(s.cbed, calibration=s.meta.calibration)[0]
             level = abs(float(pred.mean()) - float(s.potential.mean())) / abs(float(s.potential.mean()))
-            found = estimate_thickness(s.cbed, reference, pixel_mrad(s.meta.pattern_dk_inv_A, s.meta.energy_kv))
+            found = estimate_thickness(s.cbed, reference, s.meta.angular_sampling_mrad)
             rows.append((s.meta.thickness_A, None if isinstance(found, str) else found.value_A, level,
                          s.meta.frozen_phonon, s.meta.formula))
             print(f"  {s.meta.formula:10s} TDS={s.meta.frozen_phonon!s:5s} true {s.meta.thickness_A:5.0f} "

@@ -3,8 +3,9 @@ by namsa.camera (issue 42, item 4): prints a markdown table, rule x case -> ok /
 
     .venv/bin/python scripts/rotation_twin_table.py [--dose 5000] [--focus 0,40,-40]
 
-Cases: NiO [011] and Cu2O [011] (cuprite, built here: not in the library), 40, 60, 100, 150 Angstrom,
-at the study's physics (200 kV, 20 mrad, 32 x 32 scan of a 12 Angstrom cell, 32 px patterns), probe
+Cases: NiO [011] and Cu2O [011] (cuprite: namsa's AFLOW template A2B_cP6_224_b_a, not in the
+library), 40, 60, 100, 150 Angstrom, at the study's physics (200 kV, 20 mrad, 32 x 32 scan of a 12
+Angstrom cell, 32 px patterns), probe
 C1 = --focus Angstrom (0: focused on the entrance surface), scan rotations 0, 20, 200 degrees and 20
 with ky <-> kx swapped. Rules, each given the curl-free angle modulo 180 (and flip) that the fit found:
 div.ADF (the old rule: CoM divergence negative where the dark field is bright), CoM.gradADF (the CoM
@@ -16,7 +17,6 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from pymatgen.core import Lattice, Structure
 
 import namsa
 from namsa.camera import CameraSettings, record
@@ -27,15 +27,14 @@ from stage.microscope.rotation import Rotation
 CASES = [(0.0, False), (20.0, False), (200.0, False), (20.0, True)]
 
 
-def cu2o() -> Structure:
-    coords = [(0, 0, 0), (.5, .5, .5), (.25, .25, .25), (.75, .75, .25), (.75, .25, .75), (.25, .75, .75)]
-    return Structure(Lattice.cubic(4.2696), ["O", "O", "Cu", "Cu", "Cu", "Cu"], coords)
+#: cuprite Cu2O (Pn-3m, a = 4.267 Angstrom): namsa's checked AFLOW template, not in the library
+CU2O = "A2B_cP6_224_b_a:Cu,O:1.0"
 
 
 def simulate(material: str, thickness: float, focus: float) -> tuple[np.ndarray, tuple[float, float]]:
     cfg = namsa.SimulationConfig(scan_shape=(32, 32), pattern_px=32, target_px=32, thickness_A=thickness,
                                  aberrations={"C1_A": focus})
-    sample = namsa.simulate_sample(cu2o() if material == "Cu2O" else material, (0, 1, 1), cfg)
+    sample = namsa.simulate_sample(CU2O if material == "Cu2O" else material, (0, 1, 1), cfg)
     fov = sample.meta.fov_A
     return sample.cbed.reshape(32, 32, 32, 32), (fov[2] / 32, fov[3] / 32)
 

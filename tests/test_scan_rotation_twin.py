@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pymatgen.core import Lattice, Structure
 
 import namsa
 from microscope_helpers import disc_scan
@@ -22,10 +21,8 @@ from stage.microscope.disc import find_disc
 DOSE = 5000.0
 
 
-def cu2o() -> Structure:
-    """Cuprite Cu2O (Pn-3m, a = 4.2696 Angstrom): O at (0, 0, 0) and body centre, Cu at the quarter sites."""
-    coords = [(0, 0, 0), (.5, .5, .5), (.25, .25, .25), (.75, .75, .25), (.75, .25, .75), (.25, .75, .75)]
-    return Structure(Lattice.cubic(4.2696), ["O", "O", "Cu", "Cu", "Cu", "Cu"], coords)
+#: cuprite Cu2O (Pn-3m, a = 4.267 Angstrom): namsa's checked AFLOW template, not in the library
+CU2O = "A2B_cP6_224_b_a:Cu,O:1.0"
 
 
 _CACHE: dict = {}
@@ -36,7 +33,7 @@ def simulated(material: str, thickness_A: float) -> tuple[np.ndarray, tuple[floa
     key = (material, thickness_A)
     if key not in _CACHE:
         cfg = namsa.SimulationConfig(scan_shape=(32, 32), pattern_px=32, target_px=32, thickness_A=thickness_A)
-        sample = namsa.simulate_sample(cu2o() if material == "Cu2O" else material, (0, 1, 1), cfg)
+        sample = namsa.simulate_sample(CU2O if material == "Cu2O" else material, (0, 1, 1), cfg)
         fov = sample.meta.fov_A
         _CACHE[key] = sample.cbed.reshape(32, 32, 32, 32), (fov[2] / 32, fov[3] / 32)
     return _CACHE[key]

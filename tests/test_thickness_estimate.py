@@ -15,10 +15,10 @@ from models.card import CARD_FILE, read_card_file
 from models.errors import ModelDirError
 from models.scan_fit.card_checks import input_report
 from models.scan_fit.thickness import (REFERENCE_FILE, WARNING_CODE, check_thickness, estimate_thickness,
-                                       find_reference, load_reference, pixel_mrad, trained_thickness_range)
+                                       find_reference, load_reference, trained_thickness_range)
 from models.scan_fit.thickness_reference import DEPTHS_A, material_profiles
 from namsa import simulate_sample
-from stage.microscope.checks import new_report
+from stage.microscope.check_report import new_report
 
 MODEL = Path(__file__).resolve().parent.parent / "models" / "pretrained" / "study-scan-gpu"
 CUPRITE = "A2B_cP6_224_b_a:Cu,O:1.0"
@@ -40,7 +40,7 @@ def _scan(material: str, axis: tuple[int, int, int], thickness_A: float) -> tupl
     cfg = cfg.model_copy(update={"thickness_A": thickness_A, "variations": variations, "scan_shape": (12, 12),
                                  "scan_fov_fraction": 0.35})
     sample = simulate_sample(material, axis, cfg)
-    return sample.cbed, pixel_mrad(sample.meta.pattern_dk_inv_A, cfg.energy_kv), sample.meta.thickness_A
+    return sample.cbed, sample.meta.angular_sampling_mrad, sample.meta.thickness_A
 
 
 def test_the_stored_reference_agrees_with_a_rebuild() -> None:

@@ -83,7 +83,7 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     from models.scan_fit.thickness import check_thickness, pixel_mrad
     from stage import microscope as ex
     from stage.microscope.autocal import block_bytes_within
-    from stage.microscope.checks import add_warning
+    from stage.microscope.check_report import add_warning
     from stage.microscope.counts_restore import with_counts_restored
 
     from . import reconstruct_maps

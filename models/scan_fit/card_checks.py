@@ -10,7 +10,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from stage.microscope.checks import RADIUS_ATOL_PX, RADIUS_RTOL, add_measurement, add_warning, new_report
+from stage.microscope.check_report import add_measurement, add_warning, new_report
+from stage.microscope.checks import RADIUS_ATOL_PX, RADIUS_RTOL
 from stage.microscope.counts import NORMALISED_TOTAL
 from stage.microscope.disc import find_disc
 from stage.scan_statistics import (DEFOCUS_TOL_A, DEFOCUS_TOL_REL, NOISE_FREE_DOSE_E_PER_A2, STATISTICS_VERSION,

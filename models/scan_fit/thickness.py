@@ -266,7 +266,7 @@ def check_thickness(report: dict[str, Any], cbed: np.ndarray, card: Any, mrad_pe
     the estimate lies above the card's training thickness by more than its typical error (`FLAG_ABOVE`), or
     all of its range does. ``mrad_per_px``: the patterns' detector pixel;
     None reads it from the disc radius and the card's semi-angle. Returns the estimate (None with a note)."""
-    from stage.microscope.checks import add_measurement, add_warning
+    from stage.microscope.check_report import add_measurement, add_warning
 
     trained = trained_thickness_range(card)
     reference = find_reference(card, model_dir)

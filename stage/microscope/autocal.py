@@ -307,7 +307,7 @@ class DataCalibration:
         return r.error_deg <= ROTATION_MAX_ERROR_DEG and r.twin == "parallax" and r.twin_sigma >= twin.PARALLAX_SIGMAS
 
     def rotation_finding(self, flipped_yx: tuple[bool, bool] = (False, False)) -> tuple[str, str] | None:
-        """(code, one-line message) for the checks report (checks.add_warning) when the fitted rotation
+        """(code, one-line message) for the checks report (check_report.add_warning) when the fitted rotation
         is undone or is too uncertain to undo; None when there is nothing to undo."""
         r = self.rotation
         what = (f"the patterns are turned {r.angle_deg:.1f} +- {r.error_deg:.1f} degrees"

@@ -44,8 +44,8 @@ FIT_SOURCE = "from the data (fit)"
 #: one line per problem no flag can fix (models.scan_fit.sampling_problems)
 ModelProblems = Callable[[Mapping[str, Any]], list[str]]
 
-__all__ = ["check_before_inference", "refuse_if_negative", "refuse_if_not_cbed", "new_report", "add_warning",
-           "add_measurement", "RADIUS_RTOL", "RADIUS_ATOL_PX", "FIT_SOURCE", "ModelProblems"]
+__all__ = ["check_before_inference", "refuse_if_negative", "refuse_if_not_cbed", "RADIUS_RTOL", "RADIUS_ATOL_PX", "FIT_SOURCE",
+           "ModelProblems"]
 
 
 def check_before_inference(scan: Any, given: Mapping[str, Any], block_bytes: int = autocal.BLOCK_BYTES,
