@@ -54,6 +54,8 @@ def test_the_rehearsal_runs_every_step_and_its_outputs_come_back(tmp_path):
     log = (out / "study-log.txt").read_text() if (out / "study-log.txt").exists() else ""
     assert done.returncode == 0, summary + log[-4000:]
     assert summary.count("rc=0") == 6   # the rehearsal skips env and install
+    # a CPU rehearsal's limits are the device's times 3 (STEP_LIMIT_SCALE): a loaded CI core is no H200
+    assert "== check (limit 105 s)" in summary and "== evaluate-flagship (limit 135 s)" in summary, summary
     files = [p for p in out.rglob("*") if p.is_file()]
     assert len(files) <= 8 and all(p.stat().st_size <= 16 << 20 for p in files), files
     study = json.loads((out / "study.json").read_text())

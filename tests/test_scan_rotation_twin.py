@@ -127,3 +127,18 @@ def test_a_scan_axis_read_backwards_is_composed_with_the_fit():
     turn = cal.applied_rotation((True, False))
     assert turn is not None and turn.flip
     np.testing.assert_allclose(turn.matrix(), np.diag([-1.0, 1.0]) @ cal.rotation.matrix(), atol=1e-9)
+
+
+def test_a_half_turn_is_reported_never_undone_and_a_scan_as_recorded_says_nothing():
+    """A fitted 180 degrees is left as recorded with a finding that says so, even when the parallax
+    decides its twin (no twin rule is right at every focus, and a wrong half turn ruins every map: an
+    unrotated scintillator scan of GaAs [011] read 179.6 degrees at 3.5 standard errors); 0 degrees is
+    the file as recorded and says nothing; 200 degrees, trusted, is undone."""
+    half = calibrate(recorded("NiO-rocksalt", 40.0, 180.0, False))
+    assert off_by(half.rotation.angle_deg, 180.0) < 3.0 and half.rotation_trusted()
+    assert half.applied_rotation() is None and half.descan_correction((32, 32)) is None
+    code, message = half.rotation_finding()
+    assert code == "scan-rotation" and "a half turn, which is not undone" in message and "\n" not in message
+    assert calibrate(recorded("NiO-rocksalt", 40.0, 0.0, False)).rotation_finding() is None
+    turned = calibrate(recorded("NiO-rocksalt", 40.0, 200.0, False))
+    assert turned.applied_rotation() is not None and "undone before inference" in turned.rotation_finding()[1]
