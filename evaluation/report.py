@@ -105,14 +105,35 @@ def _dtype(code: Any) -> str:
 
 
 def _card_table(card: dict[str, Any]) -> str:
-    """The model card's rows under a heading row per section (architecture, training data, ...)."""
+    """The model card's rows under a heading row per section (architecture, training data, ...), the
+    chain of runs that made the weights (`_chain_row`) last among the training result's."""
+    rows, chain = card_rows(card), _chain_row(card)
+    if chain:
+        rows.insert(max((i + 1 for i, r in enumerate(rows) if r[0] == chain[0]), default=len(rows)), chain)
     body, section = [], None
-    for name, label, value in card_rows(card):
+    for name, label, value in rows:
         if name != section:
             body.append(f"<tr><th class='l s' colspan='2'>{_e(name)}</th></tr>")
             section = name
         body.append(f"<tr><td class='l'>{_e(label)}</td><td class='l'>{_e(value)}</td></tr>")
     return f"<table class='card'>{''.join(body)}</table>"
+
+
+def _chain_row(card: dict[str, Any]) -> tuple[str, str, str] | None:
+    """The card's ``training.lineage`` in one row: links, training samples and steps in all, then each
+    link's name, samples, steps, device and date; None for a card without a chain."""
+    links = (card.get("training") or {}).get("lineage") or []
+    if not links:
+        return None
+
+    def total(key: str) -> str:
+        values = [link.get(key) for link in links]
+        return text(sum(values)) if all(isinstance(v, int) for v in values) else "unknown"
+    each = "; ".join(f"{link.get('name') or 'unnamed'}: {text(link.get('train_samples'))} samples, "
+                     f"{text(link.get('steps'))} steps, {link.get('device') or '?'}, "
+                     f"{link.get('date') or 'date unknown'}" for link in links)
+    return ("training result", "chain of runs (first to last)",
+            f"{len(links)} links, {total('train_samples')} training samples and {total('steps')} steps in all: {each}")
 
 
 def _split_note(split: str) -> str:

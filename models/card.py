@@ -280,6 +280,13 @@ class ModelCard(BaseModel):
                              f"its architecture: {reason}; the card contradicts itself")
         return self
 
+    @model_validator(mode="after")
+    def _lineage_ends_here(self) -> "ModelCard":
+        """``training.lineage`` ends at the weights beside the card (`TrainingFacts.check_weights`)."""
+        if self.training is not None and MODEL_FILE in self.files:
+            self.training.check_weights(self.files[MODEL_FILE].xxh3_128)
+        return self
+
     def to_json(self) -> dict[str, Any]:
         """The card as JSON values, exactly the fields it was given (what `models.card_writer` writes)."""
         return self.model_dump(mode="json", by_alias=True, exclude_unset=True)

@@ -1,6 +1,6 @@
 """Exporting a trained model: ``<out>/model/`` (model.safetensors + the model card) from a
-checkpoint, and the card's facts about the run (metrics, training length, data, and the input it
-expects: `expected_input`)."""
+checkpoint, and the card's facts about the run (metrics, training length, data, the chain of runs
+that made the weights: `run_lineage`, and the input it expects: `expected_input`)."""
 from __future__ import annotations
 
 import shutil
@@ -15,7 +15,7 @@ from stage import dir_swap
 
 from .. import checkpoint as ckpt
 from ..card import DataInfo, ExpectsInput
-from ..card_training import InitialModelFacts, TrainingFacts, position_metrics
+from ..card_training import InitialModelFacts, LineageLink, TrainingFacts, position_metrics, today_utc
 from ..card_writer import card_from_state, write_card
 from ..config import TrainConfig
 from ..fcdensenet import count_parameters
@@ -37,10 +37,15 @@ def card_extra(source: Path, *, out: Path, pos: Position, cfg: TrainConfig, data
     (`TrainingFacts`), data (`DataInfo`) and parameters; ``engine_name``: the gradient engine
     (``"none"`` with one rank); ``stopped_by_wall``: training.max_wall_s ended the run;
     ``initialized_from``: the model it was fine-tuned from (`InitialModel.facts`), recorded under
-    ``training.initialized_from``; ``expects_input``: what the model expects of its input
-    (`expected_input`), None to record nothing; times in seconds, rates in TFLOP/s."""
+    ``training.initialized_from``, whose chain ``training.lineage`` continues (`run_lineage`);
+    ``expects_input``: what the model expects of its input (`expected_input`), None to record nothing;
+    times in seconds, rates in TFLOP/s."""
     origin = {"initialized_from": initialized_from} if initialized_from else {}
     expects = {"expects_input": expects_input} if expects_input is not None else {}
+    device = device_name(model)
+    this_run = LineageLink(weights_xxh3_128=exported_weights(source), train_samples=data.train_total,
+                           steps=pos.step, samples_seen=pos.samples_seen, device=device, wall_s=pos.wall_s,
+                           date=today_utc())
     training = TrainingFacts(steps=pos.step, epochs_completed=pos.epoch,
                              **_length_facts(cfg, pos.step, steps_per_epoch, total_steps, stopped_by_wall),
                              samples_seen=pos.samples_seen, skipped_steps=pos.skipped_steps, wall_s=pos.wall_s,
@@ -48,7 +53,8 @@ def card_extra(source: Path, *, out: Path, pos: Position, cfg: TrainConfig, data
                              precision=cfg.precision, batch_size_per_rank=cfg.batch_size,
                              exported="best" if pos.best_step is not None else "final", checkpoint=source.name,
                              sustained_tflops=timing.total_ops / timing.total_s / 1e12 if timing.total_s else None,
-                             peak_tflops=timing.peak_tflops or None, device=device_name(model), **origin)
+                             peak_tflops=timing.peak_tflops or None, device=device,
+                             lineage=run_lineage(initialized_from, this_run), **origin)
     stores = DataInfo(dirs=[str(p) for p in data.store_paths], train_samples=data.train_total,
                       dev_samples=data.dev_total, node_local_dir=data.data_cfg.node_local_dir,
                       input_shape=list(data.cbed_shape))
@@ -56,6 +62,23 @@ def card_extra(source: Path, *, out: Path, pos: Position, cfg: TrainConfig, data
             "metrics_csv": str(out / METRICS_FILE), "training": training, "data": stores,
             "parameters": count_parameters(model),
             "forward_conv_ops_per_sample": timing.ops_forward_per_sample, **expects}
+
+
+def run_lineage(initialized_from: InitialModelFacts | None, this_run: LineageLink) -> list[LineageLink]:
+    """The card's ``training.lineage``: the initial model's chain (`InitialModelFacts.lineage`) and then
+    ``this_run``; ``[this_run]`` for a run not fine-tuned."""
+    return [*(initialized_from.lineage if initialized_from else []), this_run]
+
+
+def exported_weights(checkpoint_dir: Path) -> str:
+    """The xxh3_128 of checkpoint ``checkpoint_dir``'s weights as the checkpoint recorded it when it
+    wrote them (`models.checkpoint.file_digest`): the digest the exported card's ``files`` entry takes
+    (`card_from_state`), which `export_model` checks against the file before the card is written."""
+    info = (ckpt.read_state(checkpoint_dir).get("files") or {}).get(ckpt.MODEL_FILE)
+    if not isinstance(info, dict) or not isinstance(info.get("xxh3_128"), str):
+        raise ckpt.CorruptCheckpointError(f"checkpoint {checkpoint_dir}: its state records no digest of "
+                                          f"{ckpt.MODEL_FILE}; it is damaged")
+    return info["xxh3_128"]
 
 
 def expected_input(simulation: SimulationConfig | None, data: TrainingData) -> ExpectsInput | None:
@@ -120,4 +143,5 @@ def export_model(checkpoint_dir: Path, model_dir: Path, extra: dict[str, Any]) -
     return model_dir
 
 
-__all__ = ["MODEL_DIR", "TARGET_UNITS", "card_extra", "expected_input", "resolved_model_config", "export_model"]
+__all__ = ["MODEL_DIR", "TARGET_UNITS", "card_extra", "expected_input", "exported_weights", "resolved_model_config",
+           "run_lineage", "export_model"]
