@@ -22,7 +22,7 @@ import pytest
 import namsa
 from models.card import read_card_file
 from models.errors import ModelDirError
-from models.scan_fit import card_checks
+from models.scan_fit import card_checks, trained_dose_range
 from namsa.constants import MIN_DOSE_E_PER_A2
 from namsa.optics import scan_step_A
 from namsa.random_streams import MAX_SEED
@@ -90,7 +90,7 @@ def test_a_card_whose_training_ranges_are_nonsense_is_refused_at_load(tmp_path, 
 def test_the_shipped_cards_ranges_stand():
     card = read_card_file(MEASURED / "model_card.json")
     assert card.training_statistics.ranges["defocus_A"].low < card.training_statistics.ranges["defocus_A"].high
-    assert card_checks.trained_dose_range(card) == (100.0, 1e6)
+    assert trained_dose_range(card) == (100.0, 1e6)
 
 
 def test_the_low_dose_check_fires_below_the_lowest_dose_a_card_may_state(tmp_path):

@@ -156,9 +156,11 @@ def test_predict_warns_one_line_per_finding(card):
     rec = Reconstructor(shipped.model, card, shipped.device)
     assert _predict_warnings(rec, _sample("Si-diamond", (1, 1, 0), 50.0, -25.0)) == []
     measured = rec.last_report["measured"]["defocus_A"]
-    assert measured["training_range"] == [card.training_statistics.ranges["defocus_A"].low,
-                                          card.training_statistics.ranges["defocus_A"].high]
-    assert "measured over 6 training samples" in measured["training_source"]
+    # the card's one focus range (its training config's, on the specimen's middle), not the parallax's
+    # spread over its 6 training samples, which the card also records
+    assert measured["training_range"] == [-35.0, 115.0] != [card.training_statistics.ranges["defocus_A"].low,
+                                                            card.training_statistics.ranges["defocus_A"].high]
+    assert measured["training_source"].startswith("training config: C1 -40..40 A at the entrance surface")
     defocused = _predict_warnings(rec, _sample("Si-diamond", (1, 1, 0), 20.0, -200.0))
     assert len(defocused) == 1 and defocused[0].startswith("defocus: defocus estimated -")
     assert "from the bright-field parallax" in defocused[0] and "not trustworthy here" in defocused[0]
@@ -178,7 +180,7 @@ def test_a_card_without_statistics_takes_the_defocus_range_from_its_training_con
     far = _sample("Si-diamond", (1, 1, 0), 20.0, -250.0)
     report = card_checks.input_report(far.cbed, shipped, {"scan_step_A": list(_step(far.meta))})
     assert [w["code"] for w in report["warnings"]] == ["defocus"]
-    assert "from its training config" in report["warnings"][0]["message"]
+    assert "(training config: C1 -40..40 A at the entrance surface" in report["warnings"][0]["message"]
     assert "thickness not checked" in report["measured"]["high_angle_loss"]["note"]
     # without the probe step the estimate spans the card's steps: still said when all of it is outside
     unknown = card_checks.input_report(far.cbed, shipped)

@@ -10,7 +10,7 @@ import pytest
 
 from microscope_helpers import disc_scan, simulated_scan, spot_scan
 from models.card import ModelCard, validate_card
-from models.scan_fit import OutsideTrainingWarning, card_checks
+from models.scan_fit import OutsideTrainingWarning, card_checks, trained_dose_range
 from stage.microscope import ExperimentalInputError, RawScan, checks
 
 
@@ -126,7 +126,7 @@ def test_implausible_maps_are_flagged():
 
 def test_a_dose_inside_the_trained_range_is_quiet_and_one_below_it_warns():
     card = _card({"enabled": True, "dose_range_e_per_A2": [100.0, 1e6]})
-    assert card_checks.trained_dose_range(card) == (100.0, 1e6) and card_checks.trained_dose_range(CARD) is None
+    assert trained_dose_range(card) == (100.0, 1e6) and trained_dose_range(CARD) is None
     maps = {"potential": np.full((4, 4), 900.0), "density": np.full((4, 4), 80.0)}
     inside = card_checks.check_after_inference(maps, card, {"measured": {"dose_e_per_A2": {"value": 1e3}}})
     assert inside["warnings"] == []
@@ -183,7 +183,7 @@ def test_reconstruct_records_checks_and_calibration_from_the_data(tmp_path, caps
     err = capsys.readouterr().err
     info = json.loads((tmp_path / "out" / "reconstruction.json").read_text())
     dose = info["checks"]["before"]["measured"]["dose_e_per_A2"]["value"]
-    low = card_checks.trained_dose_range(load_card_of("pretrained:study-scan"))[0]
+    low = trained_dose_range(load_card_of("pretrained:study-scan"))[0]
     # a dose below what the model was trained at is said on stderr; one inside it is only recorded
     assert ("namsa: warning: the data carry a dose of about" in err) == (dose < low), (dose, err)
     assert info["calibrations"]["semiangle_mrad"]["source"] == checks.FIT_SOURCE

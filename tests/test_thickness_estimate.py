@@ -15,7 +15,8 @@ from models.card import CARD_FILE, read_card_file
 from models.errors import ModelDirError
 from models.scan_fit.card_checks import input_report
 from models.scan_fit.thickness import (REFERENCE_FILE, WARNING_CODE, check_thickness, estimate_thickness,
-                                       find_reference, load_reference, trained_thickness_range)
+                                       find_reference, load_reference)
+from models.scan_fit.trained_ranges import trained_ranges
 from models.scan_fit.thickness_reference import DEPTHS_A, material_profiles
 from namsa import simulate_sample
 from stage.microscope.check_report import new_report
@@ -51,8 +52,8 @@ def test_the_stored_reference_agrees_with_a_rebuild() -> None:
     rebuilt = material_profiles("C-diamond", _card().expects_input.simulation_config(), (0, 1, 1), DEPTHS_A)
     stored = reference.profiles[reference.names.index("C-diamond|011")]
     np.testing.assert_allclose(rebuilt, stored, atol=2e-3)
-    assert np.all(np.diff(reference.depths_A) > 0) and reference.depths_A[-1] >= 2 * trained_thickness_range(
-        _card())[1]
+    assert np.all(np.diff(reference.depths_A) > 0) and reference.depths_A[-1] >= 2 * trained_ranges(
+        _card()).thickness_A.high
 
 
 def test_thin_nio_is_estimated_within_its_range_and_not_flagged() -> None:

@@ -14,12 +14,13 @@ from stage.microscope.check_report import add_measurement, add_warning, new_repo
 from stage.microscope.checks import RADIUS_ATOL_PX, RADIUS_RTOL
 from stage.microscope.counts import NORMALISED_TOTAL
 from stage.microscope.disc import find_disc
-from stage.scan_statistics import (DEFOCUS_TOL_A, DEFOCUS_TOL_REL, NOISE_FREE_DOSE_E_PER_A2, STATISTICS_VERSION,
+from stage.scan_statistics import (DEFOCUS_TOL_A, DEFOCUS_TOL_REL, NOISE_FREE_DOSE_E_PER_A2,
                                    DefocusEstimate, bright_field_disc, dose_from_quanta, high_angle_loss,
                                    parallax_defocus, scattered_fraction)
 
 from ..card import ModelCard, TrainingStatistics
 from .dose_warning import dose_message
+from .trained_ranges import DEFOCUS_UNIT, current_statistics, trained_dose_range, trained_ranges
 
 #: a map above the training mean + this many training standard deviations is far outside
 MAP_SIGMAS = 6.0
@@ -66,22 +67,6 @@ def check_after_inference(maps: Mapping[str, np.ndarray], card: ModelCard,
     return report
 
 
-def trained_dose_range(card: ModelCard) -> tuple[float, float] | None:
-    """(low, high) electrons/Angstrom^2 the model saw in training (the loader's dose augmentation, the
-    doses measured in the training split's counted patterns, or one fixed simulated dose), or None when
-    it was trained noise-free only."""
-    augmentation = card.trained_on.dose_augmentation if card.trained_on else None
-    if augmentation is not None and augmentation.enabled and augmentation.dose_range_e_per_A2 is not None:
-        low, high = augmentation.dose_range_e_per_A2
-        return float(low), float(high)
-    measured = card.training_statistics.ranges.get("dose_e_per_A2") if card.training_statistics else None
-    if measured is not None:
-        return measured.low, measured.high
-    variations = card.expects_input.variations if card.expects_input else None
-    fixed = variations.dose_e_per_A2 if variations is not None else None
-    return None if fixed is None else (float(fixed), float(fixed))
-
-
 def _check_dose(report: dict[str, Any], dose: float, card: ModelCard) -> None:
     """Warn when a measured dose (e/Angstrom^2) lies below what the model was trained at, with the error
     the card's ``dose_response`` measured there (`models.scan_fit.dose_warning`); above the noise-free
@@ -118,9 +103,8 @@ def input_report(cbed: np.ndarray, card: ModelCard, calibration: Any = None, che
 def _dose_from_quanta(report: dict[str, Any], sample: np.ndarray, card: ModelCard) -> None:
     """The dose counted patterns imply (`stage.scan_statistics.dose_from_quanta`) over the finest scan
     step the card's config (or its training split) gives, checked against the trained doses."""
-    steps = (card.expects_input.sampling.step_A if card.expects_input is not None else
-             card.training_statistics.step_A if card.training_statistics is not None else None)
-    found = None if steps is None else dose_from_quanta(sample, steps[0])
+    steps = trained_ranges(card).scan_step_A
+    found = None if steps is None else dose_from_quanta(sample, steps.low)
     if found is not None:
         dose, electrons = found
         add_measurement(report, "dose_e_per_A2", dose, "electrons/Angstrom^2", electrons_per_pattern=electrons)
@@ -160,12 +144,6 @@ def check_training_distribution(report: dict[str, Any], cbed: np.ndarray, card: 
     _check_defocus(report, cbed, disc, card, calibration, judged=not thicker)
 
 
-def current_statistics(card: ModelCard) -> TrainingStatistics | None:
-    """The card's training statistics when this code's estimators (`STATISTICS_VERSION`) wrote them."""
-    stats = card.training_statistics
-    return stats if stats is not None and stats.version == STATISTICS_VERSION else None
-
-
 def _check_scattering(report: dict[str, Any], cbed: np.ndarray, disc: Any, stats: TrainingStatistics | None) -> bool:
     """Scattered fraction and high-angle loss against the training ranges; True when the specimen
     scatters more than any training sample (thicker, or of heavier elements)."""
@@ -197,26 +175,14 @@ def _check_scattering(report: dict[str, Any], cbed: np.ndarray, disc: Any, stats
 
 
 def trained_defocus_range(card: ModelCard) -> tuple[float, float, str] | None:
-    """(low, high, where from) of the focus (Angstrom, relative to the specimen's mid-plane, as
-    `stage.scan_statistics.parallax_defocus` reads it) the model was trained on: measured over its
-    training split, else its training config's C1 at the entrance surface plus half of each thickness
-    (namsa's C1 is set at the entrance; a specimen is imaged from its middle); None when neither is known."""
-    stats = current_statistics(card)
-    measured = stats.ranges.get("defocus_A") if stats is not None else None
-    if measured is not None:
-        return measured.low, measured.high, f"measured over {measured.samples} training samples"
-    if card.expects_input is None:
-        return None
-    cfg = card.expects_input.simulation_config()
-    c1, (low, high) = cfg.aberrations.C1_A, cfg.variations.defocus_range_A
-    t_low, t_high = cfg.variations.thickness_range_A or (cfg.thickness_A, cfg.thickness_A)
-    return (c1 + low + t_low / 2, c1 + high + t_high / 2,
-            f"from its training config: C1 {c1 + low:g}..{c1 + high:g} A at the entrance surface of {t_low:g}-"
-            f"{t_high:g} A thick specimens; {NO_STATISTICS}")
+    """(low, high, where from) of the focus (Angstrom, relative to the specimen's middle, as
+    `stage.scan_statistics.parallax_defocus` reads it) the model was trained on (`TrainedRanges.defocus_A`);
+    None when the card states none."""
+    found = trained_ranges(card).defocus_A
+    return None if found is None else (found.low, found.high, found.source)
 
 
-#: the unit of the defocus estimate and the notes of a defocus measured but not judged
-DEFOCUS_UNIT = "Angstrom (focus relative to the specimen's middle, + = overfocus)"
+#: the notes of a defocus measured but not judged
 NOT_JUDGED = {"thick": "not judged: the specimen scatters more than any training sample, and through a thicker "
                        "specimen the parallax estimate means nothing",
               "no range": "not judged: the card records neither training statistics nor a training config"}
@@ -309,13 +275,14 @@ def _scan_geometry(card: ModelCard, patterns: int, calibration: Any
                    ) -> tuple[tuple[int, int] | None, tuple[tuple[float, float], float] | None, float | None]:
     """(scan shape, ((dy, dx) probe step Angstrom to read the defocus at, factor to the span's other
     end), semi-angle mrad) of a stack of ``patterns``: the step from ``calibration`` (factor 1), else
-    the lower end of the training data's steps (`TrainingStatistics.step_A`, or the card's sampling)."""
+    the lower end of the probe steps the model was trained on (`TrainedRanges.scan_step_A`)."""
     cal = calibration.to_dict() if hasattr(calibration, "to_dict") else dict(calibration or {})
     e, stats = card.expects_input, current_statistics(card)
     shapes = [cal.get("scan_shape"), e.scan_shape if e else None, card.architecture.scan_shape,
               [int(round(patterns ** 0.5))] * 2]
     shape = next((tuple(int(v) for v in s) for s in shapes if s and int(s[0]) * int(s[1]) == patterns), None)
-    span = stats.step_A if stats is not None else (e.sampling.step_A if e is not None else None)
+    trained = trained_ranges(card).scan_step_A
+    span = None if trained is None else trained.span()
     given = cal.get("scan_step_A")
     steps = (((float(given[0]), float(given[1])), 1.0) if given else
              None if span is None else ((float(span[0]), float(span[0])), float(span[1]) / float(span[0])))

@@ -40,6 +40,7 @@ from stage.microscope.disc import find_disc
 
 from ..errors import ModelDirError
 from ..safe_files import open_regular
+from .trained_ranges import trained_ranges
 
 #: radii (mrad) at which the outside fraction is read, and the radius whose inside total is 1: the
 #: smallest detector of the study's physics reaches 69.7 mrad (k_max = band_limit / (2 x 0.12 A))
@@ -241,18 +242,6 @@ ADVICE = ("its maps are not trustworthy here (a thicker specimen's potential com
           "region or use a model trained on thicker specimens")
 
 
-def trained_thickness_range(card: Any) -> tuple[float, float] | None:
-    """(low, high) Angstrom of the specimens the model was trained on: its training config's
-    ``variations.thickness_range_A`` (else its one ``thickness_A``), None without ``expects_input``.
-    namsa builds whole unit cells at least that thick, so the realised ends lie up to one cell above."""
-    expects = getattr(card, "expects_input", None)
-    if expects is None:
-        return None
-    cfg = expects.simulation_config()
-    low, high = cfg.variations.thickness_range_A or (cfg.thickness_A, cfg.thickness_A)
-    return float(low), float(high)
-
-
 def disc_mrad_per_px(cbed: np.ndarray, semiangle_mrad: float) -> float | None:
     """The detector pixel (mrad) the bright-field disc implies: the semi-angle over its radius (px)."""
     disc = find_disc(position_averaged(cbed))
@@ -268,7 +257,8 @@ def check_thickness(report: dict[str, Any], cbed: np.ndarray, card: Any, mrad_pe
     None reads it from the disc radius and the card's semi-angle. Returns the estimate (None with a note)."""
     from stage.microscope.check_report import add_measurement, add_warning
 
-    trained = trained_thickness_range(card)
+    trained_range = trained_ranges(card).thickness_A
+    trained = None if trained_range is None else trained_range.span()
     reference = find_reference(card, model_dir)
     if mrad_per_px is None and getattr(card, "expects_input", None) is not None:
         mrad_per_px = disc_mrad_per_px(cbed, card.expects_input.semiangle_mrad)
