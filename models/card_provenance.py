@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from namsa.config import SimulationConfig, Variations
 from namsa.generator import GeneratorConfig
-from stage.config import DataConfig, SymmetryAugmentationConfig
+from stage.config import CameraAugmentationConfig, DataConfig, SymmetryAugmentationConfig
 from stage.splits import SplitBy
 
 from .card_statistics import DoseAugmentationRecord
@@ -84,7 +84,8 @@ class EvaluatedData(BaseModel):
 class TrainedOn(BaseModel):
     """``trained_on``: the run's config name, what its samples spanned besides the microscope
     (structure sources, zone axes, variants, thickness, tilt, phonons: its `namsa.SimulationConfig`'s
-    plan and variations), how they were split and augmented (its `stage.DataConfig`), and the data it
+    plan and variations), how they were split and augmented (its `stage.DataConfig`: the dose, symmetry
+    and camera augmentations; cards published before the camera augmentation have none), and the data it
     was evaluated on."""
 
     model_config = _STRICT
@@ -101,6 +102,7 @@ class TrainedOn(BaseModel):
     split_by: SplitBy | None = None
     dose_augmentation: DoseAugmentationRecord | None = None
     symmetry_augmentation: SymmetryAugmentationConfig | None = None
+    camera_augmentation: CameraAugmentationConfig | None = None
 
     @classmethod
     def of(cls, config_name: str, simulation: SimulationConfig, data: DataConfig,
@@ -113,7 +115,7 @@ class TrainedOn(BaseModel):
                                    **{k: sim[k] for k in ("materials", "generator", "zone_axes", "max_zone_axes",
                                                           "variations")},
                                    **{k: stored[k] for k in ("split_by", "dose_augmentation",
-                                                             "symmetry_augmentation")}})
+                                                             "symmetry_augmentation", "camera_augmentation")}})
 
 
 class HeldOutEvaluation(BaseModel):

@@ -82,6 +82,7 @@ class AugmentationStream(str, Enum):
 
     DOSE = ""
     SYMMETRY = "symmetry:"
+    CAMERA = "camera:"   # stage.camera_augmentation: whether an integrating camera, its point spread and read noise
 
 
 def sample_rng(seed: int, stream: SampleStream, *index: int) -> np.random.Generator:

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from namsa.constants import MIN_DOSE_E_PER_A2
 from namsa.errors import UserError
@@ -30,6 +30,13 @@ def expand_path(text: str, key: str) -> Path:
 
 #: paper split: 90/5/5 train/dev/test (Laanait et al. 2019, Sec. 3).
 DEFAULT_SPLIT_FRACTIONS: tuple[float, float, float] = (0.90, 0.05, 0.05)
+
+
+def a_probability(value: float, name: str) -> float:
+    """``value`` itself when it lies in [0, 1]; else a ValueError naming the field ``name``."""
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} {value} is a probability: give a number in [0, 1]")
+    return value
 
 
 class DoseAugmentationConfig(BaseModel):
@@ -72,9 +79,63 @@ class DoseAugmentationConfig(BaseModel):
 
     @field_validator("clean_fraction")
     @classmethod
-    def _a_probability(cls, value: float) -> float:
-        if not 0.0 <= value <= 1.0:
-            raise ValueError(f"clean_fraction {value} is a probability: give a number in [0, 1]")
+    def _a_probability(cls, value: float, info: ValidationInfo) -> float:
+        return a_probability(value, info.field_name)
+
+
+class CameraAugmentationConfig(BaseModel):
+    """Training samples seen through an integrating (scintillator-coupled) camera, drawn after the
+    Poisson electrons of the dose augmentation (`stage.camera_augmentation`), on the training split only.
+
+    What `namsa reconstruct` hands the network from such a camera (namsa.camera's model, the counts
+    restored by stage.microscope.counts_restore): the Poisson electrons blurred by the scintillator's
+    point spread, plus read (dark) noise, the dark level subtracted and negatives set to 0, each tile
+    divided by its mean total. A sample drawn for the camera gets exactly that, in the model's pattern
+    pixels; the others stay counted (a direct detector: Merlin/Medipix3, K3 or Arina counting, and
+    EMPAD, whose pixels neither spread the charge nor add read noise worth an electron).
+
+    enabled:              off by default: samples are delivered as the dose augmentation leaves them.
+                          Needs ``dose_augmentation.enabled`` (the camera records its Poisson electrons).
+    integrating_fraction: probability that a sample drawn with a dose is seen through the camera;
+                          clean samples (no dose) and samples simulated with noise are left as they are.
+    psf_sigma_px:         [low, high] Gaussian point-spread sigma in the MODEL's pattern pixels, drawn
+                          uniformly. A camera whose detector pixels are b times finer than the model's (the
+                          rebin of `namsa reconstruct` sums b x b of them into one) has sigma_model =
+                          sigma_detector / b.
+    read_noise_e:         [low, high] read noise (Gaussian, zero-mean after the dark reference) in
+                          electrons per MODEL pattern pixel, drawn uniformly: the camera's read noise in
+                          counts over its gain (counts per electron), per detector pixel r; summing b x b
+                          detector pixels in software makes it b * r per model pixel, binning on the chip
+                          before read-out keeps it r.
+    seed:                 with the epoch and the sample id, fixes every camera draw (own stream).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    integrating_fraction: float = 0.5
+    # Defaults at the rates of real scintillator cameras at 1x binning: a Gaussian core of ~1 detector
+    # pixel (R. R. Meyer and A. I. Kirkland, Microsc. Res. Tech. 49 (2000) 269, fibre-coupled CCDs at
+    # 200-300 kV; namsa.camera's default and the scintillator of benchmarks/bench_camera_noise.py), and a
+    # read noise of a few counts at a gain of ~10 counts per electron (0.1-0.5 e; the benchmark's 2 counts at
+    # gain 10 is 0.2 e). Direct counting detectors have neither: they are the (1 - fraction) left counted.
+    psf_sigma_px: tuple[float, float] = (0.5, 1.5)
+    read_noise_e: tuple[float, float] = (0.05, 0.5)
+    seed: int = Field(0, ge=0, le=MAX_SEED)
+
+    @field_validator("integrating_fraction")
+    @classmethod
+    def _a_probability(cls, value: float, info: ValidationInfo) -> float:
+        return a_probability(value, info.field_name)
+
+    @field_validator("psf_sigma_px", "read_noise_e")
+    @classmethod
+    def _ordered(cls, value: tuple[float, float], info: ValidationInfo) -> tuple[float, float]:
+        low, high = value
+        unit = "model pattern pixels" if info.field_name == "psf_sigma_px" else "electrons per pixel"
+        if not (0.0 <= low <= high < float("inf")):
+            raise ValueError(f"{info.field_name} {list(value)} must be [low, high] {unit} with 0 <= low <= high, "
+                             f"e.g. {list(CameraAugmentationConfig.model_fields[info.field_name].default)}")
         return value
 
 
@@ -132,6 +193,9 @@ class DataConfig(BaseModel):
                        samples (`DoseAugmentationConfig`; off by default).
     symmetry_augmentation: rotations/mirrors of scan, patterns and targets together for training
                        samples (`SymmetryAugmentationConfig`; off by default).
+    camera_augmentation: a share of the noisy training samples seen through an integrating camera
+                       (point spread, read noise, clipped at 0: `CameraAugmentationConfig`; off by
+                       default; needs dose_augmentation).
     resident:          hold the training and dev splits in the training device's memory (`stage.resident`):
                        the store is read once (checksums verified) into one tensor in the stored dtype,
                        and each step gathers its batch by index there and draws the symmetry
@@ -170,6 +234,7 @@ class DataConfig(BaseModel):
     manifest_every_s: float = Field(30.0, gt=0)
     dose_augmentation: DoseAugmentationConfig = DoseAugmentationConfig()
     symmetry_augmentation: SymmetryAugmentationConfig = SymmetryAugmentationConfig()
+    camera_augmentation: CameraAugmentationConfig = CameraAugmentationConfig()
     light_oversample: int = Field(1, ge=1, le=16)
     resident: bool = False
 
@@ -179,3 +244,10 @@ class DataConfig(BaseModel):
         if any(f < 0 for f in value) or abs(sum(value) - 1.0) > 1e-6:
             raise ValueError(f"split_fractions {value} must be three non-negative numbers summing to 1")
         return value
+
+    @model_validator(mode="after")
+    def _camera_needs_dose(self) -> "DataConfig":
+        if self.camera_augmentation.enabled and not self.dose_augmentation.enabled:
+            raise ValueError("data.camera_augmentation records the Poisson electrons of data.dose_augmentation: "
+                             "enable data.dose_augmentation too, or disable data.camera_augmentation")
+        return self

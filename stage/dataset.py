@@ -1,8 +1,8 @@
 """The torch `SampleDataset`: samples of one split of one or many stores as normalised tensors.
 
-With stage.sampler, stage.loader, stage.threadloader, stage.device_noise and the resident set's
-stage.resident, stage.resident_batch and stage.resident_loader, the only modules of `stage` that
-import torch. Stores are opened lazily, read-only and lock-free in each worker
+With stage.sampler, stage.loader, stage.threadloader, stage.device_noise, stage.camera_augmentation
+and the resident set's stage.resident, stage.resident_batch and stage.resident_loader, the only
+modules of `stage` that import torch. Stores are opened lazily, read-only and lock-free in each worker
 process (kernel readahead off for small records, on for large ones that are read whole: see
 `stage.reader.StoreReader`).
 """
@@ -19,7 +19,8 @@ from torch.utils.data import Dataset, default_collate, get_worker_info
 from namsa.errors import UserError
 from namsa.sample_meta import SampleMeta
 
-from .config import DoseAugmentationConfig, SymmetryAugmentationConfig
+from .camera_augmentation import CameraAugmentation, CameraDraw
+from .config import CameraAugmentationConfig, DoseAugmentationConfig, SymmetryAugmentationConfig
 from .dose import DoseAugmentation
 from .errors import CorruptRecordError, EmptyStoreError
 from .normalize import Normalizer
@@ -50,6 +51,9 @@ class SampleDataset(Dataset):
     ``dose_augmentation.on_device`` the items stay clean and `device_noise_draws` gives each
     position's dose for the training step to draw the noise on its device (`stage.device_noise`);
     the items must then be untransformed (``raw_cbed=True`` or ``normalizer=None``).
+    ``camera_augmentation`` (a `CameraAugmentationConfig`, enabled, with the dose augmentation): a
+    share of the noisy training samples is seen through an integrating camera right after its Poisson
+    draw (`stage.camera_augmentation`; on the device with ``on_device``: `device_camera_draws`).
     ``light_oversample`` k > 1: every training-split sample of a light material
     (`namsa.kirkland.is_light`) appears k times; copy c > 0 draws its noise and symmetry as the
     sample id with ``#c`` appended, so the copies differ (and stay reproducible).
@@ -59,7 +63,8 @@ class SampleDataset(Dataset):
                  targets: Sequence[str] = ("potential",), max_samples: int | None = None, *,
                  raw_cbed: bool = False, skip_corrupt: bool = False, verify: bool = True,
                  readahead: bool | None = None, dose_augmentation: DoseAugmentationConfig | None = None,
-                 symmetry_augmentation: SymmetryAugmentationConfig | None = None, light_oversample: int = 1):
+                 symmetry_augmentation: SymmetryAugmentationConfig | None = None, light_oversample: int = 1,
+                 camera_augmentation: CameraAugmentationConfig | None = None):
         if split is not None and split not in SPLITS:
             raise UserError(f"unknown split {split!r}; use one of {SPLITS} (or None for all samples)")
         bad = [t for t in targets if t not in ("potential", "density")]
@@ -91,6 +96,9 @@ class SampleDataset(Dataset):
             raise UserError("dose_augmentation.on_device draws the noise before the input transform, so the "
                             "loader must deliver untransformed patterns: use raw_cbed=True (or normalizer=None)")
         self._noise_meta = self._noise_meta_per_position() if on_device else []
+        camera = augment and camera_augmentation is not None and camera_augmentation.enabled
+        #: the camera of the noisy samples: in the loader (host) or, on_device, drawn by the training step
+        self.camera = CameraAugmentation(camera_augmentation) if camera else None
         turn = symmetry_augmentation is not None and symmetry_augmentation.enabled and split == "train"
         self.symmetry = SymmetryAugmentation(symmetry_augmentation) if turn else None
         if turn:  # refuse data whose grids rotations cannot map onto themselves before training starts
@@ -141,6 +149,14 @@ class SampleDataset(Dataset):
             draws.append((0.0, 0) if dose is None else (dose * meta.scan_step_area_A2, seed))
         return draws
 
+    def device_camera_draws(self, indices: Sequence[int]) -> list[CameraDraw | None]:
+        """``dose_augmentation.on_device`` with ``camera_augmentation``: per dataset position in ``indices``,
+        its camera at the epoch `set_epoch` set (None: counted, or no camera augmentation); it applies
+        where `device_noise_draws` gives electrons."""
+        if self.device_dose is None or self.camera is None:
+            return [None] * len(indices)
+        return [self.camera.draw(self._noise_meta[k], self.epoch)[0] for k in indices]
+
     def _meta(self, global_index: int) -> SampleMeta:
         reader, j = self.stores.locate(global_index)
         return reader.meta(j)
@@ -190,7 +206,10 @@ class SampleDataset(Dataset):
         if self.copies[index]:  # an oversampled copy draws its own noise and symmetry
             meta = meta.replace(sample_id=_copy_id(meta, self.copies[index]))
         if self.dose is not None:
-            self.dose.apply(arrays["cbed"], meta, self.epoch, 1.0 if physical else self.storage_scale)
+            scale = 1.0 if physical else self.storage_scale
+            dose = self.dose.apply(arrays["cbed"], meta, self.epoch, scale)
+            if dose is not None and self.camera is not None:
+                self.camera.apply(arrays["cbed"], meta, self.epoch, dose * meta.scan_step_area_A2, scale)
         if self.symmetry is not None:
             self.symmetry.apply(arrays["cbed"], [arrays[t] for t in self.targets], meta, self.epoch)
         return arrays

@@ -12,7 +12,11 @@ for the same (seed, epoch, sample id), and a seed drawn next from that stream fo
 torch.Generator, so a run is reproducible on one device. torch's Poisson sampler is not numpy's:
 the counts differ draw by draw from the host path's but follow the same law. With symmetry
 augmentation the noise is drawn after the rotation instead of before: the pixels' draws are
-independent, so the law is the same.
+independent, so the law is the same. With ``data.camera_augmentation`` a sample drawn for the camera
+(`SampleDataset.device_camera_draws`: the host path's sigma and read noise) is recorded through it
+right after its counts (`stage.camera_augmentation.camera_batch`, its read noise from a generator of
+its own seed); the camera's blur is isotropic and its noise independent per pixel, so the turn
+commutes with it too.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from typing import Any
 
 import torch
 
+from .camera_augmentation import CameraDraw, camera_batch
 from .dataset import SampleDataset, batch_to_device
 from .normalize import Normalizer
 
@@ -57,12 +62,27 @@ def noisy_batch_to_device(batch: dict[str, Any], device: torch.device | str, nor
     # a fresh float32 copy: the noise is drawn in place, never into the loader's own buffer
     x = out["cbed"].to(torch.float32, copy=True)
     scale = float(batch["cbed_scale"][0]) if "cbed_scale" in batch else 1.0
-    for i, (electrons, seed) in enumerate(dataset.device_noise_draws(batch["index"].tolist())):
+    indices = batch["index"].tolist()
+    cameras = dataset.device_camera_draws(indices)
+    for i, (electrons, seed) in enumerate(dataset.device_noise_draws(indices)):
         if electrons > 0:
             generator = torch.Generator(device=x.device).manual_seed(seed)
             add_shot_noise_torch(x[i], electrons, generator, scale)
+            if cameras[i] is not None:
+                x[i] = camera_one(x[i], electrons, cameras[i], scale)
     out["cbed"] = normalizer.cbed(x, stored_scale=scale) if normalizer is not None else x
     return out
 
 
-__all__ = ["add_shot_noise_torch", "add_shot_noise_batch", "noisy_batch_to_device"]
+def camera_one(x: torch.Tensor, electrons: float, draw: CameraDraw, scale: float = 1.0) -> torch.Tensor:
+    """One sample's (S, P, P) counts / ``electrons`` times ``scale`` recorded through the camera ``draw``
+    (`stage.camera_augmentation.camera_batch`), its read noise from a generator seeded with ``draw.seed``."""
+    device = x.device
+    generator = torch.Generator(device=device).manual_seed(draw.seed)
+    one = torch.ones(1, device=device)
+    out = camera_batch(x.unsqueeze(0), one * electrons, one * draw.sigma_px, one * draw.read_noise_e,
+                       torch.ones(1, dtype=torch.bool, device=device), generator, scale)
+    return out[0]
+
+
+__all__ = ["add_shot_noise_torch", "add_shot_noise_batch", "noisy_batch_to_device", "camera_one"]

@@ -27,8 +27,9 @@ from .dataset import SampleDataset
 #: the optimiser's state live there too (the study's 3.4 M-parameter model at batch 64 needs a few GiB)
 KEEP_FRACTION = 0.25
 #: float32 copies of one batch the step makes on the device (the gather's, the noise's Poisson rates,
-#: counts and result, the transform's), counted with the resident data
-BATCH_COPIES = 6
+#: counts and result, the transform's; with data.camera_augmentation its spectrum, read noise and
+#: result, stage.camera_augmentation), counted with the resident data
+BATCH_COPIES = 9
 #: samples a reader thread copies to a cuda device at a time (through one pinned host buffer)
 CHUNK = 16
 GIB = float(2 ** 30)

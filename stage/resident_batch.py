@@ -11,6 +11,8 @@ The streaming path's steps (`stage.dataset`, `stage.symmetry`, `stage.device_noi
   one indexing of the resident tensor;
 - noise: Poisson counts at ``electrons[b]`` per probe position (0: clean), one draw for the batch
   (`stage.device_noise.add_shot_noise_batch`), after the turn (independent pixels: the same law);
+- camera: the noisy samples drawn for it recorded through an integrating camera
+  (`stage.camera_augmentation.camera_batch`: blur, read noise from the same generator, clip, total);
 - transform: the `Normalizer`'s input transform and standardisation, as `batch_to_device` does.
 """
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from .camera_augmentation import camera_batch
 from .device_noise import add_shot_noise_batch
 from .normalize import Normalizer
 from .symmetry import OPS, turn_maps, turn_stacks
@@ -44,11 +47,14 @@ class SymmetryTables:
 
 class BatchDraws(NamedTuple):
     """What a batch draws, on the set's device: ``ops`` (B,) int64 indices into `OPS` (None: no
-    turn), ``electrons`` (B,) float32 (None: all clean) and the ``generator`` of the counts."""
+    turn), ``electrons`` (B,) float32 (None: all clean), the ``generator`` of the counts (and of the
+    cameras' read noise) and ``camera`` (None: none), the (B,) tensors (seen bool, sigma_px, read_noise_e)
+    of `stage.camera_augmentation.camera_batch`."""
 
     ops: torch.Tensor | None = None
     electrons: torch.Tensor | None = None
     generator: torch.Generator | None = None
+    camera: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
 
 def gather(cbed: torch.Tensor, target: torch.Tensor, rows: torch.Tensor, ops: torch.Tensor | None = None,
@@ -76,6 +82,10 @@ def make_batch(cbed: torch.Tensor, target: torch.Tensor, rows: torch.Tensor, dra
     x = x.float()
     if draws.electrons is not None:
         x = add_shot_noise_batch(x, draws.electrons, draws.generator, storage_scale)
+        if draws.camera is not None:
+            seen, sigma, read = draws.camera
+            x = camera_batch(x, draws.electrons, sigma, read, seen & (draws.electrons > 0), draws.generator,
+                             storage_scale)
     return normalizer.cbed(x, stored_scale=storage_scale), y
 
 

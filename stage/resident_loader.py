@@ -75,11 +75,14 @@ class ResidentLoader:
         skip, self._skip = self._skip, 0
         epoch = self.sampler.epoch
         order = torch.tensor(self.sampler.rank_indices(), dtype=torch.int64).to(self.device, non_blocking=True)
-        ops = electrons = None
+        ops = electrons = camera = None
         if self.draws.active:
             drawn = self.ahead.get(epoch)
             ops = torch.from_numpy(drawn.ops).to(self.device) if self.draws.symmetry is not None else None
             electrons = torch.from_numpy(drawn.electrons).to(self.device) if self.draws.dose is not None else None
+            if self.draws.camera is not None:
+                camera = tuple(torch.from_numpy(a).to(self.device) for a in (drawn.seen, drawn.sigma_px,
+                                                                             drawn.read_noise_e))
         size = self.sampler.batch_size
         rank, world = self.sampler.rank, self.sampler.world_size
         for b in range(skip, len(self)):
@@ -88,7 +91,8 @@ class ResidentLoader:
                 self.generator.manual_seed(batch_noise_seed(self.noise_seed, epoch * len(self) + b, rank, world))
             draws = BatchDraws(ops=ops[positions] if ops is not None else None,
                                electrons=electrons[positions] if electrons is not None else None,
-                               generator=self.generator)
+                               generator=self.generator,
+                               camera=tuple(a[positions] for a in camera) if camera is not None else None)
             x, y = make_batch(self.resident.cbed, self.resident.target, self.resident.row_of[positions], draws,
                               self.tables, self.normalizer, self.resident.storage_scale)
             yield {"cbed": x, "target": y, "index": positions}
@@ -104,7 +108,7 @@ def make_resident_loader(dataset: SampleDataset, data_cfg: DataConfig, batch_siz
                          samples_per_rank: int | None = None, augment: bool = True) -> ResidentLoader:
     """`stage.make_loader`'s recipe (the same sampler, arguments and defaults) for a resident set:
     ``dataset`` raw (``raw_cbed=True``) and built without augmentations; ``augment`` draws
-    ``data_cfg``'s dose and symmetry augmentations (the training split's). Nothing is read yet:
+    ``data_cfg``'s dose, symmetry and camera augmentations (the training split's). Nothing is read yet:
     `load_resident` checks the memory of all the loaders of a run, then loads them."""
     drop_last = shuffle if drop_last is None else drop_last
     mode = shard_mode or data_cfg.shard_mode
@@ -115,7 +119,7 @@ def make_resident_loader(dataset: SampleDataset, data_cfg: DataConfig, batch_siz
     symmetry = data_cfg.symmetry_augmentation if augment else None
     metas = dataset.position_metas(positions) if augment and (dose.enabled or symmetry.enabled) else []
     draws = EpochDraws(len(dataset), positions if metas else [], metas, dose, symmetry, dataset.stack_shape,
-                       dataset.target_shape[1:])
+                       dataset.target_shape[1:], camera=data_cfg.camera_augmentation if augment else None)
     return ResidentLoader(sampler, ResidentSet(dataset, positions), draws, normalizer,
                           noise_seed=data_cfg.dose_augmentation.seed)
 

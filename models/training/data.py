@@ -102,19 +102,22 @@ class TrainingData:
     def _dataset(self, paths: list[Path], split: str, targets: tuple[str, ...], raw: bool, allow_empty: bool,
                  augment: bool = True) -> Any:
         """The split's `stage.SampleDataset`, or None when it has no samples and ``allow_empty``;
-        ``augment`` False: without the dose and symmetry augmentations."""
+        ``augment`` False: without the dose, symmetry and camera augmentations."""
         from stage import EmptyStoreError
 
         cap = self.cfg.max_train_samples if split == "train" else None
         if cap is not None and self.local_data:
             cap = max(1, cap // self.ctx.world_size)  # the cap is global: each rank holds 1/P of the data
         try:
-            # Shot noise at a random dose (data.dose_augmentation) and the square group's rotations/mirrors
+            # Shot noise at a random dose (data.dose_augmentation), a share of it seen through an integrating
+            # camera (data.camera_augmentation) and the square group's rotations/mirrors
             # (data.symmetry_augmentation); SampleDataset applies them to "train" only.
             dose = getattr(self.data_cfg, "dose_augmentation", None) if augment else None
             symmetry = getattr(self.data_cfg, "symmetry_augmentation", None) if augment else None
+            camera = getattr(self.data_cfg, "camera_augmentation", None) if augment else None
             return _dataset_class(self.arch)(paths, split, self.normalizer, targets, raw_cbed=raw, max_samples=cap,
                                              dose_augmentation=dose, symmetry_augmentation=symmetry,
+                                             camera_augmentation=camera,
                                              light_oversample=getattr(self.data_cfg, "light_oversample", 1))
         except EmptyStoreError:
             if allow_empty:
