@@ -24,6 +24,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from models.pretrained_index import flagship_name
+
 from .methods import NETWORK, REGISTRY, in_panel_order, method
 from .metric_registry import judged, metric
 from .views import HEADLINE, LEGACY, headline_scores
@@ -205,8 +207,8 @@ def _absent(baseline: str, why: str) -> dict[str, Any]:
 
 
 #: the study's flagship reconstructor (docs/evaluation.md, "The study"): trained on the study's plan
-#: (configs/study.yaml's physics and splits; this one by configs/gpu-study.yaml on one GPU)
-STUDY_PRETRAINED = "study-scan-gpu"
+#: (configs/study.yaml's physics and splits); named once, in models/pretrained/FLAGSHIP
+STUDY_PRETRAINED = flagship_name()
 
 
 def study_reference(target: str = "potential") -> str | None:

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from evaluation.methods import NETWORK
 from evaluation.views import LEGACY
 from models import checkpoint as ckpt
-from models.card import CARD_FILE, TargetName, first_validation_problem
+from models.card import CARD_FILE, FileInfo, TargetName, first_validation_problem
 from models.card_provenance import Aggregates, EvaluatedData, Headline
 from models.safe_files import open_regular, parse_json_bytes
 from namsa.config import MACHINE_FIELDS, SimulationConfig
@@ -84,12 +84,20 @@ class EvaluationSettings(BaseModel):
     symmetry_average: bool = False   # evaluations from before it existed scored the single pass
 
 
+class EvaluatedWeights(BaseModel):
+    """metrics.json's ``model_card``, the one field read of it: the digest of the weights evaluated."""
+
+    model_config = _READ
+    files: dict[Name, FileInfo]
+
+
 class HeldOutMetrics(BaseModel):
     """What publish copies into the card's ``held_out_evaluation`` and ``trained_on.data``, read as the
-    card's own records (`models.card_provenance`)."""
+    card's own records (`models.card_provenance`), and which weights were evaluated (``model_card``)."""
 
     model_config = _READ
     config: EvaluationSettings
+    model_card: EvaluatedWeights | None = None
     data: EvaluatedData
     headline: Annotated[Headline, Field(min_length=1)]
     aggregates: Annotated[Aggregates, Field(min_length=1)]
@@ -161,9 +169,17 @@ def _read_config(root: Path) -> RunConfig:
 
 
 def _read_metrics(root: Path) -> HeldOutMetrics:
-    where = f"run directory {root}: {METRICS_FILE}"
-    doc = parse_json_bytes(_read_capped(root, METRICS_FILE, MAX_METRICS_BYTES), where, MAX_METRICS_BYTES,
-                           kind=_METRICS_KIND)
+    return read_metrics(root / METRICS_FILE.parent, f"run directory {root}: {METRICS_FILE}")
+
+
+def read_metrics(eval_dir: Path, where: str | None = None) -> HeldOutMetrics:
+    """``eval_dir``'s metrics.json (what `namsa evaluate --out eval_dir` wrote), bounded and typed; one
+    line naming ``where`` (default: the file) when it is missing, a link, or not such a file."""
+    where = where or f"{eval_dir / METRICS_FILE.name}"
+    if not (eval_dir / METRICS_FILE.name).is_file():
+        raise PublishInputError(f"{where} is missing; run namsa evaluate --out {eval_dir} first")
+    doc = parse_json_bytes(_read_capped(eval_dir, Path(METRICS_FILE.name), MAX_METRICS_BYTES), where,
+                           MAX_METRICS_BYTES, kind=_METRICS_KIND)
     # the first problem only: a damaged file of many samples has as many errors, and one says what to fix
     return _validated(HeldOutMetrics, doc, where, f"it is not {_METRICS_KIND}: rerun namsa evaluate",
                       first_validation_problem)
@@ -184,5 +200,5 @@ def _validated(record: type[Record], doc: Any, where: str, advice: str,
         raise PublishInputError(f"{where}: {describe(exc)}; {advice}") from None
 
 
-__all__ = ["RunInputs", "RunConfig", "HeldOutMetrics", "HeldOutSample", "PublishInputError", "read_run",
+__all__ = ["RunInputs", "RunConfig", "HeldOutMetrics", "HeldOutSample", "PublishInputError", "read_run", "read_metrics",
            "MAX_METRICS_BYTES"]

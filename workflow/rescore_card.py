@@ -1,0 +1,81 @@
+"""A published reconstructor's held-out figures replaced by a newer evaluation of the same weights, so
+that its card, README and the report quote one figure.
+
+    python -m workflow.rescore_card models/pretrained/study-scan-gpu runs/rescore-new-plan/eval-study-scan-gpu
+
+A card's ``held_out_evaluation`` and ``check_samples`` are what `namsa publish` took from its run's
+evaluation (workflow/pretrained.py). When the same weights are scored again on a held-out split, e.g.
+with their maps averaged over the scan's 8 turns (`evaluation.symmetry_average`, `Reconstructor.predict`'s
+default since), those two records are replaced by the new evaluation's; every other field of the card is
+kept as it was (checked after writing) and the weights are not touched. Refused in one line: an
+evaluation of other weights (metrics.json's ``model_card`` digest), of a split that is not held out, or a
+metrics.json that is not `namsa evaluate`'s.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from models import checkpoint as ckpt
+from models.card import CARD_FILE, read_card_file, validate_card
+from models.card_writer import write_card
+from models.reconstructor import load_reconstructor
+from namsa.errors import UserError
+
+from .pretrained import check_samples, held_out_evaluation
+from .publish_inputs import HeldOutMetrics, read_metrics
+
+#: what this replaces of a card; everything else is kept byte for byte (as JSON values)
+REPLACED = ("held_out_evaluation", "check_samples")
+HELD_OUT_SPLITS = ("test",)
+
+
+def rescore_published(folder: str | Path, eval_dir: str | Path) -> dict[str, object]:
+    """Replace the card of published model ``folder``'s `REPLACED` records with those of the evaluation
+    in ``eval_dir`` (its metrics.json); returns the new ``held_out_evaluation`` as JSON."""
+    folder, eval_dir = Path(folder), Path(eval_dir)
+    card = read_card_file(folder / CARD_FILE)
+    metrics = read_metrics(eval_dir)
+    _check_same_weights(card.files[ckpt.MODEL_FILE].xxh3_128, metrics, eval_dir)
+    if metrics.config.split not in HELD_OUT_SPLITS:
+        raise UserError(f"{eval_dir} scored the {metrics.config.split!r} split; a card states held-out figures "
+                        f"only ({' or '.join(HELD_OUT_SPLITS)}): evaluate with --set evaluation.split=test")
+    before = json.loads((folder / CARD_FILE).read_text())
+    records = {"held_out_evaluation": held_out_evaluation(metrics).model_dump(mode="json"),
+               "check_samples": [c.model_dump(mode="json") for c in check_samples(metrics)]}
+    write_card(folder, validate_card({**before, **records}, str(folder / CARD_FILE)))
+    after = json.loads((folder / CARD_FILE).read_text())
+    kept = {k: v for k, v in after.items() if k not in REPLACED}
+    if kept != {k: v for k, v in before.items() if k not in REPLACED}:
+        raise RuntimeError(f"rewriting {folder / CARD_FILE} changed fields other than {REPLACED}")
+    load_reconstructor(folder, device="cpu")   # the weights still match the card's digest
+    return records["held_out_evaluation"]
+
+
+def _check_same_weights(digest: str, metrics: HeldOutMetrics, eval_dir: Path) -> None:
+    evaluated = metrics.model_card.files.get(ckpt.MODEL_FILE) if metrics.model_card else None
+    if evaluated is None:
+        raise UserError(f"{eval_dir}/metrics.json does not say which weights it scored (no model_card); "
+                        "evaluate the published model again with namsa evaluate")
+    if evaluated.xxh3_128 != digest:
+        raise UserError(f"{eval_dir}/metrics.json scored other weights (xxh3_128 {evaluated.xxh3_128}) than the "
+                        f"card's ({digest}); evaluate this model (--model its folder or pretrained:NAME)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path, help="a published model folder (models/pretrained/NAME)")
+    parser.add_argument("eval_dir", type=Path, help="the `namsa evaluate --out` folder of the same weights")
+    args = parser.parse_args(argv)
+    try:
+        held_out = rescore_published(args.folder, args.eval_dir)
+    except UserError as exc:
+        parser.exit(2, f"rescore_card: error: {exc}\n")
+    print(f"{args.folder / CARD_FILE}: held_out_evaluation of the {held_out['split']} split, symmetry_average="
+          f"{held_out['symmetry_average']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
