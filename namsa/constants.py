@@ -34,6 +34,13 @@ def wavelength_A(energy_kv: float) -> float:
     return HC_EV_A / math.sqrt(energy_ev * (2.0 * ELECTRON_REST_ENERGY_EV + energy_ev))
 
 
+def mrad_per_inv_A(energy_kv: float) -> float:
+    """The scattering angle (mrad) of a spatial frequency of 1 / Angstrom at ``energy_kv`` (kV):
+    theta = lambda k (small angles; 20 mrad at 200 kV is 0.80 / Angstrom). The one conversion between a
+    detector's angles and its spatial frequencies."""
+    return wavelength_A(energy_kv) * 1e3
+
+
 def interaction_constant(energy_kv: float) -> float:
     """Relativistic interaction constant sigma (rad / (V * Angstrom)) at ``energy_kv`` (kV).
 

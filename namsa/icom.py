@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from namsa.constants import interaction_constant, wavelength_A
+from namsa.constants import interaction_constant, mrad_per_inv_A, wavelength_A
 from namsa.errors import UserError
 
 __all__ = ["icom_reconstruct", "icom_from_sample", "ScanCalibration", "k_sampling_inv_A", "center_of_mass", "integrate_gradient",
@@ -259,9 +259,9 @@ def k_sampling_inv_A(inv_a: Sequence[float] | float | None, mrad: Sequence[float
     if mrad is not None:
         if energy_kv is None:
             raise ICoMInputError("k_sampling_mrad needs energy_kv (kV) to convert angles to 1/Angstrom")
-        lam = wavelength_A(energy_kv)
+        per_inv_A = mrad_per_inv_A(energy_kv)
         dky, dkx = _two(mrad, "k_sampling_mrad")
-        return (dky * 1e-3 / lam, dkx * 1e-3 / lam), True
+        return (dky / per_inv_A, dkx / per_inv_A), True
     return (1.0, 1.0), False
 
 

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .constants import wavelength_A
+from .constants import mrad_per_inv_A, wavelength_A
 from .errors import UserError
 
 
@@ -60,7 +60,7 @@ def check_sampling(sampling: tuple[float, float], energy_kv: float, semiangle_mr
     if max(sampling) > need:
         raise SamplingError(
             f"sampling {max(sampling):.4f} Angstrom is too coarse for semiangle_mrad={semiangle_mrad} at "
-            f"{energy_kv} kV: the aperture (k = {semiangle_mrad * 1e-3 / wavelength_A(energy_kv):.3f} 1/Angstrom) "
+            f"{energy_kv} kV: the aperture (k = {semiangle_mrad / mrad_per_inv_A(energy_kv):.3f} 1/Angstrom) "
             f"must lie inside the band limit ({band_limit:.3g} x Nyquist); use sampling_A <= {need:.4f} "
             f"(adequate for intensity >= 0.99: about 0.05-0.1 Angstrom) or more gpts")
 

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from .constants import wavelength_A
+from .constants import mrad_per_inv_A
 from .errors import UserError
 from .icom import ScanCalibration, k_sampling_inv_A
 from .optics import scan_step_A
@@ -159,7 +159,7 @@ class SampleMeta:
         if self.pattern_dk_inv_A is not None:
             return float(self.pattern_dk_inv_A)
         if self.pattern_mrad_per_px is not None and self.energy_kv is not None:
-            return float(self.pattern_mrad_per_px) * 1e-3 / wavelength_A(float(self.energy_kv))
+            return float(self.pattern_mrad_per_px) / mrad_per_inv_A(float(self.energy_kv))
         return None
 
     @functools.cached_property
@@ -169,7 +169,7 @@ class SampleMeta:
         if self.pattern_mrad_per_px is not None:
             return float(self.pattern_mrad_per_px)
         if self.pattern_dk_inv_A is not None and self.energy_kv is not None:
-            return float(self.pattern_dk_inv_A) * wavelength_A(float(self.energy_kv)) * 1e3
+            return float(self.pattern_dk_inv_A) * mrad_per_inv_A(float(self.energy_kv))
         return None
 
     @property

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
-from .constants import wavelength_A
+from .constants import mrad_per_inv_A
 from .optics import band_limit_frequency, scan_step_A
 from .potential import grid_spacing_range_A
 
@@ -65,7 +65,7 @@ class ScanSampling:
     @property
     def dk_mrad(self) -> tuple[float, float]:
         """The detector pixel span in mrad at this beam energy."""
-        mrad = wavelength_A(self.energy_kv) * 1e3
+        mrad = mrad_per_inv_A(self.energy_kv)
         return self.dk_inv_A[0] * mrad, self.dk_inv_A[1] * mrad
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from evaluation.metrics import fit_affine, pearson_r
 from evaluation.baselines import icom
+from namsa.constants import mrad_per_inv_A
 from namsa.errors import UserError
 from namsa.targets import to_target_resolution
 
@@ -15,6 +16,8 @@ def test_wavelength_and_interaction_constant_match_kirkland():
     assert icom.wavelength_A(200) == pytest.approx(0.025079, abs=2e-6)
     assert icom.wavelength_A(100) == pytest.approx(0.037014, abs=2e-6)
     assert icom.interaction_constant(200) == pytest.approx(7.2884e-4, rel=1e-3)
+    # theta = lambda k: 20 mrad at 200 kV is 0.7975 / Angstrom (the one conversion, namsa.constants)
+    assert 20.0 / mrad_per_inv_A(200) == pytest.approx(20e-3 / 0.025079, rel=1e-4)
 
 
 def test_center_of_mass_of_displaced_spot():

@@ -80,7 +80,8 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     """The work of `reconstruct`: open, check, stream tiles through the model, write, swap."""
     from models import load_reconstructor
     from models import scan_fit as fit
-    from models.scan_fit.thickness import check_thickness, pixel_mrad
+    from models.scan_fit.thickness import check_thickness
+    from namsa.constants import mrad_per_inv_A
     from stage import microscope as ex
     from stage.microscope.autocal import block_bytes_within
     from stage.microscope.check_report import add_warning
@@ -136,7 +137,7 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     # the thickness from the whole scan's PACBED, here and not in predict's input checks: its premise, a
     # thermal-diffuse tail, holds for every real specimen but not for simulations without frozen phonons,
     # where it read 40 A samples as up to 194 A (docs/experimental-data.md, "Thickness from the data")
-    check_thickness(after, pacbed, rec.card, pixel_mrad(plan.dk_inv_A, cal.energy_kv))
+    check_thickness(after, pacbed, rec.card, plan.dk_inv_A * mrad_per_inv_A(cal.energy_kv))
     info.update(checks={"before": checks, "predict": predicted.merged(), "after": after},
                 calibration_from_data=from_data.report())
     info["findings"] = findings(info["checks"])   # what bears on trust, once: the terminal, the figure, the JSON

@@ -68,12 +68,12 @@ def ranges_table(card: ModelCard, name: str) -> str:
     """The Markdown table of what the model ``name`` (its ``card``) takes from a microscope file, as
     the scan fit enforces it (models.scan_fit.fit, the dose check of card_checks): what it was trained
     on, what is used as it is, and what happens otherwise. Units: kV, mrad, Angstrom, 1/Angstrom."""
-    from namsa.constants import wavelength_A
+    from namsa.constants import mrad_per_inv_A
 
     e, trained = model_expectation(card), trained_ranges(card)
     (s0, s1), (a0, a1) = e.step_A, e.step_range_A
     (d0, d1), (b0, b1) = e.dk_inv_A, e.dk_range_inv_A
-    mrad = wavelength_A(e.energy_kv) * 1e3
+    mrad = mrad_per_inv_A(e.energy_kv)
     sy, sx = e.scan_shape
     p = e.pattern_px
     reach = min(p // 2, p - 1 - p // 2) + 0.5

@@ -35,7 +35,6 @@ from typing import Any
 
 import numpy as np
 
-from namsa.constants import wavelength_A
 from stage.microscope.disc import find_disc
 
 from ..errors import ModelDirError
@@ -128,11 +127,6 @@ def tail_profile(pacbed: np.ndarray, mrad_per_px: float) -> np.ndarray:
     ring = np.searchsorted(edges, radius.ravel(), side="right")
     inside = np.cumsum(np.bincount(ring, weights=weight.ravel(), minlength=len(edges) + 1)[:len(edges)])
     return np.log(1.0 - inside[:-1] / inside[-1] + TAIL_FLOOR)
-
-
-def pixel_mrad(dk_inv_A: float, energy_kv: float) -> float:
-    """The detector pixel (mrad) of a pixel of ``dk_inv_A`` (1/Angstrom) at ``energy_kv``: k = theta / lambda."""
-    return float(dk_inv_A) * wavelength_A(float(energy_kv)) * 1e3
 
 
 def _unusable(pacbed: np.ndarray) -> str:

@@ -24,7 +24,9 @@ from typing import Any, Sequence
 import numpy as np
 import scipy.fft
 
-from .thickness import RADII_MRAD, REFERENCE_VERSION, ThicknessReference, pixel_mrad, tail_profile
+from namsa.constants import mrad_per_inv_A
+
+from .thickness import RADII_MRAD, REFERENCE_VERSION, ThicknessReference, tail_profile
 
 #: the depths (Angstrom) recorded: the shipped models' 10-150 and as far again beyond
 DEPTHS_A = np.arange(10.0, 301.0, 10.0)
@@ -98,7 +100,7 @@ def material_profiles(material: str, cfg: Any, axis: Sequence[int] | None = None
                       depths_A: np.ndarray = DEPTHS_A) -> np.ndarray:
     """(D, R) `tail_profile` of ``material`` at ``depths_A`` (its first zone axis unless ``axis``)."""
     _, patterns, dk = depth_series(material, axis or first_axis(material), cfg, depths_A)
-    return np.array([tail_profile(p, pixel_mrad(dk, cfg.energy_kv)) for p in patterns])
+    return np.array([tail_profile(p, dk * mrad_per_inv_A(cfg.energy_kv)) for p in patterns])
 
 
 def build_reference(cfg: Any, materials: Sequence[str] = MATERIALS, depths_A: np.ndarray = DEPTHS_A,

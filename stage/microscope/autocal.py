@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 from scipy import ndimage
 
-from namsa.constants import wavelength_A
+from namsa.constants import mrad_per_inv_A
 
 from . import twin
 from .disc import Disc
@@ -359,7 +359,7 @@ def _known(values: Any) -> list[float | None]:
 
 def semiangle_from_disc(disc: Disc, dk_inv_A: float, energy_kv: float) -> tuple[float, float]:
     """(semi-angle, its error) in mrad from the disc radius: radius_px * dk_inv_A * wavelength * 1000."""
-    dk_mrad = dk_inv_A * wavelength_A(energy_kv) * 1e3
+    dk_mrad = dk_inv_A * mrad_per_inv_A(energy_kv)
     return disc.radius_px * dk_mrad, disc.radius_err_px * dk_mrad
 
 

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from namsa.constants import wavelength_A
+from namsa.constants import mrad_per_inv_A
 
 from . import autocal
 from .check_report import add_measurement, add_warning, new_report
@@ -154,7 +154,7 @@ def _fitted_semiangle(found: Mapping[str, Any], given: Mapping[str, Any], disc: 
     dk_mrad = _pick(found, given, "dk_mrad")
     dk, kv = _pick(found, given, "dk_inv_A"), _pick(found, given, "energy_kv")
     if dk is not None and kv is not None:
-        dk_mrad = dk * wavelength_A(kv) * 1e3
+        dk_mrad = dk * mrad_per_inv_A(kv)
     if dk_mrad is None:
         return None  # missing_calibrations names what is missing
     return disc.radius_px * dk_mrad, disc.radius_err_px * dk_mrad
@@ -164,7 +164,7 @@ def _expected_radius(known: Mapping[str, Any]) -> tuple[float, float] | None:
     """(expected disc radius px, detector pixel mrad) from the known calibrations, or None."""
     if not {"semiangle_mrad", "dk_inv_A", "energy_kv"} <= set(known):
         return None
-    dk_mrad = float(np.mean(known["dk_inv_A"])) * wavelength_A(known["energy_kv"]) * 1e3
+    dk_mrad = float(np.mean(known["dk_inv_A"])) * mrad_per_inv_A(known["energy_kv"])
     return known["semiangle_mrad"] / dk_mrad, dk_mrad
 
 
