@@ -37,7 +37,7 @@ RUN=${NAMSA_STUDY_RUN:-/tmp/namsa-gpu-study-run}
 PY=${PY:-python3}
 REHEARSAL=${NAMSA_GPU_REHEARSAL:-0}
 CONFIG=configs/gpu-study.yaml
-FLAGSHIP=pretrained:study-scan-gpu   # evaluation.verdict.STUDY_PRETRAINED
+FLAGSHIP=pretrained:$(cat models/pretrained/FLAGSHIP)   # named once there (models.flagship_name)
 # the two bounds the simulate and train steps stop themselves at (their limits below add the margin)
 SIMULATE_DEADLINE_S=200 TRAIN_WALL_S=100
 # what this call changes in the config (training and deadlines only: the physics, splits and model stay)

@@ -89,7 +89,7 @@ def test_the_rehearsal_runs_every_step_and_its_outputs_come_back(tmp_path):
     *before, last = card["training"]["lineage"]
     assert before[-1]["name"] == STUDY_PRETRAINED
     assert last["weights_xxh3_128"] == card["files"]["model.safetensors"]["xxh3_128"] and last["device"] == "cpu"
-    assert f"FLAGSHIP=pretrained:{STUDY_PRETRAINED} " in SCRIPT.read_text()
+    assert "FLAGSHIP=pretrained:$(cat models/pretrained/FLAGSHIP) " in SCRIPT.read_text()
 
 
 def test_only_a_check_that_found_cuda_broken_sends_the_simulation_to_the_cpu(tmp_path):

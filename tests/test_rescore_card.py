@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,9 @@ from evaluation.views import LEGACY
 from models import load_reconstructor
 from namsa.errors import UserError
 from workflow import pretrained
-from workflow.rescore_card import REPLACED, main, rescore_published
+from workflow.rescore_card import REPLACED, rescore_published
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "card_rescore.py"
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +45,8 @@ def test_the_card_takes_the_new_evaluations_figures_and_keeps_the_rest(single_pa
     folder = _copy(published, tmp_path / "model")
     before = json.loads((folder / "model_card.json").read_text())
     assert before["held_out_evaluation"]["symmetry_average"] is True
-    assert main([str(folder), str(evaluation)]) == 0
+    done = subprocess.run([sys.executable, str(SCRIPT), str(folder), str(evaluation)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
     after = json.loads((folder / "model_card.json").read_text())
     metrics = json.loads((evaluation / "metrics.json").read_text())
     assert after["held_out_evaluation"]["symmetry_average"] is False
@@ -77,11 +82,10 @@ def test_an_evaluation_it_cannot_use_is_refused_and_the_card_is_left_alone(singl
     assert (folder / "model_card.json").read_text() == text
 
 
-def test_a_missing_evaluation_is_one_line(single_pass, tmp_path, capsys):
+def test_a_missing_evaluation_is_one_line(single_pass, tmp_path):
     published, _ = single_pass
     folder = _copy(published, tmp_path / "model")
-    with pytest.raises(SystemExit) as exit_info:
-        main([str(folder), str(tmp_path / "nowhere")])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "is missing; run namsa evaluate" in err
+    done = subprocess.run([sys.executable, str(SCRIPT), str(folder), str(tmp_path / "nowhere")],
+                          capture_output=True, text=True)
+    err = done.stderr.strip()
+    assert done.returncode == 2 and len(err.splitlines()) == 1 and "is missing; run namsa evaluate" in err

@@ -1,7 +1,7 @@
 """A published reconstructor's held-out figures replaced by a newer evaluation of the same weights, so
 that its card, README and the report quote one figure.
 
-    python -m workflow.rescore_card models/pretrained/study-scan-gpu runs/rescore-new-plan/eval-study-scan-gpu
+    python scripts/card_rescore.py models/pretrained/study-scan-gpu runs/rescore-new-plan/eval-study-scan-gpu
 
 A card's ``held_out_evaluation`` and ``check_samples`` are what `namsa publish` took from its run's
 evaluation (workflow/pretrained.py). When the same weights are scored again on a held-out split, e.g.
@@ -13,7 +13,6 @@ metrics.json that is not `namsa evaluate`'s.
 """
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -63,19 +62,4 @@ def _check_same_weights(digest: str, metrics: HeldOutMetrics, eval_dir: Path) ->
                         f"card's ({digest}); evaluate this model (--model its folder or pretrained:NAME)")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folder", type=Path, help="a published model folder (models/pretrained/NAME)")
-    parser.add_argument("eval_dir", type=Path, help="the `namsa evaluate --out` folder of the same weights")
-    args = parser.parse_args(argv)
-    try:
-        held_out = rescore_published(args.folder, args.eval_dir)
-    except UserError as exc:
-        parser.exit(2, f"rescore_card: error: {exc}\n")
-    print(f"{args.folder / CARD_FILE}: held_out_evaluation of the {held_out['split']} split, symmetry_average="
-          f"{held_out['symmetry_average']}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+__all__ = ["rescore_published", "REPLACED", "HELD_OUT_SPLITS"]
