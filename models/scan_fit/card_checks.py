@@ -134,9 +134,9 @@ def check_training_distribution(report: dict[str, Any], cbed: np.ndarray, card: 
     scan: its premise, a thermal-diffuse tail, does not hold for simulations without frozen phonons, which
     `namsa evaluate` scores (it read the quickstart's 40 A samples as up to 194 A).
 
-    Ranges are the card's ``training_statistics`` (its training split, measured when the card was
-    written). A card without them (the shipped ones) takes its defocus range from its training config
-    (`trained_defocus_range`) and checks no thickness, saying so in a note. Through a specimen thicker
+    The scattering ranges are the card's ``training_statistics`` (its training split, measured when the
+    card was written; a card without them checks no thickness, saying so in a note); the focus range is
+    the card's one (`models.scan_fit.trained_ranges`: its training config's, else the statistics'). Through a specimen thicker
     than the training set's the parallax estimate means nothing: its defocus is then recorded, not judged."""
     stats = current_statistics(card)
     disc = bright_field_disc(cbed)
