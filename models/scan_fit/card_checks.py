@@ -112,17 +112,22 @@ def _dose_from_quanta(report: dict[str, Any], sample: np.ndarray, card: ModelCar
 
 
 def _disc_against_card(report: dict[str, Any], mean: np.ndarray, card: ModelCard) -> None:
-    """The disc radius (px) against semi-angle / detector pixel (mrad) of the card's expected input."""
+    """The disc radius (px) against the card's expected input: its semi-angle over each end of its
+    detector pixels' span (mrad; a training sample's pixel follows its supercell, so the disc of the
+    training data spans semi-angle / coarsest .. semi-angle / finest pixel)."""
     e = card.expects_input
     disc = find_disc(mean)
     if e is None or disc is None:
         return
-    expected = e.semiangle_mrad / e.sampling.dk_mrad[0]
-    add_measurement(report, "disc_radius_px", disc.radius_px, "px", expected=expected)
-    if abs(disc.radius_px - expected) > RADIUS_RTOL * expected + RADIUS_ATOL_PX:
-        add_warning(report, "disc-radius", f"the bright-field disc has a radius of {disc.radius_px:.2f} px but the "
-                                           f"model learned {expected:.2f} px ({e.semiangle_mrad} mrad): another "
-                                           "semi-angle or detector sampling")
+    finest, coarsest = e.sampling.dk_mrad
+    low, high = e.semiangle_mrad / coarsest, e.semiangle_mrad / finest
+    add_measurement(report, "disc_radius_px", disc.radius_px, "px", expected=[low, high])
+    if low * (1 - RADIUS_RTOL) - RADIUS_ATOL_PX <= disc.radius_px <= high * (1 + RADIUS_RTOL) + RADIUS_ATOL_PX:
+        return
+    add_warning(report, "disc-radius", f"the bright-field disc has a radius of {disc.radius_px:.2f} px but the "
+                                       f"model learned {low:.2f}-{high:.2f} px ({e.semiangle_mrad:g} mrad at detector "
+                                       f"pixels of {finest:.3g}-{coarsest:.3g} mrad): another semi-angle or detector "
+                                       "sampling")
 
 
 def check_training_distribution(report: dict[str, Any], cbed: np.ndarray, card: ModelCard,
