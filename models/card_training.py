@@ -14,7 +14,7 @@ import datetime
 import math
 from typing import Annotated, Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .config import ModelConfig
 
@@ -102,10 +102,7 @@ def today_utc() -> str:
 
 
 class InitialModelFacts(BaseModel):
-    """``training.initialized_from``: the model a fine-tuned run started from (`training.init_from`).
-
-    ``lineage`` (not written to the card) is that model's chain, set by
-    `models.training.init_weights.InitialModel`: the exported card's ``training.lineage`` continues it."""
+    """``training.initialized_from``: the model a fine-tuned run started from (`training.init_from`)."""
 
     model_config = _STRICT
 
@@ -114,20 +111,6 @@ class InitialModelFacts(BaseModel):
     weights_xxh3_128: Digest
     steps: Count | None = None
     device: Name | None = None
-    _lineage: list[LineageLink] = PrivateAttr(default_factory=list)
-
-    @property
-    def lineage(self) -> list[LineageLink]:
-        """The initial model's chain; without one set, a single link of what these facts say of it."""
-        return list(self._lineage) or [LineageLink(name=self.name, weights_xxh3_128=self.weights_xxh3_128,
-                                                   steps=self.steps, device=self.device)]
-
-    def with_lineage(self, links: list[LineageLink]) -> "InitialModelFacts":
-        """These facts with the initial model's chain ``links`` (its last link must be these weights)."""
-        if not links or links[-1].weights_xxh3_128 != self.weights_xxh3_128:
-            raise ValueError("an initial model's chain must end at its own weights")
-        self._lineage = list(links)
-        return self
 
 
 class TrainingFacts(BaseModel):

@@ -31,13 +31,15 @@ def card_extra(source: Path, *, out: Path, pos: Position, cfg: TrainConfig, data
                timing: Timing, model: torch.nn.Module, world_size: int, engine_name: str, steps_per_epoch: int,
                total_steps: int, stopped_by_wall: bool = False,
                initialized_from: InitialModelFacts | None = None,
+               initial_lineage: list[LineageLink] | None = None,
                expects_input: ExpectsInput | None = None) -> dict[str, Any]:
     """The card's facts about the run that exported checkpoint ``source`` into ``out``, as its typed
     records: metrics (`position_metrics`), training length (`_length_facts`) and machine
     (`TrainingFacts`), data (`DataInfo`) and parameters; ``engine_name``: the gradient engine
     (``"none"`` with one rank); ``stopped_by_wall``: training.max_wall_s ended the run;
     ``initialized_from``: the model it was fine-tuned from (`InitialModel.facts`), recorded under
-    ``training.initialized_from``, whose chain ``training.lineage`` continues (`run_lineage`);
+    ``training.initialized_from``, and its chain ``initial_lineage`` (`InitialModel.lineage`), which
+    ``training.lineage`` continues (`run_lineage`);
     ``expects_input``: what the model expects of its input (`expected_input`), None to record nothing;
     times in seconds, rates in TFLOP/s."""
     origin = {"initialized_from": initialized_from} if initialized_from else {}
@@ -54,7 +56,7 @@ def card_extra(source: Path, *, out: Path, pos: Position, cfg: TrainConfig, data
                              exported="best" if pos.best_step is not None else "final", checkpoint=source.name,
                              sustained_tflops=timing.total_ops / timing.total_s / 1e12 if timing.total_s else None,
                              peak_tflops=timing.peak_tflops or None, device=device,
-                             lineage=run_lineage(initialized_from, this_run), **origin)
+                             lineage=run_lineage(initial_lineage, this_run), **origin)
     stores = DataInfo(dirs=[str(p) for p in data.store_paths], train_samples=data.train_total,
                       dev_samples=data.dev_total, node_local_dir=data.data_cfg.node_local_dir,
                       input_shape=list(data.cbed_shape))
@@ -64,10 +66,10 @@ def card_extra(source: Path, *, out: Path, pos: Position, cfg: TrainConfig, data
             "forward_conv_ops_per_sample": timing.ops_forward_per_sample, **expects}
 
 
-def run_lineage(initialized_from: InitialModelFacts | None, this_run: LineageLink) -> list[LineageLink]:
-    """The card's ``training.lineage``: the initial model's chain (`InitialModelFacts.lineage`) and then
+def run_lineage(initial_lineage: list[LineageLink] | None, this_run: LineageLink) -> list[LineageLink]:
+    """The card's ``training.lineage``: the initial model's chain (`InitialModel.lineage`) and then
     ``this_run``; ``[this_run]`` for a run not fine-tuned."""
-    return [*(initialized_from.lineage if initialized_from else []), this_run]
+    return [*(initial_lineage or []), this_run]
 
 
 def exported_weights(checkpoint_dir: Path) -> str:

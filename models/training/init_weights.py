@@ -46,13 +46,13 @@ class InitialModel:
         if len(lineage) >= MAX_LINEAGE:
             raise TrainingError(f"training.init_from={source} already ends a chain of {len(lineage)} runs, the most a "
                                 f"card holds ({MAX_LINEAGE}); start a new chain from scratch (drop init_from)")
-        #: what the exported card records of the model the run started from (``training.initialized_from``),
-        #: with its chain, which the exported card's ``training.lineage`` continues
+        #: what the exported card records of the model the run started from (``training.initialized_from``)
         self.facts = InitialModelFacts(model=source, name=card.name,
                                        weights_xxh3_128=card.files[ckpt.MODEL_FILE].xxh3_128,
                                        steps=card.training.steps if card.training else None,
-                                       device=card.training.device if card.training else None
-                                       ).with_lineage(lineage)
+                                       device=card.training.device if card.training else None)
+        #: its chain of runs, which the exported card's ``training.lineage`` continues
+        self.lineage = lineage
 
 
 def initial_lineage(card: ModelCard) -> list[LineageLink]:

@@ -359,6 +359,7 @@ class Trainer:
                                steps_per_epoch=len(self.train_loader), total_steps=self.total_steps,
                                stopped_by_wall=self.stopped_by_wall,
                                initialized_from=self.initial.facts if self.initial else None,
+                               initial_lineage=self.initial.lineage if self.initial else None,
                                expects_input=self.expects_input)
             export_model(best, self.out / MODEL_DIR, facts)
         self.ctx.barrier()
