@@ -92,6 +92,8 @@ class TrainedOn(BaseModel):
 
     config_name: Key
     variants: Annotated[int, Field(ge=1)] | None = None
+    #: the first of them (`SimulationConfig.first_variant`; cards before it: 0)
+    first_variant: Annotated[int, Field(ge=0)] = 0
     data: EvaluatedData | None = None
     materials: Annotated[list[Key], Field(max_length=1 << 16)] | Literal["library"] | None = None
     generator: GeneratorConfig | None = None
@@ -111,7 +113,8 @@ class TrainedOn(BaseModel):
         augmentations of ``data``, evaluated on ``evaluated``."""
         sim = simulation.model_dump(mode="json")
         stored = data.model_dump(mode="json")
-        return cls.model_validate({"config_name": config_name, "variants": sim["variants"], "data": evaluated,
+        return cls.model_validate({"config_name": config_name, "variants": sim["variants"],
+                                   "first_variant": sim["first_variant"], "data": evaluated,
                                    **{k: sim[k] for k in ("materials", "generator", "zone_axes", "max_zone_axes",
                                                           "variations")},
                                    **{k: stored[k] for k in ("split_by", "dose_augmentation",

@@ -185,6 +185,12 @@ class SimulationConfig(BaseModel):
     zone_axes: list[tuple[int, int, int]] | Literal["auto"] = "auto"
     max_zone_axes: int = Field(3, ge=1, le=100)
     variants: int = Field(1, ge=1, le=1_000_000)
+    #: the first variant planned: variants first_variant .. first_variant + variants - 1 of every
+    #: (material, zone axis). Each variant draws its own thickness, focus, tilt and phonons from its own
+    #: seed, so a later run with a higher first_variant simulates fresh samples of the same materials and
+    #: splits (scripts/gpu_study.sh: one more per link of the flagship's chain); part of the plan, not
+    #: the physics (sample ids keep their config hash)
+    first_variant: int = Field(0, ge=0, le=1_000_000)
 
     @field_validator("scan_shape")
     @classmethod
@@ -209,6 +215,9 @@ class SimulationConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "SimulationConfig":
+        if self.first_variant and not self.variations.any:
+            raise ValueError(f"first_variant={self.first_variant} plans other variants, but with every variation "
+                             "off all variants are one sample: turn a variation on, or first_variant: 0")
         if self.phonon_configs > 1 and not self.variations.frozen_phonon:
             raise ValueError(f"phonon_configs={self.phonon_configs} averages over frozen-phonon configurations: "
                              "set variations.frozen_phonon: true, or phonon_configs: 1")
@@ -231,7 +240,8 @@ class SimulationConfig(BaseModel):
     def physics_hash(self) -> str:
         """sha256 over every field that changes a sample (not device, memory, workers, host_threads or the plan)."""
         payload = self.model_dump(mode="json", exclude={*MACHINE_FIELDS, "materials", "cif_dir", "generator",
-                                                        "zone_axes", "max_zone_axes", "variants"})
+                                                        "zone_axes", "max_zone_axes", "variants",
+                                                        "first_variant"})
         # Keys added later enter the hash only when set, so earlier stores keep their ids.
         for key in _LATER_VARIATIONS:
             if payload["variations"][key] is None:

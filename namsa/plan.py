@@ -102,7 +102,7 @@ def _plan(cfg: SimulationConfig, known: PlanChoices | None) -> tuple[Plan, PlanC
         return _unplannable(cfg, known, plan, str(exc))
     drawn = _GeneratedMaterials(cfg, explicit, known)
     generated = drawn.draw()
-    variants = cfg.variants if cfg.variations.any else 1
+    variants = range(cfg.first_variant, cfg.first_variant + cfg.variants) if cfg.variations.any else range(1)
     chosen: dict[str, tuple[Axis, ...]] = {}
     for material_id, structure in _plan_sources(cfg, plan, {m: drawn.structures[m] for m in generated}).items():
         try:
@@ -113,7 +113,7 @@ def _plan(cfg: SimulationConfig, known: PlanChoices | None) -> tuple[Plan, PlanC
         plan.failures += [(material_id, why) for why in refused]
         if explicit is None and _storable(axes):
             chosen[material_id] = axes
-        plan.specs += [SampleSpec(material_id, axis, variant) for axis in axes for variant in range(variants)]
+        plan.specs += [SampleSpec(material_id, axis, variant) for axis in axes for variant in variants]
     plan.replaced = list(drawn.refusals)
     plan.failures += list(drawn.refusals.items())
     return plan, PlanChoices(tuple(generated), chosen, tuple(drawn.refusals))

@@ -4,7 +4,8 @@
 #   (a) one study sample on cuda against the CPU (and the bf16 matmul rate of this GPU); if cupy fails,
 #       the simulation falls back to the CPU on all cores;
 #   (b) the study's plan (configs/gpu-study.yaml: the study's physics hash, sample ids and prototype
-#       splits) simulated until execution.simulate_deadline_s (200 s here: ~1,260 of its 2,020 samples at
+#       splits), at the variant after those the flagship's chain trained on (fresh samples of the same
+#       materials: simulation.first_variant), simulated until execution.simulate_deadline_s (200 s here: ~1,260 of its 2,020 samples at
 #       the first run's 6.3 samples/s, against 428 in the first run's 120 s);
 #   (c) the flagship (FLAGSHIP, the 3.4 M-parameter scan-space model this script trained from scratch at
 #       commit 60e8ab7 on 311 samples) fine-tuned on them (training.init_from) in bf16, batch 64, until
@@ -43,6 +44,13 @@ SIMULATE_DEADLINE_S=200 TRAIN_WALL_S=100
 # what this call changes in the config (training and deadlines only: the physics, splits and model stay)
 FINE_TUNE="--set training.init_from=$FLAGSHIP --set execution.simulate_deadline_s=$SIMULATE_DEADLINE_S"
 FINE_TUNE="$FINE_TUNE --set training.max_wall_s=$TRAIN_WALL_S"
+# fresh samples each call: the flagship's k-th link trained on variant k-1 of every planned (material, zone
+# axis), so this call simulates variant k, k = the links in its card's chain (1 for a card written before
+# chains: it trained on variant 0); the same materials, splits and config hash (simulation.first_variant)
+FIRST_VARIANT=$("$PY" -c 'import json, sys
+card = json.load(open(sys.argv[1]))
+print(len((card.get("training") or {}).get("lineage") or [None]))' "models/pretrained/${FLAGSHIP#pretrained:}/model_card.json")
+FINE_TUNE="$FINE_TUNE --set simulation.first_variant=$FIRST_VARIANT"
 # the plan that scripts/gpu_wheels.sh stored on the build machine (read when namsa and the structure
 # libraries match; planned afresh otherwise, as without it), signed with the key it carries beside the
 # plans (workflow.plan_signature); plans of the caller's own (NAMSA_PLAN_CACHE: the rehearsal's) are read

@@ -90,6 +90,11 @@ def test_the_rehearsal_runs_every_step_and_its_outputs_come_back(tmp_path):
     assert before[-1]["name"] == STUDY_PRETRAINED
     assert last["weights_xxh3_128"] == card["files"]["model.safetensors"]["xxh3_128"] and last["device"] == "cpu"
     assert "FLAGSHIP=pretrained:$(cat models/pretrained/FLAGSHIP) " in SCRIPT.read_text()
+    # fresh samples: the variant after the flagship's chain (its links trained on variants 0 .. k-1)
+    flagship = json.loads((REPO / "models" / "pretrained" / STUDY_PRETRAINED / "model_card.json").read_text())
+    fresh = len((flagship.get("training") or {}).get("lineage") or [None])
+    ids = [s["id"] for m in (run / "data").glob("store-*/manifest.json") for s in json.loads(m.read_text())["samples"]]
+    assert ids and all(f"__v{fresh}__" in i for i in ids), ids[:3]
 
 
 def test_only_a_check_that_found_cuda_broken_sends_the_simulation_to_the_cpu(tmp_path):

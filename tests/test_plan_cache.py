@@ -103,6 +103,22 @@ def test_the_machines_fields_plan_nothing():
     assert plan_cache.plan_key(cpu) == plan_cache.plan_key(CFG)
 
 
+def test_a_later_calls_fresh_variants_read_the_stored_plan(tmp_path, monkeypatch):
+    """scripts/gpu_study.sh plans fresh variants (first_variant) of the plan stored on the build machine."""
+    varied = CFG.model_copy(update={"variations": CFG.variations.model_copy(update={"thickness_range_A": (10.0, 40.0)})})
+    made, _ = plan_cache.cached_plan(varied, tmp_path)
+    fresh = varied.model_copy(update={"first_variant": 3, "variants": 2})
+    assert plan_cache.plan_key(fresh) == plan_cache.plan_key(varied)
+    planned = plan_samples(fresh)
+    monkeypatch.setattr(generator, "generated_ids", unplannable)
+    monkeypatch.setattr(zone_axes, "planned_zone_axes", unplannable)
+    again, read_from = plan_cache.cached_plan(fresh, tmp_path)
+    assert read_from is not None and again == planned
+    assert {s.variant for s in again.specs} == {3, 4}
+    assert [(s.material_id, s.zone_axis) for s in again.specs[::2]] == [(s.material_id, s.zone_axis)
+                                                                      for s in made.specs]
+
+
 def test_a_cache_dir_that_cannot_hold_the_plan_is_a_one_line_error(tmp_path, capsys):
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the plans should go\n")

@@ -40,7 +40,7 @@ no check of the content can tell apart is one valid choice from another (a recip
 have drawn, another low-index axis): the signature is what guards that.
 
 The plan's key (`plan_key`, public, unlike the signing key) is everything the plan is a function
-of: the simulation config (but for the machine's fields: device, memory, workers, threads), every
+of: the simulation config (but for `NOT_PLANNED`: the machine's fields and which variants), every
 file of the namsa package (its code and structure data), the CIF files of ``cif_dir`` and the
 structure libraries that planning calls (pymatgen, spglib). numpy and scipy versions are deliberately
 not part of it, so that a plan made on one machine serves another (scripts/gpu_study.sh reads the
@@ -126,10 +126,15 @@ def plan_path(key: str, cache_dir: str | Path, secret: bytes) -> Path:
     return Path(cache_dir) / f"plan-{key[:24]}-{signer_id(secret)}.json"
 
 
+#: what the stored choices (materials, zone axes, refusals) do not depend on: how the samples are computed
+#: (device, memory, workers, threads), and which variants of each choice are planned (`simulation.variants`
+#: from `first_variant`: a later device call's fresh variants read the plan stored for the first)
+NOT_PLANNED = frozenset({*MACHINE_FIELDS, "variants", "first_variant"})
+
+
 def plan_key(cfg: SimulationConfig) -> str:
     """sha256 over what a plan is a function of (module docstring)."""
-    # how the samples are computed (device, memory, workers, threads) plans nothing
-    payload = {"simulation": cfg.model_dump(mode="json", exclude=set(MACHINE_FIELDS)), "namsa": _files_digest(_PACKAGE_DIR),
+    payload = {"simulation": cfg.model_dump(mode="json", exclude=set(NOT_PLANNED)), "namsa": _files_digest(_PACKAGE_DIR),
                "cif_dir": _files_digest(Path(cfg.cif_dir), "*.cif") if cfg.cif_dir else None,
                "libraries": {name: library_version(name) for name in PLANNING_LIBRARIES}}
     return config_hash(payload)
