@@ -1,7 +1,7 @@
 """A real camera's noise against `namsa reconstruct` (issue 42, item 2): the same simulated scan recorded
 as counts, by a scintillator camera (MTF sigma 1 px, gain 10 counts/e, read noise 2 counts) and with
-read noise alone (gain 1, 2 counts), reconstructed by `pretrained:study-scan-gpu` before and after the
-counts are restored (stage.microscope.counts_restore). Prints, per specimen and camera, the potential's
+read noise alone (gain 1, 2 counts), reconstructed by ``--model`` (default `pretrained:study-scan-gpu`;
+any model folder, e.g. a fine-tune of it) before and after the counts are restored (stage.microscope.counts_restore). Prints, per specimen and camera, the potential's
 relative L2 error under the field's rule (only the map's mean taken from the truth: evaluation.views),
 its level (mean over the truth's mean), the gain/dark/read noise measured, and each figure as a ratio
 to the counted scan's in the same run.
@@ -10,6 +10,7 @@ to the counted scan's in the same run.
 process (the file is read as it is). A few minutes on a 2-core CPU.
 
     .venv/bin/python benchmarks/bench_camera_noise.py [--dose 10000] [--specimens GaAs-zincblende:011,Si-diamond:001]
+        [--model pretrained:study-scan-gpu]
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+DEFAULT_MODEL = "pretrained:study-scan-gpu"
 CAMERAS = {"counts": {},
            "scintillator": {"gain_counts_per_electron": 10.0, "read_noise_counts": 2.0, "mtf": "scintillator",
                             "scintillator_sigma_px": 1.0},
@@ -37,8 +39,10 @@ def simulate(material: str, axis: tuple[int, int, int]) -> tuple[np.ndarray, np.
     return sample.cbed.reshape(32, 32, 32, 32), sample.potential, (m.fov_A[2] / 32, m.fov_A[3] / 32), m.pattern_dk_inv_A
 
 
-def reconstruct_file(frames: np.ndarray, step: tuple[float, float], dk: float, restore: bool) -> tuple[np.ndarray, dict]:
-    """The potential map and reconstruction.json of ``frames`` written as .hspy and reconstructed."""
+def reconstruct_file(frames: np.ndarray, step: tuple[float, float], dk: float, restore: bool,
+                     model: str = DEFAULT_MODEL) -> tuple[np.ndarray, dict]:
+    """The potential map and reconstruction.json of ``frames`` written as .hspy and reconstructed by
+    ``model`` (``pretrained:NAME`` or a model folder)."""
     import stage.microscope.checks as checks
     from stage.microscope import ScanCalibrations, write_scan
     from workflow.reconstruct import reconstruct
@@ -50,7 +54,7 @@ def reconstruct_file(frames: np.ndarray, step: tuple[float, float], dk: float, r
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "scan.hspy"
             write_scan(path, frames, ScanCalibrations(energy_kv=200.0, semiangle_mrad=20.0, dk_inv_A=dk, step_A=step))
-            reconstruct(str(path), "pretrained:study-scan-gpu", Path(tmp) / "out")
+            reconstruct(str(path), model, Path(tmp) / "out")
             info = json.loads((Path(tmp) / "out" / "reconstruction.json").read_text())
             return np.load(Path(tmp) / "out" / "potential.npy").astype(np.float64), info
     finally:
@@ -71,6 +75,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dose", type=float, default=1e4, help="e/Angstrom^2 (default 1e4)")
     ap.add_argument("--specimens", default="GaAs-zincblende:011,Si-diamond:001")
+    ap.add_argument("--model", default=DEFAULT_MODEL, help=f"pretrained:NAME or a model folder (default {DEFAULT_MODEL})")
     args = ap.parse_args()
     for spec in args.specimens.split(","):
         material, axis = spec.split(":")
@@ -80,7 +85,7 @@ def main() -> None:
         for name, settings in CAMERAS.items():
             frames = record(cbed, step, CameraSettings(dose_e_per_A2=args.dose, seed=1, **settings))
             for restore in (False, True) if name != "counts" else (True,):
-                potential, info = reconstruct_file(frames, step, dk, restore)
+                potential, info = reconstruct_file(frames, step, dk, restore, args.model)
                 l2, level = scores(potential, truth)
                 reference = reference or l2
                 measured = info["checks"]["before"]["measured"]
