@@ -100,10 +100,13 @@ def raw_card(data: bytes) -> Callable[[Path], None]:
 
 
 def record_weights(d: Path) -> None:
-    """Re-record size and digest of the weights in the card (as a careful forger would)."""
+    """Re-record size and digest of the weights in the card, and as the last link of its chain of runs
+    (``training.lineage``, which must end at them), as a careful forger would."""
     card = card_of(d)
     w = d / ckpt.MODEL_FILE
     card["files"][ckpt.MODEL_FILE] = {"bytes": w.stat().st_size, "xxh3_128": ckpt.file_digest(w)}
+    if (card.get("training") or {}).get("lineage"):
+        card["training"]["lineage"][-1]["weights_xxh3_128"] = card["files"][ckpt.MODEL_FILE]["xxh3_128"]
     put_card(d, card)
 
 

@@ -62,7 +62,7 @@ def test_run_trains_on_what_exists_when_the_deadline_stops_the_rest(tmp_path, ca
 
 def test_keys_added_later_leave_a_finished_runs_stage_hashes_alone_at_their_defaults():
     """training.max_wall_s, training.init_from and data.dose_augmentation.on_device (issue 28), data.resident
-    (issue 41) and the study's data mix
+    and simulation.first_variant (issue 41), data.camera_augmentation (issue 42) and the study's data mix
     (issue 30: generator.light_fraction / light_family_weights, variations.thin_fraction / thin_below_A)
     came after runs were made: at their defaults the quickstart's stage hashes are the ones of the
     commit before them (0958660) but for model.padding_mode, whose scan-preset default changed the
@@ -76,12 +76,14 @@ def test_keys_added_later_leave_a_finished_runs_stage_hashes_alone_at_their_defa
         "812b2f6d33163868e851e11e05cbb3e8fdc71ddd625e982855fbbb9fb5987681"
     ranged = ["simulation.variations.thickness_range_A=[10, 150]"]
     for base, later in (([], ["simulation.generator.light_fraction=0.5", "simulation.generator.substitution=oxidation"]),
+                        (ranged, ranged + ["simulation.first_variant=1"]),
                         (ranged, ranged + ["simulation.variations.thin_fraction=0.3",
                                            "simulation.variations.thin_below_A=50"])):
         before, after = load_config(quickstart, base), load_config(quickstart, later)
         assert model_runners.section_hash(after, *model_runners.TRAIN_SECTIONS) != \
             model_runners.section_hash(before, *model_runners.TRAIN_SECTIONS), later
-    for later in ("training.max_wall_s=60", "training.init_from=pretrained:study-scan-gpu", "data.resident=true"):
+    for later in ("training.max_wall_s=60", "training.init_from=pretrained:study-scan-gpu", "data.resident=true",
+                  "data.camera_augmentation.seed=1"):
         changed = load_config(quickstart, [later])
         assert model_runners.section_hash(changed, *model_runners.TRAIN_SECTIONS) != \
             model_runners.section_hash(cfg, *model_runners.TRAIN_SECTIONS), later

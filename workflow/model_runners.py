@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
+from stage.config import CameraAugmentationConfig
+
 from .data_runners import stored_ids
 from .runner_io import require_directory, write_summary_json
 
@@ -39,11 +41,14 @@ def data_fingerprint(data_dirs: Iterable[str | Path]) -> str:
 #: finished run is not taken for out of date (and retrained) by a namsa that merely knows more keys
 _LATER_KEYS: dict[str, dict[tuple[str, ...], Any]] = {
     "training": {("max_wall_s",): None, ("init_from",): None},
-    "data": {("dose_augmentation", "on_device"): False, ("resident",): False},   # issue 41: data.resident
+    "data": {("dose_augmentation", "on_device"): False, ("resident",): False,   # issue 41: data.resident
+             # issue 42: the camera as augmentation, off (stage.config.CameraAugmentationConfig's defaults)
+             ("camera_augmentation",): CameraAugmentationConfig().model_dump(mode="json")},
     # issue 30: the study's data mix; at their defaults the plan is the one before them. (The scan
     # preset's padding is not here: its default changed from zeros to circular, a different model.)
     "simulation": {("generator", "light_fraction"): 0.0, ("generator", "light_family_weights"): {},
-                   ("variations", "thin_fraction"): None, ("variations", "thin_below_A"): None},
+                   ("variations", "thin_fraction"): None, ("variations", "thin_below_A"): None,
+                   ("first_variant",): 0},   # issue 41: fresh variants of a plan
 }
 
 
