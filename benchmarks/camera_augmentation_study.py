@@ -90,7 +90,7 @@ def arm_name(arm: str, seed: int) -> str:
 
 def train_arm(card: Any, data: Path, work: Path, arm: str, seed: int, steps: int, batch: int, lr: float) -> Path:
     """Fine-tune the flagship with the camera augmentation ``arm`` and training ``seed``; returns the
-    exported model folder (a finished one in ``work`` is reused)."""
+    exported model folder (a finished one in ``work`` is reused, a cut one resumed from its last checkpoint)."""
     import models
     from models.distributed import DistributedConfig
 
@@ -110,7 +110,7 @@ def train_arm(card: Any, data: Path, work: Path, arm: str, seed: int, steps: int
     model_cfg = models.ModelConfig(preset=record.preset, targets=record.targets,
                                    **{k: getattr(record, k) for k in record.overrides})
     result = models.train(model_cfg, train_cfg, DistributedConfig(), arm_data_config(card, arm), [data], out,
-                          simulation=card.simulation_config)
+                          simulation=card.simulation_config, resume=(out / "checkpoints").is_dir())
     print(f"  {arm}: {result.steps} steps in {time.time() - started:.0f} s, final dev loss {result.final_dev_loss:.4g}",
           flush=True)
     return Path(result.model_dir)
@@ -217,18 +217,21 @@ def paired(a: list[float], b: list[float], n_resamples: int = 2000) -> tuple[flo
 
 
 def paired_table(results: dict[str, Any]) -> str:
-    """Each camera fine-tune against the camera-off fine-tune of its seed (and the flagship), sample by
-    dev sample: the mean difference of the potential's rel. L2 [95% interval] (negative: better)."""
+    """Each camera fine-tune against the camera-off fine-tune of its seed, the flagship and the other camera
+    shares of its seed, sample by dev sample: the mean difference of the potential's rel. L2 [95% interval]
+    (negative: better)."""
     cases = [("noise-free", lambda r: r["dev_counts"]["per_sample_noise_free"]),
              ("counts 1e3", lambda r: r["dev_cameras"]["per_sample"]["counts 1000"]),
              *[(c, lambda r, c=c: r["dev_cameras"]["per_sample"][c]) for c in ("counts", "scintillator", "read noise")]]
     lines = ["| fine-tune - reference (dev, paired) | " + " | ".join(c for c, _ in cases) + " |",
              "|" + "---|" * (len(cases) + 1)]
-    for name, r in results.items():
+    names = list(results)
+    for i, (name, r) in enumerate(results.items()):
         if not name.startswith("camera on"):
             continue
         seed = name.split(" s")[1] if " s" in name else None
-        for ref in (f"camera off s{seed}" if seed else "camera off", "flagship"):
+        shares = [n for n in names[i + 1:] if n.startswith("camera on") and (n.split(" s")[1] if " s" in n else None) == seed]
+        for ref in (f"camera off s{seed}" if seed else "camera off", "flagship", *shares):
             if ref in results:
                 cells = [paired(get(r), get(results[ref])) for _, get in cases]
                 lines.append(f"| {name} - {ref} | " + " | ".join(f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]"

@@ -47,6 +47,8 @@ def test_the_config_is_the_studys_physics_and_splits_with_a_larger_model_trained
     assert (gpu.training.precision, gpu.training.batch_size, gpu.training.device) == ("bf16", 64, "cuda")
     assert gpu.training.max_wall_s and gpu.execution.simulate_deadline_s and gpu.data.dose_augmentation.on_device
     assert gpu.data.resident   # the splits held in GPU memory, batched and augmented there (issue 41)
+    # the next flagship learns scintillator cameras too, at the share dev chose (issue 42 item 2)
+    assert gpu.data.camera_augmentation.enabled and gpu.data.camera_augmentation.integrating_fraction == 0.5
 
 
 def test_the_rehearsal_runs_every_step_and_its_outputs_come_back(tmp_path):
