@@ -36,10 +36,7 @@ def rescore_published(folder: str | Path, eval_dir: str | Path) -> dict[str, obj
     folder, eval_dir = Path(folder), Path(eval_dir)
     card = read_card_file(folder / CARD_FILE)
     metrics = read_metrics(eval_dir)
-    _check_same_weights(card.files[ckpt.MODEL_FILE].xxh3_128, metrics, eval_dir)
-    if metrics.config.split not in HELD_OUT_SPLITS:
-        raise UserError(f"{eval_dir} scored the {metrics.config.split!r} split; a card states held-out figures "
-                        f"only ({' or '.join(HELD_OUT_SPLITS)}): evaluate with --set evaluation.split=test")
+    check_held_out_evaluation(card.files[ckpt.MODEL_FILE].xxh3_128, metrics, eval_dir)
     before = json.loads((folder / CARD_FILE).read_text())
     records = {"held_out_evaluation": held_out_evaluation(metrics).model_dump(mode="json"),
                "check_samples": [c.model_dump(mode="json") for c in check_samples(metrics)]}
@@ -52,7 +49,9 @@ def rescore_published(folder: str | Path, eval_dir: str | Path) -> dict[str, obj
     return records["held_out_evaluation"]
 
 
-def _check_same_weights(digest: str, metrics: HeldOutMetrics, eval_dir: Path) -> None:
+def check_held_out_evaluation(digest: str, metrics: HeldOutMetrics, eval_dir: Path) -> None:
+    """One-line `UserError` unless ``eval_dir``'s ``metrics`` scored the weights of xxh3_128 ``digest`` on a
+    held-out split (what a card may state as its held-out figures)."""
     evaluated = metrics.model_card.files.get(ckpt.MODEL_FILE) if metrics.model_card else None
     if evaluated is None:
         raise UserError(f"{eval_dir}/metrics.json does not say which weights it scored (no model_card); "
@@ -60,6 +59,9 @@ def _check_same_weights(digest: str, metrics: HeldOutMetrics, eval_dir: Path) ->
     if evaluated.xxh3_128 != digest:
         raise UserError(f"{eval_dir}/metrics.json scored other weights (xxh3_128 {evaluated.xxh3_128}) than the "
                         f"card's ({digest}); evaluate this model (--model its folder or pretrained:NAME)")
+    if metrics.config.split not in HELD_OUT_SPLITS:
+        raise UserError(f"{eval_dir} scored the {metrics.config.split!r} split; a card states held-out figures "
+                        f"only ({' or '.join(HELD_OUT_SPLITS)}): evaluate with --set evaluation.split=test")
 
 
-__all__ = ["rescore_published", "REPLACED", "HELD_OUT_SPLITS"]
+__all__ = ["rescore_published", "check_held_out_evaluation", "REPLACED", "HELD_OUT_SPLITS"]
