@@ -136,8 +136,8 @@ class _StackedClasses:
     scatter on a GPU instead of a few calls per class. Padding beams have amplitude 0 and padding
     frequencies scatter into a spare column past the last pixel, which is dropped."""
 
-    beam_k: np.ndarray    # (C, B, 2) host
-    beam_amp: np.ndarray  # (C, B) host
+    beam_k: Any           # (C, 2, B) float64 on the device: each class's beam frequencies [ky; kx]
+    beam_amp: Any         # (C, 1, B) complex128 on the device
     exit: Any             # (C, B, N) complex64 on the device
     target: Any           # (C * N,) flat pixel index (n_pixels for padding) on the device
     n_pixels: int
@@ -157,13 +157,18 @@ class _StackedClasses:
             beam_k[i, :b], beam_amp[i, :b] = c.beam_k, c.beam_amp
             exit_waves[i, :b, :w] = c.exit
             target[i, :w] = backend.asnumpy(c.target)
-        return cls(beam_k, beam_amp, exit_waves, backend.asarray(target.reshape(-1)), n_pixels)
+        return cls(backend.asarray(beam_k.transpose(0, 2, 1).copy()), backend.asarray(beam_amp[:, None, :]),
+                   exit_waves, backend.asarray(target.reshape(-1)), n_pixels)
 
     def intensities(self, pos: np.ndarray, backend: Backend) -> Any:
         """(b, n_pixels) float32 intensities on the device for probe positions ``pos`` (b, 2) [y, x]."""
         xp = backend.xp
-        phase = np.exp(-2j * np.pi * np.einsum("pd,cbd->cpb", pos, self.beam_k)) * self.beam_amp[:, None, :]
-        waves = backend.asarray(phase.astype(np.complex64)) @ self.exit          # (C, b, N)
+        # the probes' beam phases (C, b, B) are made on the device: made on the host (an einsum and a complex128
+        # exp, then a transfer) they were the largest host step of a study sample, 20-70 ms on the thread
+        # driving the GPU (benchmarks/bench_simulate.py --study-host)
+        arg = backend.asarray(np.ascontiguousarray(pos, dtype=np.float64))[None] @ self.beam_k   # (C, b, B)
+        phase = xp.exp(arg * (-2j * np.pi)) * self.beam_amp
+        waves = phase.astype(np.complex64) @ self.exit                             # (C, b, N)
         power = (waves.real ** 2 + waves.imag ** 2) * np.float32(1.0 / self.n_pixels)
         out = xp.zeros((len(pos), self.n_pixels + 1), dtype=np.float32)
         out[:, self.target] = xp.ascontiguousarray(power.transpose(1, 0, 2)).reshape(len(pos), -1)

@@ -225,6 +225,29 @@ def test_the_bloch_classes_run_as_one_batch_per_slice_on_the_device(monkeypatch)
     assert built2 - built1 < 2 * slices * (c2 - c1)   # per class and slice it was 4
 
 
+def test_the_periodic_probe_phases_are_made_on_the_device(monkeypatch, si110):
+    """A probe batch's beam phases (classes x probes x beams) are made on the device: the host only sends
+    the positions. The intensities equal those of the former host phases (an einsum and a complex128 exp on
+    the host, sent as complex64) to float32 round-off."""
+    strict_cupy.install(monkeypatch)
+    sim = prepare_simulation(si110, sampling_A=0.1, slice_thickness_A=2.0, device="cuda", method="periodic",
+                             n_positions=len(POSITIONS), workers=1, **OPTICS)
+    stack, backend = sim.periodic._stacked(), sim.backend
+    calls = strict_cupy.DeviceClock.calls
+    host_to_device = []
+    monkeypatch.setattr(backend, "asarray", lambda a, dtype=None: host_to_device.append(np.shape(a))
+                        or backend.xp.asarray(a, dtype=dtype))
+    made = backend.asnumpy(stack.intensities(POSITIONS, backend))
+    assert host_to_device == [POSITIONS.shape] and strict_cupy.DeviceClock.calls > calls
+    beam_k, beam_amp = backend.asnumpy(stack.beam_k).transpose(0, 2, 1), backend.asnumpy(stack.beam_amp)
+    phase = np.exp(-2j * np.pi * np.einsum("pd,cbd->cpb", POSITIONS, beam_k)) * beam_amp   # the former host route
+    waves = backend.asnumpy(backend.xp.asarray(phase.astype(np.complex64)) @ stack.exit)
+    power = ((waves.real ** 2 + waves.imag ** 2) / np.float32(stack.n_pixels)).transpose(1, 0, 2).reshape(len(POSITIONS), -1)
+    former = np.zeros((len(POSITIONS), stack.n_pixels + 1), np.float32)
+    former[:, backend.asnumpy(stack.target)] = power
+    np.testing.assert_allclose(made, former[:, :-1], rtol=0, atol=1e-6 * former.max())
+
+
 def _batch_peak_bytes(structure, batch: int) -> tuple[float, int]:
     """(peak device bytes a run of one ``batch`` of probes adds, grid pixels) on the stand-in."""
     sim = prepare_simulation(structure, sampling_A=0.1, slice_thickness_A=2.0, device="cuda", method="multislice",
