@@ -7,6 +7,7 @@ mixing in the threads; it says nothing about overlap on a real GPU (benchmarks/b
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import numpy as np
@@ -179,3 +180,51 @@ def test_a_stop_with_samples_prepared_ahead_closes_the_store_and_the_pool(tmp_pa
     with stage.open_store(summary.store) as reader:
         assert len(reader) == 1
         assert reader.ids() == [simulate_sample(*JOBS[0][:2], _config(), JOBS[0][2]).id]   # the first, whole
+
+
+@pytest.mark.parametrize("host_threads", [1, 2])
+def test_with_samples_prepared_ahead_each_store_write_runs_beside_the_next_sample(tmp_path, monkeypatch, host_threads):
+    """With host threads running ahead (a GPU worker) sample n's store write runs on the store thread while the
+    loop finishes sample n + 1 (workflow.store_behind); the sequential CPU loop writes in its own thread. Both
+    store the same samples, counted once each, and leave no store thread behind."""
+    import stage
+
+    writes, real_put = [], stage.StoreWriter.put
+
+    def put(self, sample):   # the real write, its thread noted
+        writes.append(threading.current_thread().name)
+        return real_put(self, sample)
+
+    monkeypatch.setattr(stage.StoreWriter, "put", put)
+    summary, ids, _ = _store(tmp_path, "store", host_threads)
+    assert summary.written == 3 and len(ids) == 3 and len(summary.failed) == 1
+    assert [name.startswith("namsa-store") for name in writes] == [host_threads > 1] * 3
+    assert not [t for t in threading.enumerate() if t.name.startswith("namsa-store")]
+    # the samples themselves equal the sequential loop's (test_the_store_loop_with_host_threads_writes_...)
+    assert sorted(ids) == sorted(simulate_sample(source, axis, _config(), variant).id for source, axis, variant in JOBS)
+
+
+def test_a_store_error_of_a_write_behind_is_raised_and_a_bad_sample_is_recorded(tmp_path):
+    """The write in flight is settled before the next and on leaving: a store error (here a sample whose
+    arrays the store cannot hold) is raised, not counted as a failed sample; a sample the write refuses for its
+    own data is recorded as failed and the others are written."""
+    import stage
+    from workflow.data_runners import SimulateSummary
+    from workflow.store_behind import WriteBehind
+
+    cfg = _config(host_threads=2)
+    first, second = (simulate_sample(*JOBS[i][:2], cfg, JOBS[i][2]) for i in (0, 2))
+    third = simulate_sample(*JOBS[1][:2], cfg, JOBS[1][2])
+    other = dataclasses.replace(third, cbed=np.ascontiguousarray(third.cbed[:, :8, :8]))   # patterns of another size
+    bad = dataclasses.replace(second, cbed=second.cbed * np.float32(1e12))   # beyond float16: refused
+    summary = SimulateSummary(store="s", planned=3)
+    with stage.StoreWriter(tmp_path / "store", config_hash=cfg.physics_hash()) as writer:
+        with WriteBehind(writer, summary, behind=True) as store:
+            store.put(first.id, first)
+            store.put(bad.id, bad)
+        assert (summary.written, [sid for sid, _ in summary.failed]) == (1, [bad.id])
+        with pytest.raises(stage.SchemaError):
+            with WriteBehind(writer, summary, behind=True) as store:
+                store.put(other.id, other)
+        assert summary.written == 1 and len(summary.failed) == 1 and len(writer) == 1
+    assert not [t for t in threading.enumerate() if t.name.startswith("namsa-store")]

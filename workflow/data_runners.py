@@ -249,20 +249,26 @@ def _simulate_into(writer: Any, sim_cfg: "SimulationConfig", specs: Sequence[Any
     """The sample loop of `simulate_specs`: claim, simulate, store. The host phase of
     the next ``sim_cfg.host_threads`` samples runs ahead in a thread pool (`namsa.pipelined`); samples
     are still stored in order, and a sample whose preparation raised is recorded as failed here."""
-    from namsa.pipelined import prepared_in_order
+    from namsa.pipelined import lookahead_threads, prepared_in_order
     from stage.claims import ClaimBook
+
+    from .store_behind import WriteBehind
 
     claims = ClaimBook(writer.path)
     ids = [spec.sample_id(sim_cfg) for spec in specs]
     jobs = [(sources[spec.material_id], tuple(spec.zone_axis), spec.variant) for spec in specs]
     slots = prepared_in_order(jobs, sim_cfg, wanted=lambda i: not writer.has(ids[i]))
-    with contextlib.closing(slots):   # leaving early (stop, a store error) stops the pool at once
-        _store_in_order(writer, claims, ids, slots, summary, bar, progress_path, stop, deadline_at)
+    # with samples prepared ahead (a GPU worker) each store write runs on a thread of its own, beside the next
+    # sample's device phase; leaving early (stop, a store error) stops the pool at once and waits for the write
+    with contextlib.closing(slots), WriteBehind(writer, summary, behind=lookahead_threads(sim_cfg) > 0) as store:
+        _store_in_order(writer, claims, ids, slots, summary, bar, progress_path, stop, deadline_at, store)
 
 
 def _store_in_order(writer: Any, claims: Any, ids: Sequence[str], slots: Any, summary: SimulateSummary, bar: Any,
-                    progress_path: str | Path | None, stop: threading.Event, deadline_at: float | None) -> None:
-    """Claim, finish (`namsa.pipelined.PreparedSlot.sample`) and store each sample in order."""
+                    progress_path: str | Path | None, stop: threading.Event, deadline_at: float | None,
+                    store: Any) -> None:
+    """Claim, finish (`namsa.pipelined.PreparedSlot.sample`) and store (``store``, a
+    `workflow.store_behind.WriteBehind`) each sample in order."""
     import stage
 
     for sid, slot in zip(ids, slots):
@@ -275,8 +281,7 @@ def _store_in_order(writer: Any, claims: Any, ids: Sequence[str], slots: Any, su
             summary.skipped += 1  # stored here, or stored / being written by another store
         else:
             try:
-                writer.put(slot.sample())
-                summary.written += 1
+                store.put(sid, slot.sample())   # counted as written (or failed) when its write has finished
             except (stage.StoreError, RunError):  # the store, the disk or the run failed, not this sample
                 raise
             except Exception as exc:  # one bad structure must not stop the others
