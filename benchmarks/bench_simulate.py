@@ -43,6 +43,8 @@ GPU: 4 cores per worker, one of which drives the device).
     .venv/bin/python benchmarks/bench_simulate.py --quick        # 16 x 16 scan, 256^2 only
     .venv/bin/python benchmarks/bench_simulate.py --fft-plans    # FFT variants alone, fresh processes
     .venv/bin/python benchmarks/bench_simulate.py --host-vs-device   # host time vs modelled HBM time
+    .venv/bin/python benchmarks/bench_simulate.py --study-host   # gpu-study's planned samples, store write
+                                                                  # included (benchmarks/study_host_model.py)
 """
 from __future__ import annotations
 
@@ -60,6 +62,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling module, also under PYTHONSAFEPATH
 from simulate_device_model import FFT_PASSES, gpu_bound, host_child, host_vs_device  # noqa: E402
+from study_host_model import study_child, study_host  # noqa: E402
 
 CASE = dict(material="Si-diamond", zone_axis=(1, 1, 0), lateral_A=(22.0, 21.0), thickness_A=150.0,
             energy_kv=200.0, semiangle_mrad=20.0, slice_thickness_A=2.0)
@@ -321,7 +324,14 @@ def main() -> None:
                         help="only the host time of the device path vs the modelled HBM-bound device time")
     parser.add_argument("--configs", nargs="+", default=["gpu-node", "paper"], help="configs for --host-vs-device")
     parser.add_argument("--host-repeats", type=int, default=3, help="warm samples per --host-vs-device variant")
+    parser.add_argument("--study-host", nargs="?", const="gpu-study", metavar="CONFIG",
+                        help="only the host work per sample over CONFIG's planned samples (default gpu-study), "
+                             "the store write included, and the samples/s it allows per host thread count")
+    parser.add_argument("--study-samples", type=int, default=16, help="samples of the plan for --study-host")
+    parser.add_argument("--plan-dir", default=os.path.join(tempfile.gettempdir(), "bench_simulate_plans"),
+                        help="where --study-host keeps the config's plan (workflow.plan_cache; planned on a first run)")
     parser.add_argument("--host-child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--study-child", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--rss-child", help=argparse.SUPPRESS)
     parser.add_argument("--fft-child", help=argparse.SUPPRESS)
     parser.add_argument("--shape", type=int, nargs=3, help=argparse.SUPPRESS)
@@ -338,6 +348,9 @@ def main() -> None:
         return plan_child(method, fft, int(gpts), int(scan))
     if args.rss_child:
         return peak_rss_child(args.rss_child, args.budget_gb)
+    if args.study_child:
+        config, count, plan_dir = args.study_child
+        return study_child(config, int(count), plan_dir)
     if args.host_child:
         config, fft_friendly, repeats = args.host_child
         return host_child(config, bool(int(fft_friendly)), "Si-diamond", (1, 1, 0), int(repeats))
@@ -345,7 +358,9 @@ def main() -> None:
 
     ffts = args.ffts or list(CPU_FFTS)
     cache_root = tempfile.mkdtemp(prefix="bench_simulate_fftw_")   # every variant measures its own wisdom
-    if args.host_vs_device:
+    if args.study_host:
+        results = {"study_host": study_host(args.study_host, args.study_samples, args.plan_dir, in_fresh_process)}
+    elif args.host_vs_device:
         results = {"host_vs_device": host_vs_device(args.configs, args.host_repeats, in_fresh_process)}
     elif args.fft_plans:
         results = {"fft_plans": fft_plans(ffts, cache_root)}
