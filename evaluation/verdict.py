@@ -233,7 +233,7 @@ def study_reference(target: str = "potential") -> str | None:
     if not card.held_out_evaluation.symmetry_average:
         rule += ", its single pass (the card predates symmetry averaging, evaluation.symmetry_average)"
     materials = len(card.trained_on.data.materials["test"])
-    return (f"For scale, the study's flagship pretrained:{STUDY_PRETRAINED} (trained by "
+    return (f"For scale, the study's flagship pretrained:{STUDY_PRETRAINED} (trained on the physics and splits of "
             f"configs/{card.trained_on.config_name}.yaml; docs/evaluation.md, 'The study') scores {target} "
             f"relative L2 {listed} {rule} on {rel_l2[NETWORK].n} noise-free held-out samples of {materials} "
             f"materials of structure types it never saw.")
