@@ -120,8 +120,8 @@ def _card_table(card: dict[str, Any]) -> str:
 
 
 def _chain_row(card: dict[str, Any]) -> tuple[str, str, str] | None:
-    """The card's ``training.lineage`` in one row: links, training samples and steps in all, then each
-    link's name, samples, steps, device and date; None for a card without a chain."""
+    """The card's ``training.lineage`` in one row: links, steps in all and the links' training samples summed,
+    then each link's name, samples, steps, device and date; None for a card without a chain."""
     links = (card.get("training") or {}).get("lineage") or []
     if not links:
         return None
@@ -133,7 +133,8 @@ def _chain_row(card: dict[str, Any]) -> tuple[str, str, str] | None:
                      f"{text(link.get('steps'))} steps, {link.get('device') or '?'}, "
                      f"{link.get('date') or 'date unknown'}" for link in links)
     return ("training result", "chain of runs (first to last)",
-            f"{len(links)} links, {total('train_samples')} training samples and {total('steps')} steps in all: {each}")
+            f"{len(links)} links, {total('steps')} steps in all, {total('train_samples')} training samples summed over "
+            f"the links (a sample two links trained on counts twice): {each}")
 
 
 def _split_note(split: str) -> str:

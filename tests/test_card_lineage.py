@@ -136,5 +136,5 @@ def test_the_report_lists_the_chain_among_the_training_result(finished_run, tune
     doc = json.loads((finished_run / "eval" / "metrics.json").read_text())
     doc["model_card"] = _card(tuned)
     samples = _card(tuned)["data"]["train_samples"]
-    assert f"2 links, {2 * samples:,} training samples and 8 steps in all: unnamed: {samples:,} samples, 6 steps, " \
-           f"cpu, " in render(doc)
+    assert f"2 links, 8 steps in all, {2 * samples:,} training samples summed over the links (a sample two links " \
+           f"trained on counts twice): unnamed: {samples:,} samples, 6 steps, cpu, " in render(doc)
