@@ -36,7 +36,13 @@ namsa simulations (random library materials and zone axes inside the window, -20
 of 40 at 10-80 Angstrom thick nor of 30 at 80-150 reported outside; of 30 at 500-4000 Angstrom either
 way, 13 reported outside, the rest wrapped to a number) it catches lattices whose periods
 differ along y and x; a lattice that repeats alike along both (most cubic crystals down [001]) wraps
-alike and stays a number: the parallax alone cannot tell it from a focus inside.
+alike and stays a number: the parallax alone cannot tell it from a focus inside. The same aliasing works
+inside the window: a thin cubic crystal whose lattice shifts by a whole period between neighbouring detector
+pixels gives the focus curve two peaks of (nearly) equal height, a period's worth of focus apart (~400-450
+Angstrom at the study's physics; LiF and TiN [001] at 33 Angstrom read -419 and -382 with a second peak of
+99% of the highest at +32 and +58). Every other peak of at least `ALIAS_PEAK_FRACTION` of the highest is
+kept as ``DefocusEstimate.aliases_A``, a reading the data support as well; the model's check
+(`models.scan_fit.card_checks`) does not judge a focus one of whose aliases lies inside the training range.
 
 **Thickness** cannot be read from such stacks without the specimen's composition (a thin heavy and a
 thick light crystal scatter alike; Bragg scattering inside the detector saturates within ~40
@@ -84,6 +90,9 @@ MIN_DISC_PIXELS = 5
 MIN_DIRECTION_FREQUENCIES = 8
 #: training stacks read for `split_ranges` (strided over the split)
 MAX_SPLIT_SAMPLES = 64
+#: another peak of the focus curve at least this fraction of the highest is as good a reading: a crystal whose
+#: lattice shifts by a whole period between neighbouring detector pixels aliases the focus (module docstring)
+ALIAS_PEAK_FRACTION = 0.9
 
 
 @dataclass(frozen=True)
@@ -91,13 +100,16 @@ class DefocusEstimate:
     """``value_A``: the probe's focus relative to the specimen's mid-plane (Angstrom, namsa's C1 sign:
     + = overfocus), or None with ``reason``; ``search_A``: the +-range searched; ``peak_contrast``:
     the focus curve's peak over its median (the parallax signal); ``outside``: the focus lies outside
-    the +-``search_A`` window (see the module docstring), no value, and ``reason`` says how that shows."""
+    the +-``search_A`` window (see the module docstring), no value, and ``reason`` says how that shows;
+    ``aliases_A``: other readings the curve supports as well (its other peaks of at least
+    `ALIAS_PEAK_FRACTION` of the highest, beyond the reading's stated accuracy): a crystal lattice's aliases."""
 
     value_A: float | None
     search_A: float
     peak_contrast: float
     reason: str = ""
     outside: bool = False
+    aliases_A: tuple[float, ...] = ()
 
     def tolerance_A(self) -> float:
         """The stated accuracy (Angstrom) of this estimate: `DEFOCUS_TOL_A` + `DEFOCUS_TOL_REL` x |value|."""
@@ -150,7 +162,16 @@ def parallax_defocus(cbed: np.ndarray, scan_shape: Sequence[int], step_A: Sequen
     wrapped = _outside_window(trials, value, per_frequency, along_y)
     if wrapped:
         return DefocusEstimate(None, search, contrast, wrapped, outside=True)
-    return DefocusEstimate(float(value), search, contrast)
+    return DefocusEstimate(float(value), search, contrast, aliases_A=_aliases(trials, curve, value))
+
+
+def _aliases(trials: np.ndarray, curve: np.ndarray, value: float) -> tuple[float, ...]:
+    """The focus (Angstrom) at each other interior peak of ``curve`` of at least `ALIAS_PEAK_FRACTION` of its
+    highest, farther from ``value`` than the reading's stated accuracy."""
+    high = ALIAS_PEAK_FRACTION * curve.max()
+    peaks = [j for j in range(1, len(curve) - 1) if curve[j] >= high and curve[j - 1] <= curve[j] > curve[j + 1]]
+    readings = (_parabola_peak(trials, curve, j) for j in peaks)
+    return tuple(float(r) for r in readings if abs(r - value) > defocus_tolerance_A(value))
 
 
 def _reading(trials: np.ndarray, curve: np.ndarray) -> float | None:

@@ -235,3 +235,25 @@ def test_a_held_out_sample_at_the_coarsest_detector_pixel_draws_no_disc_finding(
     # near the span's small end: outside the finest pixel's tolerance (the old check), inside the span's
     assert abs(radius - low) < 0.3 and radius < high * (1 - RADIUS_RTOL) - RADIUS_ATOL_PX
     assert "disc-radius" not in {w["code"] for w in report["warnings"]}
+
+
+@pytest.mark.parametrize("material, read_A, alias_A", [("AB_cP2_221_b_a:Li,F:0.5876", -419, 32),
+                                                       ("TiN-rocksalt:B,N:0.7864", -383, 58)])
+def test_a_thin_cubic_crystal_whose_lattice_aliases_the_focus_is_not_judged(material, read_A, alias_A):
+    """Two thin cubic crystals of the flagship's test split ([001], 33-34 A) were told their focus was outside
+    training: the parallax's focus curve peaks at -419 / -383 A and as high (99%) at +32 / +58 A, a lattice
+    period's worth of focus away (stage.scan_statistics: aliases). A reading one of whose aliases lies inside
+    the training range is recorded with its aliases and a note, not warned about."""
+    from models import flagship_name, pretrained_card
+    from namsa.material_id import parse_sample_id
+
+    card = pretrained_card(flagship_name())
+    material_id, axis, variant = parse_sample_id(f"{material}__0_0_1__v0__{card.simulation_config.physics_hash()}")
+    sample = namsa.simulate_sample(material_id, axis, card.simulation_config, variant=variant)
+    step = _step(sample.meta)
+    estimate = parallax_defocus(sample.cbed, sample.meta.scan_shape, step, card.expects_input.semiangle_mrad)
+    assert abs(estimate.value_A - read_A) < 15 and any(abs(a - alias_A) < 15 for a in estimate.aliases_A)
+    report = card_checks.input_report(sample.cbed, card, {"scan_step_A": list(step)})
+    measured = report["measured"]["defocus_A"]
+    assert "peaks as high" in measured["note"] and measured["aliases_A"] == list(estimate.aliases_A)
+    assert "defocus" not in {w["code"] for w in report["warnings"]}

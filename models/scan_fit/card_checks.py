@@ -14,9 +14,9 @@ from stage.microscope.check_report import add_measurement, add_warning, new_repo
 from stage.microscope.checks import RADIUS_ATOL_PX, RADIUS_RTOL
 from stage.microscope.counts import NORMALISED_TOTAL
 from stage.microscope.disc import find_disc
-from stage.scan_statistics import (DEFOCUS_TOL_A, DEFOCUS_TOL_REL, NOISE_FREE_DOSE_E_PER_A2,
-                                   DefocusEstimate, bright_field_disc, dose_from_quanta, high_angle_loss,
-                                   parallax_defocus, scattered_fraction)
+from stage.scan_statistics import (NOISE_FREE_DOSE_E_PER_A2, DefocusEstimate, bright_field_disc,
+                                   defocus_tolerance_A, dose_from_quanta, high_angle_loss, parallax_defocus,
+                                   scattered_fraction)
 
 from ..card import ModelCard, TrainingStatistics
 from .dose_warning import dose_message
@@ -210,15 +210,29 @@ def _check_defocus(report: dict[str, Any], cbed: np.ndarray, disc: Any, card: Mo
         return
     low, high = sorted((estimate.value_A, estimate.value_A * scale))  # the focus read scales with the step
     nearest = low if trained is None else min(max(trained[0], low), high)  # the estimate closest to training
-    tolerance = DEFOCUS_TOL_A + DEFOCUS_TOL_REL * abs(nearest)
+    tolerance = defocus_tolerance_A(nearest)
+    alias = None if "note" in extra else next((a for a in estimate.aliases_A if _inside_training(a, scale, trained)),
+                                               None)
+    if alias is not None:
+        extra["note"] = (f"not judged: the focus curve peaks as high at {alias:.0f} A, inside the training range "
+                         f"(a crystal lattice aliases the focus read from the parallax)")
     add_measurement(report, "defocus_A", low if scale == 1.0 else [low, high], DEFOCUS_UNIT, tolerance_A=tolerance,
-                    **extra)
-    if "note" in extra or trained[0] - tolerance <= nearest <= trained[1] + tolerance:
+                    aliases_A=list(estimate.aliases_A), **extra)
+    if "note" in extra or _inside_training(estimate.value_A, scale, trained):
         return
     said = f"{low:.0f}" if scale == 1.0 else f"{low:.0f}..{high:.0f}"
     add_warning(report, "defocus", f"defocus estimated {said} +- {tolerance:.0f} A from the bright-field parallax "
                                    f"(the focus relative to the specimen's middle{_step_note(step, scale)}); "
                                    f"{_trained_on(trained)}")
+
+
+def _inside_training(value: float, scale: float, trained: tuple[float, float, str]) -> bool:
+    """Whether a focus reading ``value`` (Angstrom; ``value`` x ``scale`` at the other end of the step span)
+    lies inside the trained focus range within the reading's stated accuracy."""
+    low, high = sorted((value, value * scale))
+    nearest = min(max(trained[0], low), high)
+    tolerance = defocus_tolerance_A(nearest)
+    return trained[0] - tolerance <= nearest <= trained[1] + tolerance
 
 
 def _defocus_context(step: tuple[float, float], scale: float, search: float,
