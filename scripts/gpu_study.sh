@@ -17,8 +17,11 @@
 #
 #   here:   bash scripts/gpu_wheels.sh
 #   device: run(command="bash scripts/gpu_study.sh", carry=[".gpu-wheels"], timeout_s=600)
-#   then:   record study.json's figures in benchmarks/RESULTS.md; publish the model when it beats the
-#           flagship on dev (namsa publish), and run the card's slow test here.
+#   then:   record study.json's figures in benchmarks/RESULTS.md; when it beats the flagship on dev, score it
+#           on the test split (benchmarks/study_rescore.py --model DIR) and publish it with its evaluation
+#           (scripts/publish_fine_tune.py DIR EVAL NAME --config configs/gpu-study.yaml --into-package), add
+#           its dose curve (scripts/card_dose_curve.py NAME), point models/pretrained/FLAGSHIP at it, and run
+#           the card's slow test here.
 #
 # Rehearsal here, without a GPU (NAMSA_GPU_REHEARSAL=1, tests/test_gpu_study_script.py): the same steps
 # with this interpreter, the simulator's CUDA path on the strict cupy stand-in (tests/strict_cupy.py),
