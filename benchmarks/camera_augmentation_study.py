@@ -150,12 +150,14 @@ def dev_samples(data: Path) -> list[tuple[np.ndarray, np.ndarray, tuple[float, f
 
 
 def restored_tile(frames: np.ndarray) -> np.ndarray:
-    """A camera's (sy, sx, D, D) frames as `namsa reconstruct` hands them to the network: the read noise's
-    negatives set to 0 (its dark level is 0 here), the tile divided by its mean total."""
+    """A camera's (sy, sx, D, D) frames as `namsa reconstruct` hands them to the network: restored by its
+    `CountsRestore` (dark level 0 here, no gain applied to float data: the read noise's negatives set to 0),
+    the tile divided by its mean total."""
     from models.scan_fit.fit import normalise_tile
+    from stage.microscope.counts_restore import CountsRestore
 
-    tile = np.clip(frames.astype(np.float64), 0.0, None).reshape(-1, *frames.shape[-2:]).astype(np.float32)
-    return normalise_tile(tile, "dev sample")[0]
+    restored = CountsRestore(gain=1.0, dark=0.0, electrons=False).restore(frames)
+    return normalise_tile(restored.reshape(-1, *frames.shape[-2:]).astype(np.float32), "dev sample")[0]
 
 
 def score_dev_cameras(model: str, samples: list, dose: float) -> dict[str, float]:
@@ -210,10 +212,17 @@ def ratios(errors: dict[str, float]) -> dict[str, float]:
 
 
 def paired(a: list[float], b: list[float], n_resamples: int = 2000) -> tuple[float, float, float]:
-    """Mean of a - b over the same dev samples, with its 95% bootstrap interval over samples."""
-    d = np.asarray(a) - np.asarray(b)
-    means = np.random.default_rng(0).choice(d, (n_resamples, d.size)).mean(axis=1)
-    return float(d.mean()), float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+    """Mean of a - b over the same dev samples (one per material), with its 95% bootstrap interval over
+    samples (`evaluation.metrics.bootstrap_ci`)."""
+    from evaluation.metrics import bootstrap_ci
+
+    found = bootstrap_ci(list(np.asarray(a) - np.asarray(b)), n_resamples=n_resamples)
+    return found.value, found.low, found.high
+
+
+def seed_of(name: str) -> str | None:
+    """The training seed in a fine-tune's name (`arm_name`: `` s<seed>`` appended unless 0), None for 0."""
+    return name.split(" s")[1] if " s" in name else None
 
 
 def paired_table(results: dict[str, Any]) -> str:
@@ -229,8 +238,8 @@ def paired_table(results: dict[str, Any]) -> str:
     for i, (name, r) in enumerate(results.items()):
         if not name.startswith("camera on"):
             continue
-        seed = name.split(" s")[1] if " s" in name else None
-        shares = [n for n in names[i + 1:] if n.startswith("camera on") and (n.split(" s")[1] if " s" in n else None) == seed]
+        seed = seed_of(name)
+        shares = [n for n in names[i + 1:] if n.startswith("camera on") and seed_of(n) == seed]
         for ref in (f"camera off s{seed}" if seed else "camera off", "flagship", *shares):
             if ref in results:
                 cells = [paired(get(r), get(results[ref])) for _, get in cases]

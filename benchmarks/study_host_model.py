@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simulate_device_model import FFT_PASSES, H100_HBM_BPS, LAUNCH_S, bytes_per_slice_per_probe
+from simulate_device_model import FFT_PASSES, H100_HBM_BPS, HOST_THREADS, LAUNCH_S, bytes_per_slice_per_probe
 
 ROOT = Path(__file__).resolve().parents[1]
 #: (module, attribute, step): the functions the worker's calls make, timed as steps (a class method as
@@ -59,7 +59,6 @@ GIL_FREE = ("projection_host", "periodic_phases", "store_float16", "store_stats"
 #: the three phases of a sample in the worker loop, and the thread each runs on (the store write on one of its
 #: own beside the next sample's device phase: workflow.store_behind)
 PHASES = {"host_phase": "pool", "device_phase": "driving", "store_write": "store"}
-HOST_THREADS = (1, 2, 3, 4)
 
 
 class StepClock:

@@ -11,7 +11,7 @@ on leaving the loop.
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable
 
 from namsa.errors import RunError
 
@@ -27,23 +27,27 @@ class WriteBehind:
     def __init__(self, writer: Any, summary: Any, behind: bool):
         self._writer, self._summary = writer, summary
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="namsa-store") if behind else None
-        self._pending: tuple[str, Any] | None = None
+        self._pending: tuple[str, Future] | None = None
 
     def put(self, sample_id: str, sample: Any) -> None:
         self.settle()
-        self._pending = (sample_id, self._pool.submit(self._writer.put, sample) if self._pool else sample)
         if self._pool is None:
-            self.settle()
+            self._count(sample_id, lambda: self._writer.put(sample))
+        else:
+            self._pending = (sample_id, self._pool.submit(self._writer.put, sample))
 
     def settle(self) -> None:
-        """Finish the put in hand (wait for it on the store thread, or run it here) and count it."""
-        if self._pending is None:
-            return
-        (sample_id, work), self._pending = self._pending, None
+        """Wait for the put in flight on the store thread, if any, and count it."""
+        if self._pending is not None:
+            (sample_id, future), self._pending = self._pending, None
+            self._count(sample_id, future.result)
+
+    def _count(self, sample_id: str, finish: Callable[[], Any]) -> None:
+        """Run ``finish`` (a put, or waiting for one) and count the sample as written or failed."""
         import stage
 
         try:
-            work.result() if isinstance(work, Future) else self._writer.put(work)
+            finish()
         except (stage.StoreError, RunError):
             raise
         except Exception as exc:  # this sample's data, not the store: the others go on

@@ -209,8 +209,7 @@ def _check_defocus(report: dict[str, Any], cbed: np.ndarray, disc: Any, card: Mo
         _outside_search_window(report, estimate, extra, trained)
         return
     low, high = sorted((estimate.value_A, estimate.value_A * scale))  # the focus read scales with the step
-    nearest = low if trained is None else min(max(trained[0], low), high)  # the estimate closest to training
-    tolerance = defocus_tolerance_A(nearest)
+    tolerance = defocus_tolerance_A(low if trained is None else _nearest(estimate.value_A, scale, trained))
     alias = None if "note" in extra else next((a for a in estimate.aliases_A if _inside_training(a, scale, trained)),
                                                None)
     if alias is not None:
@@ -226,11 +225,17 @@ def _check_defocus(report: dict[str, Any], cbed: np.ndarray, disc: Any, card: Mo
                                    f"{_trained_on(trained)}")
 
 
-def _inside_training(value: float, scale: float, trained: tuple[float, float, str]) -> bool:
-    """Whether a focus reading ``value`` (Angstrom; ``value`` x ``scale`` at the other end of the step span)
-    lies inside the trained focus range within the reading's stated accuracy."""
+def _nearest(value: float, scale: float, trained: tuple[float, float, str]) -> float:
+    """Of a focus reading ``value`` (Angstrom) and ``value`` x ``scale`` (the other end of the step span),
+    and every focus between, the one closest to the trained range."""
     low, high = sorted((value, value * scale))
-    nearest = min(max(trained[0], low), high)
+    return min(max(trained[0], low), high)
+
+
+def _inside_training(value: float, scale: float, trained: tuple[float, float, str]) -> bool:
+    """Whether a focus reading ``value`` (`_nearest` over the step span) lies inside the trained focus
+    range within the reading's stated accuracy."""
+    nearest = _nearest(value, scale, trained)
     tolerance = defocus_tolerance_A(nearest)
     return trained[0] - tolerance <= nearest <= trained[1] + tolerance
 
