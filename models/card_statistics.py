@@ -55,7 +55,8 @@ class StatisticRange(BaseModel):
 
 class TrainingStatistics(BaseModel):
     """``training_statistics``: the ranges of the input's cheap statistics (`stage.scan_statistics`, of
-    estimator ``version``) over the training split, and its probe steps (Angstrom) and semi-angle (mrad)."""
+    estimator ``version``) over the training split, and its probe steps (Angstrom) and semi-angle (mrad);
+    a fine-tune's cover its chain's training splits as well (`union_statistics`), which ``note`` says."""
 
     model_config = _STRICT
 
@@ -65,6 +66,7 @@ class TrainingStatistics(BaseModel):
     ranges: dict[StatisticName, StatisticRange]
     step_A: Annotated[list[Annotated[float, Field(gt=0, le=1e4)]], Field(min_length=2, max_length=2)]
     semiangle_mrad: Annotated[float, Field(gt=0, le=1_000)]
+    note: Annotated[str, Field(max_length=1024)] | None = None
 
     @model_validator(mode="after")
     def _plausible(self) -> "TrainingStatistics":
@@ -75,6 +77,45 @@ class TrainingStatistics(BaseModel):
         if self.step_A[0] > self.step_A[1]:
             raise ValueError(f"step_A {self.step_A} is [smallest, largest] probe step: low above high")
         return self
+
+
+def union_statistics(parent: TrainingStatistics | None, split: TrainingStatistics | None, parent_name: str,
+                     version: int) -> TrainingStatistics | None:
+    """A fine-tune's ``training_statistics``: its weights were trained on its chain's training splits, so the
+    ranges are the union of ``parent``'s (the card of the model it started from, named ``parent_name``; a
+    fine-tune's own a union of its chain's) and this run's ``split``: the lowest low and the highest high of
+    each statistic, samples summed, the probe steps' (Angstrom) span joined, the semi-angle (mrad) this run's.
+    A parent without statistics of estimator ``version`` (this code's) leaves ``split`` alone, a split that
+    could not be measured the parent's; ``note`` says which. None when neither has any."""
+    origin = f"{parent_name[:256]} (the model this run was fine-tuned from)"
+    if parent is not None and parent.version != version:
+        return _noted(split, f"{origin} records statistics of estimator version {parent.version}, not this code's "
+                             f"{version}: this run's training split alone")
+    if parent is None:
+        return _noted(split, f"{origin} records no training statistics: this run's training split alone")
+    if split is None:
+        return _noted(parent, f"this run's training split could not be measured: the ranges of {origin} alone")
+    names = (*parent.ranges, *(n for n in split.ranges if n not in parent.ranges))
+    steps = [min(parent.step_A[0], split.step_A[0]), max(parent.step_A[1], split.step_A[1])]
+    return TrainingStatistics(version=version, split=split.split, samples=parent.samples + split.samples,
+                              ranges={n: _joined(parent.ranges.get(n), split.ranges.get(n)) for n in names},
+                              step_A=steps, semiangle_mrad=split.semiangle_mrad,
+                              note=f"the union of the training statistics of {parent_name[:256]} ({parent.samples} "
+                                   f"stacks), the model this run was fine-tuned from, and of this run's training "
+                                   f"split ({split.samples} stacks)")
+
+
+def _noted(stats: TrainingStatistics | None, note: str) -> TrainingStatistics | None:
+    """``stats`` with ``note`` (None stays None)."""
+    return None if stats is None else stats.model_copy(update={"note": note})
+
+
+def _joined(a: StatisticRange | None, b: StatisticRange | None) -> StatisticRange:
+    """The union of two ranges of one statistic (either may be missing, not both): lowest low, highest high,
+    samples summed."""
+    if a is None or b is None:
+        return a or b
+    return StatisticRange(low=min(a.low, b.low), high=max(a.high, b.high), samples=a.samples + b.samples, unit=b.unit)
 
 
 class DoseAugmentationRecord(DoseAugmentationConfig):
@@ -99,4 +140,4 @@ class DoseAugmentationRecord(DoseAugmentationConfig):
 
 
 __all__ = ["StatisticName", "StatisticRange", "TrainingStatistics", "DoseAugmentationRecord", "STATISTIC_BOUNDS",
-           "check_range"]
+           "check_range", "union_statistics"]

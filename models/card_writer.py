@@ -10,48 +10,75 @@ a reader, or a write that is killed or fails half-way, sees the old card or the 
 
 A card built from a run that names its training stores (``data.dirs``) records the ranges of the
 input's cheap statistics over their training split (``training_statistics``: defocus, scattering,
-dose; `stage.scan_statistics`), which `Reconstructor.predict`'s input report compares each input with.
+dose; `stage.scan_statistics`), which `Reconstructor.predict`'s input report compares each input with;
+a fine-tune's card, the union of those and its initial model's (`training_statistics`).
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Mapping
 
+from pydantic import ValidationError
+
 from namsa.config import MACHINE_FIELDS, SimulationConfig
 from namsa.errors import NamsaError
 from stage.config import DataConfig
 from stage.jsonfile import write_json_atomic
 
-from .card import CARD_FILE, MODEL_FILE, DataInfo, ExpectsInput, ModelCard, validate_card
+from .card import CARD_FILE, MODEL_FILE, DataInfo, ExpectsInput, ModelCard, first_validation_problem, validate_card
 from .card_provenance import CheckSample, HeldOutEvaluation, TrainedOn
+from .card_statistics import TrainingStatistics, union_statistics
+from .errors import ModelDirError
 
 #: the checkpoint state's entries a card copies as they are
 STATE_FIELDS = ("model_config", "architecture", "targets", "normalizer", "data_manifest_hash", "code_version",
                 "train_config")
 
 
-def card_from_state(state: Mapping[str, Any], where: str, **fields: Any) -> ModelCard:
+def card_from_state(state: Mapping[str, Any], where: str, *, parent: ModelCard | None = None,
+                    **fields: Any) -> ModelCard:
     """A validated card from a verified checkpoint ``state`` (`models.checkpoint.verify_checkpoint`):
     its `STATE_FIELDS`, format and weights entry, then ``fields`` (records or their JSON, which win),
-    and the training statistics of the stores its ``data.dirs`` names (`training_statistics`) unless
-    given; one-line `models.card.ModelDirError` naming ``where`` when the result is not a card."""
+    and the training statistics of the stores its ``data.dirs`` names (`training_statistics`; joined with
+    those of ``parent``, the card of the model a fine-tune started from) unless given; one-line
+    `models.card.ModelDirError` naming ``where`` when the result is not a card."""
     values: dict[str, Any] = {k: state[k] for k in STATE_FIELDS if k in state}
     values.update(format="namsa-reconstructor", format_version=state.get("format_version"),
                   files={MODEL_FILE: (state.get("files") or {}).get(MODEL_FILE)})
     values.update(fields)
     card = validate_card(values, where)
     if card.training_statistics is None:
-        statistics = training_statistics(card.data)
+        statistics = training_statistics(card.data, parent)
         if statistics is not None:
             card = validate_card({**values, "training_statistics": statistics}, where)
     return card
 
 
-def training_statistics(data: DataInfo | None) -> dict[str, Any] | None:
-    """The card's ``training_statistics`` (`models.card.TrainingStatistics`): the range of each cheap
-    statistic of the input over the training split of the stores ``data.dirs`` names
+def training_statistics(data: DataInfo | None, parent: ModelCard | None = None) -> dict[str, Any] | None:
+    """The card's ``training_statistics`` (`models.card.TrainingStatistics`, as JSON): the range of each
+    cheap statistic of the input over the training split of the stores ``data.dirs`` names
     (`stage.scan_statistics.split_ranges`); None without stores, with no training sample, or when
-    the stores cannot be read (the card is still written: its input report then says what it lacks)."""
+    the stores cannot be read (the card is still written: its input report then says what it lacks).
+    For a fine-tune, ``parent`` (the card of the model it started from, `training.init_from`): the union
+    of its statistics and the split's (`models.card_statistics.union_statistics`, which notes a parent
+    without them)."""
+    from stage.scan_statistics import STATISTICS_VERSION
+
+    split = _split_statistics(data)
+    if parent is None:
+        return split
+    try:
+        typed = None if split is None else TrainingStatistics.model_validate(split)
+    except ValidationError as exc:
+        raise ModelDirError(f"the training split's statistics: {first_validation_problem(exc)}") from None
+    joined = union_statistics(parent.training_statistics, typed, parent.name or "the initial model",
+                              STATISTICS_VERSION)
+    return None if joined is None else joined.model_dump(mode="json", exclude_unset=True)
+
+
+def _split_statistics(data: DataInfo | None) -> dict[str, Any] | None:
+    """`stage.scan_statistics.split_ranges` of the training split of ``data.dirs``; None without stores,
+    training samples, or readable stores."""
     dirs = data.dirs if data is not None else None
     if not dirs:
         return None

@@ -88,8 +88,17 @@ MIN_IMAGE_CONTRAST = 1e-4
 MIN_DISC_PIXELS = 5
 #: a scan direction needs this many of the strongest frequencies for its own reading of the focus
 MIN_DIRECTION_FREQUENCIES = 8
-#: training stacks read for `split_ranges` (strided over the split)
-MAX_SPLIT_SAMPLES = 64
+#: training stacks `split_ranges` reads for the cheap statistics (scattered fraction, high-angle loss, dose):
+#: every one of a split up to this many, strided beyond (5.4-6.2 ms a stack of 1024 x 32 x 32 float16
+#: patterns on a busy 2-core EPYC VM: 27-31 s for 5,000; past the limit 1 sample in 10,000 lies beyond each end)
+MAX_SPLIT_SAMPLES = 10_000
+#: of those, the stacks whose parallax focus `split_ranges` reads, strided: a reading costs ~23 ms a stack
+#: (the same VM; ~115 s for 5,000, more than the card's whole budget at the end of a device call), so it
+#: stays strided. Its ends matter less: a card with a training config takes the focus range from it
+#: (`models.scan_fit.trained_ranges`), and a reading is judged with its own tolerance (`DEFOCUS_TOL_A` +
+#: `DEFOCUS_TOL_REL` x |focus|), wider than the strided ends miss by (the flagship's 468 training stacks:
+#: every one's focus spans -58..116 A, 64 strided ones' -58..103; the tolerance at 103 A is 71 A)
+MAX_DEFOCUS_SAMPLES = 64
 #: another peak of the focus curve at least this fraction of the highest is as good a reading: a crystal whose
 #: lattice shifts by a whole period between neighbouring detector pixels aliases the focus (module docstring)
 ALIAS_PEAK_FRACTION = 0.9
@@ -293,13 +302,15 @@ def dose_from_quanta(cbed: np.ndarray, step_A: float) -> tuple[float, float] | N
 
 
 def stack_statistics(cbed: np.ndarray, scan_shape: Sequence[int], step_A: Sequence[float],
-                     semiangle_mrad: float) -> dict[str, Any]:
+                     semiangle_mrad: float, defocus: bool = True) -> dict[str, Any]:
     """Every statistic of one (S, P, P) stack (None where it cannot be read): ``defocus_A`` (a
-    `DefocusEstimate`), ``scattered_fraction``, ``high_angle_loss``, ``dose_e_per_A2``."""
+    `DefocusEstimate`; None when ``defocus`` is False, which skips the parallax reading, ~5x the rest's
+    cost), ``scattered_fraction``, ``high_angle_loss``, ``dose_e_per_A2``."""
     cbed = np.asarray(cbed)
     disc = bright_field_disc(cbed)
     dose = dose_from_quanta(cbed, min(float(s) for s in step_A))
-    return {"defocus_A": parallax_defocus(cbed, scan_shape, step_A, semiangle_mrad, disc),
+    focus = parallax_defocus(cbed, scan_shape, step_A, semiangle_mrad, disc) if defocus else None
+    return {"defocus_A": focus,
             "scattered_fraction": None if disc is None else scattered_fraction(cbed, disc),
             "high_angle_loss": high_angle_loss(cbed), "dose_e_per_A2": None if dose is None else dose[0]}
 
@@ -311,26 +322,29 @@ UNITS = {"defocus_A": "Angstrom (focus relative to the specimen's mid-plane, + =
          "dose_e_per_A2": "electrons/Angstrom^2"}
 
 
-def split_ranges(paths: str | Path | Sequence[str | Path], split: str = "train",
-                 limit: int = MAX_SPLIT_SAMPLES) -> dict[str, Any] | None:
-    """The range (low, high) of each `stack_statistics` value over up to ``limit`` samples of the
-    ``split`` (strided) of the stores at ``paths``, each read with its own meta's scan shape, probe
-    step and semi-angle, and those steps' span (Angstrom) and the median semi-angle (mrad): the card's
-    ``training_statistics`` section (`models.card.TrainingStatistics`). None when the split is empty."""
+def split_ranges(paths: str | Path | Sequence[str | Path], split: str = "train", limit: int = MAX_SPLIT_SAMPLES,
+                 defocus_limit: int = MAX_DEFOCUS_SAMPLES) -> dict[str, Any] | None:
+    """The range (low, high) of each `stack_statistics` value over the ``split`` of the stores at ``paths``:
+    the cheap ones over every sample (up to ``limit``, strided beyond), the parallax focus over up to
+    ``defocus_limit`` of those (strided; see `MAX_DEFOCUS_SAMPLES`), each stack read with its own meta's scan
+    shape, probe step and semi-angle; and those steps' span (Angstrom) and the median semi-angle (mrad): the
+    card's ``training_statistics`` section (`models.card.TrainingStatistics`). None when the split is empty."""
     from .storeset import open_stores
 
+    if limit < 1 or defocus_limit < 0:
+        raise UserError(f"split_ranges reads limit={limit} >= 1 stacks, defocus_limit={defocus_limit} >= 0 of them")
     values: dict[str, list[float]] = {name: [] for name in UNITS}
     steps: list[float] = []
     semiangles: list[float] = []
     with open_stores(paths) as stores:
-        indices = stores.indices(split)
-        picked = sorted({indices[int(i)] for i in np.linspace(0, len(indices) - 1, min(limit, len(indices)))})
+        picked = _strided(stores.indices(split), limit)
+        focus = set(_strided(picked, defocus_limit))
         for i in picked:
             reader, j = stores.locate(i)
             arrays, meta = reader.read_arrays(j, names=("cbed",), dtype=np.float32)
             step, semiangle = meta.scan_step_A, float(meta.semiangle_mrad)
-            stats = stack_statistics(arrays["cbed"], meta.scan_shape, step, semiangle)
-            stats["defocus_A"] = stats["defocus_A"].value_A
+            stats = stack_statistics(arrays["cbed"], meta.scan_shape, step, semiangle, defocus=i in focus)
+            stats["defocus_A"] = None if stats["defocus_A"] is None else stats["defocus_A"].value_A
             for name, value in stats.items():
                 if value is not None and math.isfinite(value):
                     values[name].append(float(value))
@@ -342,3 +356,11 @@ def split_ranges(paths: str | Path | Sequence[str | Path], split: str = "train",
               for name, v in values.items() if v}
     return {"version": STATISTICS_VERSION, "split": split, "samples": len(picked), "ranges": ranges,
             "step_A": [min(steps), max(steps)], "semiangle_mrad": float(np.median(semiangles))}
+
+
+def _strided(indices: Sequence[int], limit: int) -> list[int]:
+    """Up to ``limit`` of ``indices``, evenly strided from the first to the last (all of them when they are
+    at most ``limit``)."""
+    if len(indices) <= limit:
+        return list(indices)
+    return sorted({indices[int(i)] for i in np.linspace(0, len(indices) - 1, limit)}) if limit else []

@@ -63,6 +63,17 @@ def test_a_run_from_scratch_has_one_link_and_a_fine_tune_adds_its_own(source_mod
     assert origin["weights_xxh3_128"] == card["training"]["lineage"][0]["weights_xxh3_128"]
 
 
+def test_a_fine_tunes_card_joins_its_initial_models_training_statistics(source_model, tuned):  # noqa: F811
+    """The trainer's export of a fine-tune records the union of its initial model's card's ranges and its own
+    training split's (`models.card_statistics.union_statistics`): here the same data twice."""
+    source, card = _card(source_model)["training_statistics"], _card(tuned)["training_statistics"]
+    assert "note" not in source and card["samples"] == 2 * source["samples"]
+    assert card["note"].startswith("the union of the training statistics of the initial model")
+    for name, r in card["ranges"].items():
+        assert (r["low"], r["high"], r["samples"]) == (source["ranges"][name]["low"], source["ranges"][name]["high"],
+                                                       2 * source["ranges"][name]["samples"])
+
+
 def test_publish_carries_the_chain_and_a_fine_tune_of_the_published_model_writes_three(
         finished_run, tuned, tiny_data_dir, tmp_path):  # noqa: F811
     # the fine-tuned model in a finished run's folder (its metrics are the tiny run's: publish reads them as they are)

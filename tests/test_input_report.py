@@ -15,9 +15,10 @@ import namsa
 from models.card import read_card_file
 from models.card_writer import card_from_state, write_card
 from models.scan_fit import OutsideTrainingWarning, card_checks
+from namsa.errors import UserError
 from namsa.optics import scan_step_A
 from stage.microscope.checks import RADIUS_ATOL_PX, RADIUS_RTOL
-from stage.scan_statistics import (DEFOCUS_TOL_A, DEFOCUS_TOL_REL, parallax_defocus, split_ranges,
+from stage.scan_statistics import (DEFOCUS_TOL_A, DEFOCUS_TOL_REL, UNITS, parallax_defocus, split_ranges,
                                    stack_statistics)
 
 #: the training split of these tests: Si and GaAs [110] at 20-80 Angstrom, C1 in -40..40 Angstrom
@@ -75,32 +76,51 @@ def test_patterns_without_a_specimen_give_no_defocus():
     assert parallax_defocus(vacuum, (32, 32), (0.4, 0.4), 20.0).value_A is None  # one pattern everywhere
 
 
-@pytest.fixture(scope="module")
-def training_store(tmp_path_factory):
-    """A real store whose every sample is in the training split: TRAINING materials, thickness and
-    defocus drawn per variant from 20-80 and -40..40 Angstrom."""
+def _training_config() -> namsa.SimulationConfig:
+    """The training split's physics: the study's, thickness and defocus drawn per variant from 20-80 and
+    -40..40 Angstrom."""
+    return _study_config(variations={"thickness_range_A": (20.0, 80.0), "defocus_range_A": (-40.0, 40.0)})
+
+
+def _write_store(root, samples) -> None:
+    """A real store of ``samples`` (of `_training_config`), every one in the training split."""
     import stage
 
-    cfg = _study_config(variations={"thickness_range_A": (20.0, 80.0), "defocus_range_A": (-40.0, 40.0)})
-    root = tmp_path_factory.mktemp("input_report") / "store-0"
     data_cfg = stage.DataConfig(cbed_dtype="float32", split_fractions=(1.0, 0.0, 0.0))
-    with stage.StoreWriter(root, config_hash=cfg.physics_hash(), data_cfg=data_cfg) as writer:
-        for material, axis in TRAINING:
-            for variant in range(TRAINING_VARIANTS):
-                writer.put(namsa.simulate_sample(material, axis, cfg, variant=variant))
+    with stage.StoreWriter(root, config_hash=_training_config().physics_hash(), data_cfg=data_cfg) as writer:
+        for sample in samples:
+            writer.put(sample)
+
+
+@pytest.fixture(scope="module")
+def training_store(tmp_path_factory):
+    """A real store whose every sample is in the training split: TRAINING materials at `_training_config`."""
+    root = tmp_path_factory.mktemp("input_report") / "store-0"
+    _write_store(root, (namsa.simulate_sample(material, axis, _training_config(), variant=variant)
+                        for material, axis in TRAINING for variant in range(TRAINING_VARIANTS)))
     return root
 
 
-@pytest.fixture(scope="module")
-def card(training_store):
-    """The shipped model's card rebuilt as the trainer's export builds one from its training stores."""
+def _card_state() -> tuple[dict, dict]:
+    """(the checkpoint state, the expects_input) of the shipped model's card."""
     from models import pretrained_card
 
     shipped = pretrained_card("study-scan").to_json()
     state = {k: shipped[k] for k in ("model_config", "architecture", "targets", "normalizer", "code_version")}
     state.update(format_version=1, files=shipped["files"])
-    return card_from_state(state, "the test card", expects_input=shipped["expects_input"],
-                           data={"dirs": [str(training_store)]})
+    return state, shipped["expects_input"]
+
+
+def _card_of(store, **fields):
+    """The shipped model's card rebuilt as the trainer's export builds one from its training ``store``."""
+    state, expects = _card_state()
+    return card_from_state(state, "the test card", expects_input=expects, data={"dirs": [str(store)]}, **fields)
+
+
+@pytest.fixture(scope="module")
+def card(training_store):
+    """The shipped model's card rebuilt as the trainer's export builds one from its training stores."""
+    return _card_of(training_store)
 
 
 def test_the_card_records_the_training_splits_statistics(card, training_store, tmp_path):
@@ -120,6 +140,73 @@ def test_the_card_records_the_training_splits_statistics(card, training_store, t
     gone = card_from_state({k: v for k, v in card.to_json().items() if k != "training_statistics"},
                            "a card whose stores were deleted", data={"dirs": [str(tmp_path / "store-gone")]})
     assert gone.training_statistics is None  # still a card: the input report then says what it lacks
+
+
+def test_the_ranges_are_read_over_every_training_sample(training_store):
+    """The cheap statistics over every stack of the split; the parallax focus over up to ``defocus_limit``
+    of them, strided (`stage.scan_statistics.MAX_DEFOCUS_SAMPLES`)."""
+    import stage
+
+    with stage.open_store(training_store) as store:
+        stacks = [store[i] for i in store.indices("train")]
+    expected = [stack_statistics(s.cbed, s.meta.scan_shape, s.meta.scan_step_A, 20.0, defocus=False) for s in stacks]
+    found = split_ranges([training_store], "train", defocus_limit=2)
+    assert found["samples"] == len(stacks) == len(TRAINING) * TRAINING_VARIANTS
+    for name in ("scattered_fraction", "high_angle_loss"):
+        values = [e[name] for e in expected]
+        assert found["ranges"][name] == {"low": pytest.approx(min(values), rel=1e-9),
+                                         "high": pytest.approx(max(values), rel=1e-9), "samples": len(stacks),
+                                         "unit": UNITS[name]}
+    assert found["ranges"]["defocus_A"]["samples"] == 2 and all(e["defocus_A"] is None for e in expected)
+    assert split_ranges([training_store], "train", limit=3)["samples"] == 3   # strided past the limit
+    with pytest.raises(UserError, match="limit=0"):
+        split_ranges([training_store], "train", limit=0)
+
+
+def test_a_fine_tunes_card_records_the_union_of_its_chains_ranges(card, training_store, tmp_path):
+    """A fine-tune's weights were trained on its initial model's data and its own: its card's ranges are the
+    union of the initial model's card's and its training split's (`union_statistics`); an initial model
+    whose card records none leaves the split's, and the card says so."""
+    from models import pretrained_card
+
+    parent = pretrained_card("study-scan-gpu")
+    tuned = _card_of(training_store, parent=parent)
+    own, theirs, joined = card.training_statistics, parent.training_statistics, tuned.training_statistics
+    assert joined.samples == own.samples + theirs.samples and joined.split == "train"
+    assert set(joined.ranges) == set(own.ranges) | set(theirs.ranges)
+    for name, r in joined.ranges.items():
+        assert (r.low, r.high, r.samples) == (min(own.ranges[name].low, theirs.ranges[name].low),
+                                              max(own.ranges[name].high, theirs.ranges[name].high),
+                                              own.ranges[name].samples + theirs.ranges[name].samples)
+    assert joined.step_A == [min(own.step_A[0], theirs.step_A[0]), max(own.step_A[1], theirs.step_A[1])]
+    assert joined.note.startswith("the union of the training statistics of study-scan-gpu")
+    assert read_card_file(write_card(tmp_path, tuned)).training_statistics == joined
+    # its own fine-tune joins again: the chain's ranges, not the last link's
+    again = _card_of(training_store, parent=tuned.model_copy(update={"name": "tuned"}))
+    assert again.training_statistics.samples == joined.samples + own.samples
+    without = _card_of(training_store, parent=pretrained_card("study-scan")).training_statistics
+    assert pretrained_card("study-scan").training_statistics is None
+    assert without.ranges == own.ranges and without.samples == own.samples
+    assert without.note == ("study-scan (the model this run was fine-tuned from) records no training statistics: "
+                            "this run's training split alone")
+
+
+def test_a_training_sample_past_the_strided_ends_draws_no_thickness_finding(training_store, tmp_path):
+    """The ranges of a few strided stacks leave the split's heaviest sample outside them (as 64 strided
+    stacks left 17 of the flagship's 500 training and dev samples); over every sample, it is inside."""
+    import stage
+
+    heavy = namsa.simulate_sample("Pt-fcc", (1, 1, 0), _training_config(), variant=0)
+    with stage.open_store(training_store) as store:
+        _write_store(tmp_path / "store-0", [*(store[i] for i in range(len(store))), heavy])
+    with stage.open_store(tmp_path / "store-0") as store:
+        ids = [store.ids()[i] for i in store.indices("train")]
+    assert 0 < ids.index(heavy.meta.sample_id) < len(ids) - 1   # not an end: a stride of 2 passes it by
+    whole = _card_of(tmp_path / "store-0")
+    assert whole.training_statistics.ranges["high_angle_loss"].samples == len(ids)
+    strided = _card_of(tmp_path / "store-0", training_statistics=split_ranges([tmp_path / "store-0"], limit=2))
+    assert _classify(strided, heavy) >= {"thickness"}
+    assert "thickness" not in _classify(whole, heavy)
 
 
 def _classify(card, sample) -> set[str]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from models import checkpoint as ckpt
 from models.card import CARD_FILE, read_card_file, validate_card
@@ -37,16 +38,22 @@ def rescore_published(folder: str | Path, eval_dir: str | Path) -> dict[str, obj
     card = read_card_file(folder / CARD_FILE)
     metrics = read_metrics(eval_dir)
     check_held_out_evaluation(card.files[ckpt.MODEL_FILE].xxh3_128, metrics, eval_dir)
-    before = json.loads((folder / CARD_FILE).read_text())
     records = {"held_out_evaluation": held_out_evaluation(metrics).model_dump(mode="json"),
                "check_samples": [c.model_dump(mode="json") for c in check_samples(metrics)]}
+    rewrite_card_records(folder, records)
+    return records["held_out_evaluation"]
+
+
+def rewrite_card_records(folder: Path, records: dict[str, Any]) -> None:
+    """Replace the top-level ``records`` (field -> JSON value) of ``folder``'s card, validated as a card;
+    every other field is checked to be kept as it was (as JSON values) and the weights to still match the
+    card's digest (by loading the model)."""
+    before = json.loads((folder / CARD_FILE).read_text())
     write_card(folder, validate_card({**before, **records}, str(folder / CARD_FILE)))
     after = json.loads((folder / CARD_FILE).read_text())
-    kept = {k: v for k, v in after.items() if k not in REPLACED}
-    if kept != {k: v for k, v in before.items() if k not in REPLACED}:
-        raise RuntimeError(f"rewriting {folder / CARD_FILE} changed fields other than {REPLACED}")
+    if {k: v for k, v in after.items() if k not in records} != {k: v for k, v in before.items() if k not in records}:
+        raise RuntimeError(f"rewriting {folder / CARD_FILE} changed fields other than {sorted(records)}")
     load_reconstructor(folder, device="cpu")   # the weights still match the card's digest
-    return records["held_out_evaluation"]
 
 
 def check_held_out_evaluation(digest: str, metrics: HeldOutMetrics, eval_dir: Path) -> None:
@@ -64,4 +71,4 @@ def check_held_out_evaluation(digest: str, metrics: HeldOutMetrics, eval_dir: Pa
                         f"only ({' or '.join(HELD_OUT_SPLITS)}): evaluate with --set evaluation.split=test")
 
 
-__all__ = ["rescore_published", "check_held_out_evaluation", "REPLACED", "HELD_OUT_SPLITS"]
+__all__ = ["rescore_published", "rewrite_card_records", "check_held_out_evaluation", "REPLACED", "HELD_OUT_SPLITS"]

@@ -14,7 +14,7 @@ from namsa.config import SimulationConfig
 from stage import dir_swap
 
 from .. import checkpoint as ckpt
-from ..card import DataInfo, ExpectsInput
+from ..card import DataInfo, ExpectsInput, ModelCard
 from ..card_training import InitialModelFacts, LineageLink, TrainingFacts, position_metrics, today_utc
 from ..card_writer import card_from_state, write_card
 from ..config import TrainConfig
@@ -128,16 +128,17 @@ def resolved_model_config(model_config: dict[str, Any], architecture: dict[str, 
     return out
 
 
-def export_model(checkpoint_dir: Path, model_dir: Path, extra: dict[str, Any]) -> Path:
+def export_model(checkpoint_dir: Path, model_dir: Path, extra: dict[str, Any], parent: ModelCard | None = None) -> Path:
     """Write ``model_dir`` (model.safetensors + model_card.json) from a checkpoint, swapped into place
-    whole (`stage.dir_swap`): a kill leaves the earlier export or this one."""
+    whole (`stage.dir_swap`): a kill leaves the earlier export or this one. ``parent``: the card of the
+    model a fine-tune started from (`InitialModel.card`), whose training statistics the card's join."""
     state = ckpt.verify_checkpoint(checkpoint_dir)
     dir_swap.recover(model_dir)
     tmp = dir_swap.temporary_sibling(model_dir)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     shutil.copyfile(checkpoint_dir / ckpt.MODEL_FILE, tmp / ckpt.MODEL_FILE)
-    card = card_from_state(state, f"the card exported from {checkpoint_dir}",
+    card = card_from_state(state, f"the card exported from {checkpoint_dir}", parent=parent,
                            model_config=resolved_model_config(state["model_config"], state["architecture"]),
                            target_units={t: TARGET_UNITS[t] for t in state["targets"]}, **extra)
     write_card(tmp, card)

@@ -6,7 +6,8 @@ normaliser as well: the new data's statistics would shift every input and target
 expect. The architecture the config resolves to and its targets must be the model's, field by field.
 
 The exported card's chain (``training.lineage``) continues the model's: its card's chain, or for a
-card written before chains existed, one link made of what that card records (`initial_lineage`).
+card written before chains existed, one link made of what that card records (`initial_lineage`); its
+``training_statistics`` join the model's (`models.card_writer.training_statistics`).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from .run_state import differences
 
 class InitialModel:
     """The model a run starts from: ``state`` (its weights, on the CPU), ``normalizer``
-    (`stage.Normalizer`) and ``facts`` (what the exported card records of it)."""
+    (`stage.Normalizer`), ``facts`` (what the exported card records of it) and ``card`` (its card)."""
 
     def __init__(self, source: str, arch: Architecture, targets: Sequence[str], transform: str):
         from models.reconstructor import load_reconstructor
@@ -53,6 +54,8 @@ class InitialModel:
                                        device=card.training.device if card.training else None)
         #: its chain of runs, which the exported card's ``training.lineage`` continues
         self.lineage = lineage
+        #: its card, whose ``training_statistics`` the exported card's join (`models.card_writer.training_statistics`)
+        self.card = card
 
 
 def initial_lineage(card: ModelCard) -> list[LineageLink]:

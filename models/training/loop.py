@@ -361,7 +361,7 @@ class Trainer:
                                initialized_from=self.initial.facts if self.initial else None,
                                initial_lineage=self.initial.lineage if self.initial else None,
                                expects_input=self.expects_input)
-            export_model(best, self.out / MODEL_DIR, facts)
+            export_model(best, self.out / MODEL_DIR, facts, parent=self.initial.card if self.initial else None)
         self.ctx.barrier()
         return TrainResult(model_dir=self.out / MODEL_DIR, best_checkpoint=best, metrics_csv=self.out / METRICS_FILE,
                            steps=self.pos.step, final_dev_loss=self.pos.last_dev_loss,
