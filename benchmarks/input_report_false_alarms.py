@@ -2,11 +2,13 @@
 `Reconstructor.predict` warns with) run on held-out samples simulated with the model's own training
 physics, where every finding is a false alarm.
 
-    python benchmarks/input_report_false_alarms.py runs/rescore-new-plan/data [--model pretrained:NAME]
+    python benchmarks/input_report_false_alarms.py runs/rescore-new-plan/data [--model pretrained:NAME] [--split dev]
 
 The data are `benchmarks/study_rescore.py --plan configs/gpu-study.yaml`'s (the flagship's whole test
 split at its card's physics). Prints the samples, the findings per code, and each finding's sample,
 thickness and message. Each sample is checked with its own probe step, as `namsa evaluate` passes it.
+``--split`` checks one split of the stores only (e.g. the dev split of data whose training split the
+card's ranges were measured on: on the training split itself the check is circular).
 """
 from __future__ import annotations
 
@@ -29,12 +31,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("data", type=Path, nargs="+", help="data dirs or stores of the model's physics")
     parser.add_argument("--model", default=f"pretrained:{flagship_name()}")
+    parser.add_argument("--split", choices=("train", "dev", "test"), help="one split only (default: every sample)")
     args = parser.parse_args()
     card = load_reconstructor(args.model, device="cpu").card
     samples = stage.open_stores(args.data)
+    picked = samples.indices(args.split) if args.split else range(len(samples))
     counts: collections.Counter[str] = collections.Counter()
     found = []
-    for i in range(len(samples)):
+    for i in picked:
         sample = samples[i]
         cbed = np.asarray(sample.cbed, np.float32)
         report = card_checks.input_report(cbed.reshape(-1, *cbed.shape[-2:]), card,
@@ -43,7 +47,8 @@ def main() -> None:
             counts[warning["code"]] += 1
             found.append(f"{sample.meta.sample_id} ({sample.meta.thickness_A:.0f} A): {warning['code']}: "
                          f"{warning['message'][:140]}")
-    print(f"{args.model} on {len(samples)} samples of its physics: {sum(counts.values())} findings "
+    which = f" ({args.split} split)" if args.split else ""
+    print(f"{args.model} on {len(picked)} samples of its physics{which}: {sum(counts.values())} findings "
           f"{dict(counts) or ''}")
     print("\n".join(found))
 
