@@ -4,7 +4,8 @@ read noise alone (gain 1, 2 counts), reconstructed by ``--model`` (default `pret
 any model folder, e.g. a fine-tune of it) before and after the counts are restored (stage.microscope.counts_restore). Prints, per specimen and camera, the potential's
 relative L2 error under the field's rule (only the map's mean taken from the truth: evaluation.views),
 its level (mean over the truth's mean), the gain/dark/read noise measured, and each figure as a ratio
-to the counted scan's in the same run.
+to the counted scan's in the same run; the scintillator's scan also with its point spread given
+(``--detector-psf-px 1``: deconvolved, stage.microscope.point_spread).
 
 "before" is the code before the change: the checks' `camera_counts` replaced by a pass-through in this
 process (the file is read as it is). A few minutes on a 2-core CPU.
@@ -40,21 +41,22 @@ def simulate(material: str, axis: tuple[int, int, int]) -> tuple[np.ndarray, np.
 
 
 def reconstruct_file(frames: np.ndarray, step: tuple[float, float], dk: float, restore: bool,
-                     model: str = DEFAULT_MODEL) -> tuple[np.ndarray, dict]:
+                     model: str = DEFAULT_MODEL, psf_px: float | None = None) -> tuple[np.ndarray, dict]:
     """The potential map and reconstruction.json of ``frames`` written as .hspy and reconstructed by
-    ``model`` (``pretrained:NAME`` or a model folder)."""
+    ``model`` (``pretrained:NAME`` or a model folder), given the camera's point spread ``psf_px``
+    (``--detector-psf-px``) when not None."""
     import stage.microscope.checks as checks
     from stage.microscope import ScanCalibrations, write_scan
     from workflow.reconstruct import reconstruct
 
     original = checks.camera_counts
     if not restore:
-        checks.camera_counts = lambda data, path, counted, report, block_bytes: (data, counted, None)
+        checks.camera_counts = lambda data, path, counted, report, block_bytes, psf: (data, counted, None)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "scan.hspy"
             write_scan(path, frames, ScanCalibrations(energy_kv=200.0, semiangle_mrad=20.0, dk_inv_A=dk, step_A=step))
-            reconstruct(str(path), model, Path(tmp) / "out")
+            reconstruct(str(path), model, Path(tmp) / "out", calibrations={"detector_psf_px": psf_px})
             info = json.loads((Path(tmp) / "out" / "reconstruction.json").read_text())
             return np.load(Path(tmp) / "out" / "potential.npy").astype(np.float64), info
     finally:
@@ -84,19 +86,30 @@ def main() -> None:
         reference = None
         for name, settings in CAMERAS.items():
             frames = record(cbed, step, CameraSettings(dose_e_per_A2=args.dose, seed=1, **settings))
-            for restore in (False, True) if name != "counts" else (True,):
-                potential, info = reconstruct_file(frames, step, dk, restore, args.model)
+            for label, restore, psf in passes(name, settings):
+                potential, info = reconstruct_file(frames, step, dk, restore, args.model, psf)
                 l2, level = scores(potential, truth)
                 reference = reference or l2
                 measured = info["checks"]["before"]["measured"]
                 noise = measured.get("camera_noise", {})
                 dose = (measured.get("dose_e_per_A2") or {}).get("value")
-                print(f"  {name:12s} {'after ' if restore else 'before'}  rel. L2 {l2:.3f} ({l2 / reference:.2f}x counts)  "
+                print(f"  {name:12s} {label:12s}  rel. L2 {l2:.3f} ({l2 / reference:.2f}x counts)  "
                       f"level {level:.2f}  range {potential.min():.0f}-{potential.max():.0f}  dose "
                       f"{'-' if dose is None else f'{dose:.0f}'}  gain {noise.get('value')}  dark "
                       f"{noise.get('dark', float('nan')):.3g}  read {noise.get('read_noise', float('nan')):.3g}",
                       flush=True)
 
+
+def passes(name: str, settings: dict) -> list[tuple[str, bool, float | None]]:
+    """(label, counts restored, --detector-psf-px) of each reconstruction of a camera's scan: the counted
+    scan once; the others before and after the restore; a scintillator's also deconvolved from its
+    point spread, given as its camera calibration would give it."""
+    if name == "counts":
+        return [("after", True, None)]
+    out = [("before", False, None), ("after", True, None)]
+    if settings.get("mtf") == "scintillator":
+        out.append(("after + psf", True, settings["scintillator_sigma_px"]))
+    return out
 
 if __name__ == "__main__":
     main()

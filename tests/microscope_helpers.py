@@ -15,6 +15,12 @@ import numpy as np
 
 #: the shipped study-scan model's physics: 200 kV, 20 mrad, detector pixel 0.6667 / (0.12 * 32)
 STUDY_DK_INV_A = (2.0 / 3.0) / (0.12 * 32)
+#: a camera test scan's probe step (Angstrom) and file calibrations, and benchmarks/bench_camera_noise.py's
+#: scintillator (namsa.camera.CameraSettings fields: gain 10 counts/e, read noise 2 counts, MTF sigma 1 px)
+CAMERA_STEP = (0.4, 0.4)
+CAMERA_FOUND = {"energy_kv": 200.0, "semiangle_mrad": 20.0, "dk_inv_A": (STUDY_DK_INV_A,) * 2, "step_A": CAMERA_STEP}
+SCINTILLATOR = {"gain_counts_per_electron": 10.0, "read_noise_counts": 2.0, "mtf": "scintillator",
+                "scintillator_sigma_px": 1.0}
 
 
 def disc_pattern(px: int, radius: float, centre: tuple[float, float] | None = None) -> np.ndarray:

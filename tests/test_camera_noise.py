@@ -13,15 +13,12 @@ import json
 import numpy as np
 import pytest
 
-from microscope_helpers import STUDY_DK_INV_A, disc_scan
+from microscope_helpers import CAMERA_FOUND, CAMERA_STEP, SCINTILLATOR, disc_scan
 from namsa.camera import CameraSettings, electrons_per_pattern, record
 from stage.microscope import ExperimentalInputError, RawScan, checks
 from stage.microscope.noise import measure_noise
 
-STEP = (0.4, 0.4)
-FOUND = {"energy_kv": 200.0, "semiangle_mrad": 20.0, "dk_inv_A": (STUDY_DK_INV_A,) * 2, "step_A": STEP}
-SCINTILLATOR = {"gain_counts_per_electron": 10.0, "read_noise_counts": 2.0, "mtf": "scintillator",
-                "scintillator_sigma_px": 1.0}
+STEP, FOUND = CAMERA_STEP, CAMERA_FOUND
 
 
 @pytest.fixture(scope="module")

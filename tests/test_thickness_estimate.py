@@ -128,3 +128,56 @@ def test_a_card_of_other_physics_finds_no_reference() -> None:
     other = _card().model_copy(update={"expects_input": expects})
     reason = find_reference(other)
     assert isinstance(reason, str) and "energy_kv" in reason and "build_thickness_reference" in reason
+
+
+@functools.lru_cache(maxsize=2)
+def _own(material: str, axis: tuple[int, int, int]):
+    from models.scan_fit.thickness_reference import KnownSpecimen
+
+    specimen = KnownSpecimen.checked(material, axis)
+    return specimen, specimen.reference(_card().expects_input.simulation_config())
+
+
+@pytest.mark.parametrize("thickness,flagged", [(150.0, False), (300.0, True)])
+def test_nio_named_is_measured_against_its_own_series(thickness: float, flagged: bool) -> None:
+    """The set's estimate reads 300 A NiO [011] as ~180 A (docs: a thin heavy and a thick light crystal look
+    alike); named, its own series reads it within `OWN_MARGIN` and flags it, and leaves 150 A unflagged."""
+    from models.scan_fit.thickness import OWN_MARGIN
+
+    cbed, mrad, realised = _scan("NiO-rocksalt", (0, 1, 1), thickness)
+    specimen, own = _own("NiO-rocksalt", (0, 1, 1))
+    report = new_report()
+    found = check_thickness(report, cbed, _card(), mrad, specimen=specimen, reference=own)
+    assert abs(found.value_A - realised) <= OWN_MARGIN * realised, (found, realised)
+    set_estimate = estimate_thickness(cbed, load_reference(MODEL / REFERENCE_FILE), mrad)
+    assert abs(found.value_A - realised) <= abs(set_estimate.value_A - realised) + 10.0
+    codes = {w["code"]: w["message"] for w in report["warnings"]}
+    assert (WARNING_CODE in codes) == flagged and "specimen-mismatch" not in codes, report["warnings"]
+    assert report["measured"]["thickness_A"]["method"] == "PACBED matched to a simulated thickness series of NiO-rocksalt [011]"
+    if flagged:
+        assert "simulated thickness series of NiO-rocksalt [011]" in codes[WARNING_CODE]
+
+
+def test_a_specimen_named_wrongly_is_said_and_the_set_estimates_instead() -> None:
+    cbed, mrad, _ = _scan("NiO-rocksalt", (0, 1, 1), 150.0)
+    specimen, own = _own("C-diamond", (0, 1, 1))
+    report = new_report()
+    check_thickness(report, cbed, _card(), mrad, specimen=specimen, reference=own)
+    codes = {w["code"]: w["message"] for w in report["warnings"]}
+    assert "C-diamond [011]" in codes["specimen-mismatch"] and "--specimen" in codes["specimen-mismatch"]
+    assert report["measured"]["thickness_A"]["method"].startswith("PACBED's diffuse scattering")
+
+
+def test_a_specimen_that_cannot_be_read_is_refused_in_one_line(capsys: pytest.CaptureFixture) -> None:
+    from namsa.errors import UserError
+    from models.scan_fit.thickness_reference import KnownSpecimen
+    from workflow.cli import main
+
+    with pytest.raises(UserError, match="--specimen NoSuchThing"):
+        KnownSpecimen.checked("NoSuchThing", (0, 0, 1))
+    with pytest.raises(UserError, match="not all 0"):
+        KnownSpecimen.checked("NiO-rocksalt", (0, 0, 0))
+    assert main(["reconstruct", "missing.hspy", "--model", "pretrained:study-scan", "--out", "o",
+                 "--specimen", "NiO-rocksalt"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--specimen and --zone-axis go together" in err

@@ -25,6 +25,17 @@ def step_pair(text: str) -> tuple[float, ...]:
     return tuple(positive_float(part) for part in parts)
 
 
+def zone_axis(text: str) -> tuple[int, int, int]:
+    """``U,V,W``: three integers (a direct-lattice direction), not all 0."""
+    try:
+        axis = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give three integers U,V,W, e.g. 0,1,1") from None
+    if len(axis) != 3 or not any(axis):
+        raise argparse.ArgumentTypeError(f"{text!r}: give three integers U,V,W, not all 0, e.g. 0,1,1")
+    return axis  # type: ignore[return-value]
+
+
 def fractions(text: str) -> list[float]:
     try:
         values = [float(v) for v in text.split(",") if v.strip()]

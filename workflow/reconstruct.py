@@ -29,13 +29,14 @@ BLOCK_SHARE = 0.5
 def reconstruct(source: Any, model: str | Path, out_dir: str | Path, *,
                 calibrations: Mapping[str, Any] | None = None, memory_gb: float = 2.0,
                 pattern_transform: Callable[[np.ndarray, int, int], np.ndarray] | None = None,
-                refine: bool | Any = False, symmetry_average: bool = True) -> dict[str, Any]:
+                refine: bool | Any = False, symmetry_average: bool = True, specimen: Any = None) -> dict[str, Any]:
     """`namsa reconstruct`: a 4D-STEM scan -> the model's maps and the iCoM map in ``out_dir``.
 
     source: a file path, a `stage.microscope.RawScan`, or a py4DSTEM DataCube in memory.
     calibrations: energy_kv (kV), semiangle_mrad (mrad), dk_inv_A (1/Angstrom) or dk_mrad (mrad)
     per detector pixel, step_A (Angstrom per scan step); None entries are read from the file
-    (stage.microscope); the scan is fitted to the model by models.scan_fit. Maps are [row = y,
+    (stage.microscope); detector_psf_px: the camera's point spread (Gaussian sigma, detector pixels),
+    deconvolved from every pattern when given (stage.microscope.point_spread); the scan is fitted to the model by models.scan_fit. Maps are [row = y,
     col = x], pixel (0, 0) at the first probe position.
     memory_gb: the RAM the run aims at; the scan is read block by block, a block at most half of
     it (at least one tile). pattern_transform(block, y0, x0): applied to every raw block
@@ -45,6 +46,8 @@ def reconstruct(source: Any, model: str | Path, out_dir: str | Path, *,
     patterns and the calibration of the fit; reconstruction.json records each tile's data errors.
     symmetry_average: each tile's maps averaged over the square group's 8 turns (`Reconstructor.predict`,
     8 network passes); False: one pass per tile.
+    specimen: a `models.scan_fit.thickness_reference.KnownSpecimen` (`known_specimen`) when the material and
+    zone axis are known: the thickness is then measured against its own simulated series.
     Returns a summary: the files written, the pixel size (Angstrom) and what was resampled.
 
     Everything is written into a temporary sibling of ``out_dir`` that then replaces it as a whole
@@ -59,12 +62,25 @@ def reconstruct(source: Any, model: str | Path, out_dir: str | Path, *,
     tmp = start_replacing(out, is_output_name, INFO_FILE)  # refuses an unwritable --out before any work
     try:
         return _reconstruct_into(tmp, out, source, model, calibrations or {}, memory_gb, pattern_transform, refine,
-                                 symmetry_average)
+                                 symmetry_average, specimen)
     except BaseException as exc:
         discard(tmp)
         if out_of_memory(exc):  # a host or GPU shortage; reconstruct's own advice: the CLI's catch-all names simulate's and train's
             raise _out_of_memory(memory_gb) from None
         raise
+
+
+def known_specimen(material: str | None, zone_axis: Any) -> Any:
+    """The `KnownSpecimen` of ``--specimen`` and ``--zone-axis`` (None when neither is given), its structure
+    read now; a one-line `UserError` when only one is given or the structure cannot be read."""
+    if material is None and zone_axis is None:
+        return None
+    if material is None or zone_axis is None:
+        raise UserError("--specimen and --zone-axis go together: name the material and the zone axis it was "
+                        "tilted to (e.g. --specimen NiO-rocksalt --zone-axis 0,1,1), or neither")
+    from models.scan_fit.thickness_reference import KnownSpecimen
+
+    return KnownSpecimen.checked(material, zone_axis)
 
 
 def _out_of_memory(memory_gb: float) -> MemoryShortage:
@@ -76,7 +92,8 @@ def _out_of_memory(memory_gb: float) -> MemoryShortage:
 
 
 def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, calibrations: Mapping[str, Any],
-                      memory_gb: float, transform: Any, refine: Any, symmetry_average: bool) -> dict[str, Any]:
+                      memory_gb: float, transform: Any, refine: Any, symmetry_average: bool, specimen: Any
+                      ) -> dict[str, Any]:
     """The work of `reconstruct`: open, check, stream tiles through the model, write, swap."""
     from models import load_reconstructor
     from models import scan_fit as fit
@@ -137,7 +154,7 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     # the thickness from the whole scan's PACBED, here and not in predict's input checks: its premise, a
     # thermal-diffuse tail, holds for every real specimen but not for simulations without frozen phonons,
     # where it read 40 A samples as up to 194 A (docs/experimental-data.md, "Thickness from the data")
-    check_thickness(after, pacbed, rec.card, plan.dk_inv_A * mrad_per_inv_A(cal.energy_kv))
+    check_thickness(after, pacbed, rec.card, plan.dk_inv_A * mrad_per_inv_A(cal.energy_kv), specimen=specimen)
     info.update(checks={"before": checks, "predict": predicted.merged(), "after": after},
                 calibration_from_data=from_data.report())
     info["findings"] = findings(info["checks"])   # what bears on trust, once: the terminal, the figure, the JSON

@@ -106,7 +106,7 @@ def _physics_rows(trained: TrainedRanges) -> list[tuple[str, str, str, str]]:
     read from the data, used as they are, warned about outside."""
     from stage.scan_statistics import DEFOCUS_TOL_A, DEFOCUS_TOL_REL
 
-    from .thickness import FLAG_ABOVE, WARNING_CODE
+    from .thickness import FLAG_ABOVE, OWN_FLAG_ABOVE, WARNING_CODE
 
     rows = []
     if trained.defocus_A is not None:
@@ -119,7 +119,8 @@ def _physics_rows(trained: TrainedRanges) -> list[tuple[str, str, str, str]]:
         t = trained.thickness_A
         rows.append(("specimen thickness (Angstrom)", f"{t.low:g} to {t.high:g} ({t.source})",
                      f"any: estimated from the PACBED's diffuse tail (`namsa reconstruct`), up to "
-                     f"{t.high * (1 + FLAG_ABOVE):.0f}", f"thicker: warned (`{WARNING_CODE}`)"))
+                     f"{t.high * (1 + FLAG_ABOVE):.0f}; against the specimen's own series with `--specimen`, up to "
+                     f"{t.high * (1 + OWN_FLAG_ABOVE):.0f}", f"thicker: warned (`{WARNING_CODE}`)"))
     return rows
 
 

@@ -19,6 +19,13 @@ widened by ``MARGIN`` (leave-one-material-out over the set: benchmarks/thickness
 thick light crystal can still look alike: the range says how far the data leave that open; a best match
 at the set's deepest entry is "at least" that deep.
 
+**When the specimen is known** (``namsa reconstruct --specimen NiO-rocksalt --zone-axis 0,1,1``: a
+`models.scan_fit.thickness_reference.KnownSpecimen`), the profile is matched against that material's own
+series alone, simulated on the spot: the classical PACBED thickness measurement, without the doubt between
+materials (within `OWN_MARGIN` on the validation's specimens, flagged beyond `OWN_FLAG_ABOVE`). A named
+specimen whose best match is worse than `MAX_OWN_RESIDUAL` is not what the scan shows: that is a finding,
+and the estimate falls back to the reference set.
+
 **Without TDS** (a simulation without frozen phonons, 90% of the study's training samples) the tail
 does not grow and thickness beyond ~50 Angstrom is not readable from a PACBED at all; real specimens
 always carry TDS.
@@ -58,6 +65,15 @@ MARGIN = 0.25
 #: the estimate's median relative error when the material is not in the set (leave-one-material-out over
 #: the shipped set: 0.31, docs): an estimate above the training range's top by more than this is flagged
 FLAG_ABOVE = 0.33
+#: with the specimen named, its own series' error (benchmarks/thickness_validation.py --known, 18 scans of
+#: 6 materials outside the set at 60-300 A: median |error| 0.04, largest 0.17): the range's margin, and the
+#: flag's margin above the training top (a 150 A specimen read up to 170 A; every 300 A one 290-300 A)
+OWN_MARGIN = 0.2
+OWN_FLAG_ABOVE = 0.2
+#: a named specimen's best residual above this: the scan is not that material down that axis (the same
+#: validation: an own match leaves at most 0.006; a wrong name, 0.001-0.25, median 0.016: a similar
+#: material or the same one down another axis can match as well, so only a clearly different one is caught)
+MAX_OWN_RESIDUAL = 1e-2
 #: the reference file beside a model, its size cap (bytes) and its format version
 REFERENCE_FILE = "thickness_reference.safetensors"
 MAX_REFERENCE_BYTES = 4 << 20
@@ -91,8 +107,9 @@ class ThicknessReference:
 class ThicknessEstimate:
     """``value_A``: the acceptable references' depths (Angstrom), geometric mean weighted by 1 / residual;
     ``low_A``..``high_A``: the range every acceptable
-    reference gives, widened by `MARGIN`; ``at_least``: the best match is the set's deepest entry, so the
-    specimen may be thicker still; ``nearest``: the best-matching reference; ``accepted``: how many agree."""
+    reference gives, widened by a margin (`MARGIN`, `OWN_MARGIN`); ``at_least``: the best match is the set's
+    deepest entry, so the specimen may be thicker still; ``nearest``: the best-matching reference;
+    ``accepted``: how many agree; ``residual``: the best match's mean squared log difference."""
 
     value_A: float
     low_A: float
@@ -100,6 +117,7 @@ class ThicknessEstimate:
     at_least: bool
     nearest: str
     accepted: int
+    residual: float
 
     def said(self) -> str:
         """The estimate in words, e.g. "about 280 A (170-380)" or "at least 300 A"."""
@@ -142,10 +160,11 @@ def _unusable(pacbed: np.ndarray) -> str:
     return ""
 
 
-def estimate_thickness(cbed: np.ndarray, reference: ThicknessReference, mrad_per_px: float
+def estimate_thickness(cbed: np.ndarray, reference: ThicknessReference, mrad_per_px: float, margin: float = MARGIN
                        ) -> ThicknessEstimate | str:
     """The thickness (Angstrom) of a (S, P, P) stack or (P, P) PACBED with detector pixel ``mrad_per_px``,
-    matched against ``reference`` (see the module docstring); a one-line reason when there is none."""
+    matched against ``reference`` (see the module docstring), its range widened by ``margin``; a one-line
+    reason when there is none."""
     pacbed = position_averaged(cbed)
     reason = _unusable(pacbed)
     if reason:
@@ -153,11 +172,12 @@ def estimate_thickness(cbed: np.ndarray, reference: ThicknessReference, mrad_per
     if pacbed.shape[0] // 2 * mrad_per_px < NORM_MRAD:
         return (f"the detector reaches {pacbed.shape[0] // 2 * mrad_per_px:.0f} mrad from k = 0, short of the "
                 f"{NORM_MRAD:g} mrad the estimate reads")
-    return match_profile(tail_profile(pacbed, mrad_per_px), reference)
+    return match_profile(tail_profile(pacbed, mrad_per_px), reference, margin)
 
 
-def match_profile(profile: np.ndarray, reference: ThicknessReference) -> ThicknessEstimate:
-    """The estimate of an (R,) `tail_profile` against every material of ``reference`` (module docstring)."""
+def match_profile(profile: np.ndarray, reference: ThicknessReference, margin: float = MARGIN) -> ThicknessEstimate:
+    """The estimate of an (R,) `tail_profile` against every material of ``reference`` (module docstring), its
+    range widened by ``margin`` either way."""
     residual = ((reference.profiles - profile) ** 2).mean(axis=-1)   # (M, D): mean squared log difference
     best_depth, best_residual = residual.argmin(axis=1), residual.min(axis=1)
     winner = int(best_residual.argmin())
@@ -166,9 +186,10 @@ def match_profile(profile: np.ndarray, reference: ThicknessReference) -> Thickne
     weights = 1.0 / (best_residual[ok] + ACCEPT_FLOOR)   # the better a material explains the data, the more it counts
     value = float(np.exp(np.sum(weights * np.log(depths)) / weights.sum()))
     at_least = bool(best_depth[winner] == len(reference.depths_A) - 1)
-    low = float(depths.min()) / (1 + MARGIN)
-    high = float(depths.max()) * (1 + MARGIN)
-    return ThicknessEstimate(value, low, high, at_least, reference.names[winner], int(ok.sum()))
+    low = float(depths.min()) / (1 + margin)
+    high = float(depths.max()) * (1 + margin)
+    return ThicknessEstimate(value, low, high, at_least, reference.names[winner], int(ok.sum()),
+                             float(best_residual[winner]))
 
 
 def load_reference(path: str | Path) -> ThicknessReference:
@@ -243,31 +264,59 @@ def disc_mrad_per_px(cbed: np.ndarray, semiangle_mrad: float) -> float | None:
 
 
 def check_thickness(report: dict[str, Any], cbed: np.ndarray, card: Any, mrad_per_px: float | None = None,
-                    model_dir: str | Path | None = None) -> ThicknessEstimate | None:
+                    model_dir: str | Path | None = None, specimen: Any = None,
+                    reference: ThicknessReference | None = None) -> ThicknessEstimate | None:
     """Record the thickness of a (S, P, P) stack or its (P, P) PACBED (`estimate_thickness`) in ``report``
-    ("thickness_A", Angstrom, with its range and the training range) and warn (`WARNING_CODE`) when
-    the estimate lies above the card's training thickness by more than its typical error (`FLAG_ABOVE`), or
-    all of its range does. ``mrad_per_px``: the patterns' detector pixel;
-    None reads it from the disc radius and the card's semi-angle. Returns the estimate (None with a note)."""
-    from stage.microscope.check_report import add_measurement, add_warning
+    ("thickness_A", Angstrom, with its range, the training range and the method) and warn (`WARNING_CODE`)
+    when the estimate lies above the card's training thickness by more than its typical error, or all of its
+    range does. ``mrad_per_px``: the patterns' detector pixel; None reads it from the disc radius and the
+    card's semi-angle. ``specimen``: a `KnownSpecimen` (its own series is simulated, or ``reference`` given
+    is used; a scan that does not match it is a "specimen-mismatch" finding and the reference set is used
+    instead). Returns the estimate (None with a note)."""
+    from stage.microscope.check_report import add_measurement
 
     trained_range = trained_ranges(card).thickness_A
     trained = None if trained_range is None else trained_range.span()
-    reference = find_reference(card, model_dir)
     if mrad_per_px is None and getattr(card, "expects_input", None) is not None:
         mrad_per_px = disc_mrad_per_px(cbed, card.expects_input.semiangle_mrad)
-    found = reference if isinstance(reference, str) else (
-        "no detector pixel: no calibration and no disc" if mrad_per_px is None else
-        estimate_thickness(cbed, reference, mrad_per_px))
-    context = {"training_range": list(trained) if trained else None, "method": "PACBED diffuse-tail match"}
+    found, method, flag_above = _estimate(report, cbed, card, mrad_per_px, model_dir, specimen, reference)
+    context = {"training_range": list(trained) if trained else None, "method": method}
     if isinstance(found, str):
         add_measurement(report, "thickness_A", None, THICKNESS_UNIT, note=f"not estimated: {found}", **context)
         return None
     add_measurement(report, "thickness_A", found.value_A, THICKNESS_UNIT, range=[found.low_A, found.high_A],
                     at_least=found.at_least, nearest_reference=found.nearest, references_agreeing=found.accepted,
-                    mrad_per_px=mrad_per_px, **context)
-    if trained is not None and (found.value_A > trained[1] * (1 + FLAG_ABOVE) or found.low_A > trained[1]):
-        add_warning(report, WARNING_CODE, f"the specimen is {found.said()} thick by its PACBED's diffuse "
-                                          f"scattering, outside the {trained[0]:g}-{trained[1]:g} A the model was "
-                                          f"trained on: {ADVICE}")
+                    residual=found.residual, mrad_per_px=mrad_per_px, **context)
+    if trained is not None and (found.value_A > trained[1] * (1 + flag_above) or found.low_A > trained[1]):
+        from stage.microscope.check_report import add_warning
+
+        add_warning(report, WARNING_CODE, f"the specimen is {found.said()} thick by its {method}, outside the "
+                                          f"{trained[0]:g}-{trained[1]:g} A the model was trained on: {ADVICE}")
     return found
+
+
+#: the method of the material-agnostic estimate, as the finding and the record name it
+SET_METHOD = "PACBED's diffuse scattering (matched against the reference set)"
+
+
+def _estimate(report: dict[str, Any], cbed: np.ndarray, card: Any, mrad_per_px: float | None, model_dir: Any,
+              specimen: Any, reference: ThicknessReference | None) -> tuple[ThicknessEstimate | str, str, float]:
+    """(the estimate or why there is none, its method in words, its flag margin): against the named
+    specimen's own series when it matches (module docstring), else against the reference set."""
+    if mrad_per_px is None:
+        return "no detector pixel: no calibration and no disc", SET_METHOD, FLAG_ABOVE
+    if specimen is not None and getattr(card, "expects_input", None) is not None:
+        own = reference or specimen.reference(card.expects_input.simulation_config())
+        found = estimate_thickness(cbed, own, mrad_per_px, OWN_MARGIN)
+        if isinstance(found, str) or found.residual <= MAX_OWN_RESIDUAL:
+            return found, f"PACBED matched to a simulated thickness series of {specimen.name}", OWN_FLAG_ABOVE
+        from stage.microscope.check_report import add_warning
+
+        add_warning(report, "specimen-mismatch", f"the PACBED does not match {specimen.name} at any thickness "
+                                                 f"(residual {found.residual:.2g}, above the {MAX_OWN_RESIDUAL:g} a "
+                                                 "match leaves): check --specimen and --zone-axis; the thickness is "
+                                                 "estimated against the reference set instead")
+    set_reference = find_reference(card, model_dir)
+    if isinstance(set_reference, str):
+        return set_reference, SET_METHOD, FLAG_ABOVE
+    return estimate_thickness(cbed, set_reference, mrad_per_px), SET_METHOD, FLAG_ABOVE

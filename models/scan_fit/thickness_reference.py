@@ -14,11 +14,18 @@ diffuse scattering is what grows with thickness, and real specimens always have 
 
 Built once by ``scripts/build_thickness_reference.py`` (about 5 minutes on 2 busy CPU cores) and stored beside
 the model; tests/test_thickness_estimate.py rebuilds one material and compares.
+
+A specimen the microscopist names (`KnownSpecimen`: ``namsa reconstruct --specimen --zone-axis``) gets a
+reference of its own, the same series for that one material and axis, simulated when the scan is
+reconstructed (5-10 s on a CPU core): matching a PACBED against its own material's series is the
+classical PACBED thickness measurement (J. M. LeBeau et al., Ultramicroscopy 110 (2010) 118), free of the
+doubt between a thin heavy and a thick light crystal.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -103,6 +110,42 @@ def material_profiles(material: str, cfg: Any, axis: Sequence[int] | None = None
     return np.array([tail_profile(p, dk * mrad_per_inv_A(cfg.energy_kv)) for p in patterns])
 
 
+@dataclass(frozen=True)
+class KnownSpecimen:
+    """What the microscopist knows of the specimen: ``material`` (a library id, a generated material id or a
+    CIF file: `namsa.load_structure`) viewed down ``zone_axis`` [u, v, w] (direct-lattice indices)."""
+
+    material: str
+    zone_axis: tuple[int, int, int]
+
+    @classmethod
+    def checked(cls, material: str, zone_axis: Sequence[int]) -> "KnownSpecimen":
+        """The specimen, its structure loaded and its axis checked now (before a scan is read); a one-line
+        `namsa.errors.UserError` naming the flag otherwise."""
+        from namsa.errors import UserError
+        from namsa.structure_io import load_structure
+
+        axis = tuple(int(v) for v in zone_axis)
+        if len(axis) != 3 or not any(axis):
+            raise UserError(f"--zone-axis {','.join(map(str, zone_axis))}: give three integers u,v,w, not all 0 "
+                            "(the direct-lattice direction the crystal was tilted to, e.g. 0,1,1)")
+        try:
+            load_structure(material)
+        except UserError as exc:
+            raise UserError(f"--specimen {material}: {exc}") from None
+        return cls(str(material), axis)  # type: ignore[arg-type]
+
+    @property
+    def name(self) -> str:
+        """"material [uvw]", as findings name it."""
+        return f"{self.material} [{''.join(str(v) for v in self.zone_axis)}]"
+
+    def reference(self, cfg: Any, depths_A: np.ndarray = DEPTHS_A) -> ThicknessReference:
+        """This specimen's own series (a one-material `ThicknessReference`) with the physics of ``cfg``."""
+        profiles = material_profiles(self.material, cfg, self.zone_axis, depths_A)
+        return ThicknessReference([self.name], np.asarray(depths_A, np.float64), profiles[None], _physics(cfg))
+
+
 def build_reference(cfg: Any, materials: Sequence[str] = MATERIALS, depths_A: np.ndarray = DEPTHS_A,
                     progress: Any = None) -> ThicknessReference:
     """The reference of ``materials`` at ``depths_A`` with the physics of ``cfg`` (a `namsa.SimulationConfig`,
@@ -114,10 +157,15 @@ def build_reference(cfg: Any, materials: Sequence[str] = MATERIALS, depths_A: np
         names.append(f"{material}|{''.join(str(v) for v in axis)}")
         if progress is not None:
             progress(names[-1])
+    return ThicknessReference(names, np.asarray(depths_A, np.float64), np.array(profiles), _physics(cfg))
+
+
+def _physics(cfg: Any) -> dict[str, Any]:
+    """The simulation fields a reference records (`ThicknessReference.physics`)."""
     physics = {name: getattr(cfg, name) for name in ("energy_kv", "semiangle_mrad", "sampling_A", "band_limit",
                                                      "pattern_px", "cell_lateral_A", "slice_thickness_A")}
     physics.update(position_step_A=POSITION_STEP_A, phonon_seed=PHONON_SEED)
-    return ThicknessReference(names, np.asarray(depths_A, np.float64), np.array(profiles), physics)
+    return physics
 
 
 def save_reference(reference: ThicknessReference, path: str | Path) -> None:

@@ -13,10 +13,14 @@ and decides:
   set to 0 (read noise around an empty pixel; a count cannot be negative), which is what the maps
   need; the photon-transfer gain is reported, not applied (see `_decide`), so the units stay
   arbitrary and no dose is claimed;
-- normalised data, and counts with gain 1: as they are.
+- normalised data, and counts with gain 1: as they are;
+- a camera point spread given by the user (``--detector-psf-px``, from the camera's MTF calibration: it
+  cannot be read from a specimen's scan, see stage.microscope.point_spread): after the above, every
+  pattern deconvolved (Richardson-Lucy), whatever the data's units.
 
 What was measured is a measurement (``camera_noise``) and what was done a finding (`add_warning`):
-``camera-gain`` (electrons restored) or ``camera-noise`` (dark subtracted only). A file with
+``camera-gain`` (electrons restored), ``camera-noise`` (dark subtracted only), ``camera-psf``
+(deconvolved). A file with
 negative values whose scan is too small to measure is refused in one line. `CountsRestore.restore`
 is what the reconstruction applies to every block it reads (`with_counts_restored`). Axis order:
 (scan_y, scan_x, ky, kx).
@@ -32,6 +36,7 @@ from .check_report import add_measurement, add_warning
 from .counts import NORMALISED_TOTAL
 from .errors import ExperimentalInputError
 from .noise import MIN_PAIRS, NoiseMeasurement, measure_noise
+from .point_spread import MAX_PSF_SIGMA_PX, PSF_ITERATIONS, deconvolve
 
 #: fraction of negative pixels above which the data hold read noise around a subtracted dark level
 NEGATIVE_FRACTION = 1e-3
@@ -45,17 +50,22 @@ class CountsRestore:
     ``gain``: counts per electron (1.0 when not measured: the dark level is subtracted only);
     ``dark``: counts; ``electrons``: whether the result is in electrons (a measured gain);
     ``per_pattern``: mean electrons (or counts) per pattern before negatives are set to 0 (the dose's
-    figure: setting read noise's negatives to 0 adds to it)."""
+    figure: setting read noise's negatives to 0 adds to it); ``psf_sigma_px``: the camera's Gaussian point
+    spread (detector pixels) deconvolved after that, 0 for none, in ``psf_iterations`` Richardson-Lucy
+    iterations (`stage.microscope.point_spread`)."""
 
     gain: float
     dark: float
     electrons: bool
     per_pattern: float = float("nan")
+    psf_sigma_px: float = 0.0
+    psf_iterations: int = PSF_ITERATIONS
 
     def restore(self, block: np.ndarray) -> np.ndarray:
         """A block (..., ky, kx) of the file's values -> float64 electrons (or dark-subtracted counts)."""
         out = (np.asarray(block, dtype=np.float64) - self.dark) / self.gain
-        return np.clip(out, 0.0, None, out=out)
+        out = np.clip(out, 0.0, None, out=out)
+        return deconvolve(out, self.psf_sigma_px, self.psf_iterations) if self.psf_sigma_px > 0 else out
 
 
 class RestoredData:
@@ -87,23 +97,43 @@ def with_counts_restored(restore: CountsRestore | None, transform: PatternTransf
     return restored
 
 
-def camera_counts(data: Any, path: str, counted: bool, report: dict[str, Any], block_bytes: int
-                  ) -> tuple[Any, bool, CountsRestore | None]:
+def camera_counts(data: Any, path: str, counted: bool, report: dict[str, Any], block_bytes: int,
+                  psf_sigma_px: float | None = None) -> tuple[Any, bool, CountsRestore | None]:
     """(the data the checks should read, whether they are counts, the restore applied or None); the
-    measurement and the finding go into ``report``. Refuses (one line) negative data whose noise
-    cannot be measured."""
+    measurement and the finding go into ``report``. ``psf_sigma_px``: the camera's point spread
+    (Gaussian sigma, detector pixels; ``--detector-psf-px``), deconvolved from every pattern when given.
+    Refuses (one line) negative data whose noise cannot be measured, and a point spread outside
+    0-`MAX_PSF_SIGMA_PX`."""
+    psf = _checked_psf(psf_sigma_px)
     noise = measure_noise(data, block_bytes)
-    if not counted and NORMALISED_TOTAL[0] <= noise.mean_total <= NORMALISED_TOTAL[1]:
+    if not counted and NORMALISED_TOTAL[0] <= noise.mean_total <= NORMALISED_TOTAL[1] and not psf:
         return data, counted, None  # normalised (a simulation): counts.dose_record says so
     add_measurement(report, "camera_noise", noise.gain if noise.trusted else None, "counts per electron",
                     **{k: v for k, v in noise.record().items() if k != "gain"})
     restore = _decide(noise, counted, path)
+    if restore is not None:
+        pixels = data.shape[2] * data.shape[3]
+        restore = replace(restore, per_pattern=(noise.mean_total - pixels * restore.dark) / restore.gain)
+        add_warning(report, *_finding(noise, restore, hint=not psf))
+    if psf:
+        restore = replace(restore or CountsRestore(1.0, 0.0, counted, noise.mean_total), psf_sigma_px=psf)
+        add_warning(report, "camera-psf", f"every pattern was deconvolved from the camera's point spread "
+                                          f"(--detector-psf-px {psf:g}: Gaussian sigma in detector pixels; "
+                                          f"Richardson-Lucy, {PSF_ITERATIONS} iterations) before the checks and the model")
     if restore is None:
         return data, counted, None
-    pixels = data.shape[2] * data.shape[3]
-    restore = replace(restore, per_pattern=(noise.mean_total - pixels * restore.dark) / restore.gain)
-    add_warning(report, *_finding(noise, restore))
     return RestoredData(data, restore), restore.electrons, restore
+
+
+def _checked_psf(psf_sigma_px: float | None) -> float:
+    """The point spread to deconvolve (0: none); one-line refusal of a value no camera has."""
+    if psf_sigma_px is None or psf_sigma_px == 0:
+        return 0.0
+    if not (0 < psf_sigma_px <= MAX_PSF_SIGMA_PX):
+        raise ExperimentalInputError(f"--detector-psf-px {psf_sigma_px!r}: the camera's point spread must be a Gaussian "
+                                     f"sigma of 0-{MAX_PSF_SIGMA_PX:g} detector pixels (not mrad, not a full width; "
+                                     "FWHM = 2.355 sigma); 0 or leaving it out deconvolves nothing")
+    return float(psf_sigma_px)
 
 
 def _decide(noise: NoiseMeasurement, counted: bool, path: str) -> CountsRestore | None:
@@ -125,8 +155,9 @@ def _decide(noise: NoiseMeasurement, counted: bool, path: str) -> CountsRestore 
     return CountsRestore(1.0, noise.dark, False)
 
 
-def _finding(noise: NoiseMeasurement, restore: CountsRestore) -> tuple[str, str]:
-    """(code, one-line message) of what was measured and done."""
+def _finding(noise: NoiseMeasurement, restore: CountsRestore, hint: bool) -> tuple[str, str]:
+    """(code, one-line message) of what was measured and done; ``hint``: name the point-spread flag (an
+    integrating camera's data, no point spread given)."""
     read = f"read noise {noise.read_noise:.3g} counts rms"
     negative = f"{100 * noise.negative_fraction:.2g}% of the pixels negative"
     if restore.electrons and noise.value_gcd > 1 and restore.gain == noise.value_gcd:
@@ -135,6 +166,8 @@ def _finding(noise: NoiseMeasurement, restore: CountsRestore) -> tuple[str, str]
                                "(the dose is read in electrons)")
     slope = (f"photon-transfer slope {noise.gain:.3g} counts per electron, not used: the specimen biases it"
              if noise.trusted else f"no gain measured: {noise.why}")
+    psf = ("; if a scintillator's point spread blurs the patterns, give its sigma from the camera's MTF "
+           "calibration as --detector-psf-px to deconvolve it" if hint else "")
     return "camera-noise", (f"the data are not counts: dark level {restore.dark:.3g} counts, {read}, {negative} "
                             f"({slope}); the dark level was subtracted and negatives set to 0 before the checks and "
-                            "the model; no dose can be estimated")
+                            f"the model; no dose can be estimated{psf}")

@@ -1,0 +1,47 @@
+"""Undoing an integrating camera's point spread before the model sees the patterns.
+
+A scintillator camera spreads each electron's light over neighbouring pixels (its MTF). The model was
+trained on patterns without that spread (and, through `data.camera_augmentation`, on some with it), and a
+blurred scan of a weakly scattering crystal still scores 1.5x worse than the same scan as counts (Si [001]:
+benchmarks/psf_deconvolution_study.py). The spread cannot be read reliably from a specimen's scan: the
+noise correlation the photon-transfer measurement reports (`NoiseMeasurement.psf_sigma_px`) is biased by
+the specimen's own change between neighbouring probe positions (a counted Si [001] scan reads about 1 px
+of blur). It is a property of the camera, measured by its maker or the microscopist (a knife-edge or
+noise-power MTF), so `namsa reconstruct --detector-psf-px SIGMA` takes it as a calibration.
+
+The deconvolution is Richardson-Lucy (W. H. Richardson, J. Opt. Soc. Am. 62 (1972) 55; L. B. Lucy,
+Astron. J. 79 (1974) 745), the maximum-likelihood iteration for Poisson counts, with a Gaussian point
+spread of sigma ``psf_sigma_px`` detector pixels (zero light beyond the detector's edge). It keeps every
+value >= 0 and, away from the edges, each pattern's total. Axis order: (..., ky, kx).
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy.ndimage import gaussian_filter
+
+#: Richardson-Lucy iterations: chosen on the study's dev split through a scintillator
+#: (benchmarks/psf_deconvolution_study.py; docs/experimental-data.md, "A camera's point spread")
+PSF_ITERATIONS = 20
+#: the largest point spread taken (detector pixels): a wider blur leaves too little to restore, and a
+#: value this large is more likely a unit mistake (mrad, or the full width)
+MAX_PSF_SIGMA_PX = 5.0
+#: floor of the estimate and of its re-blurred values (electrons): no division by zero in the dark field,
+#: where no electron fell, and no pixel held at 0 by the iteration's product
+_FLOOR = 1e-6
+
+
+def blur(block: np.ndarray, sigma_px: float) -> np.ndarray:
+    """``block`` (..., ky, kx) seen through a Gaussian point spread of ``sigma_px`` pixels (zero beyond
+    the edge)."""
+    return gaussian_filter(block, sigma_px, axes=(-2, -1), mode="constant", truncate=4.0)
+
+
+def deconvolve(block: np.ndarray, sigma_px: float, iterations: int = PSF_ITERATIONS) -> np.ndarray:
+    """Richardson-Lucy estimate of the patterns ``block`` (..., ky, kx), values >= 0, before a Gaussian
+    point spread of ``sigma_px`` detector pixels; float64. The spread is symmetric, so the iteration's
+    adjoint blur is the blur itself."""
+    observed = np.asarray(block, dtype=np.float64)
+    estimate = np.maximum(observed, _FLOOR)  # a pixel at 0 would stay 0: the iteration is a product
+    for _ in range(iterations):
+        estimate *= blur(observed / np.maximum(blur(estimate, sigma_px), _FLOOR), sigma_px)
+    return estimate
