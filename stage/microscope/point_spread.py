@@ -3,9 +3,9 @@
 A scintillator camera spreads each electron's light over neighbouring pixels (its MTF). The model was
 trained on patterns without that spread (and, through `data.camera_augmentation`, on some with it), and a
 blurred scan of a weakly scattering crystal still scores 1.5x worse than the same scan as counts (Si [001]:
-benchmarks/psf_deconvolution_study.py). The spread cannot be read reliably from a specimen's scan: the
+benchmarks/bench_camera_noise.py; sigma 1.5 px on dev: 1.6x, benchmarks/psf_deconvolution_study.py). The spread cannot be read reliably from a specimen's scan: the
 noise correlation the photon-transfer measurement reports (`NoiseMeasurement.psf_sigma_px`) is biased by
-the specimen's own change between neighbouring probe positions (a counted Si [001] scan reads about 1 px
+the specimen's own change between neighbouring probe positions (a counted Si [001] scan reads 1.3 px
 of blur). It is a property of the camera, measured by its maker or the microscopist (a knife-edge or
 noise-power MTF), so `namsa reconstruct --detector-psf-px SIGMA` takes it as a calibration.
 
@@ -19,9 +19,11 @@ from __future__ import annotations
 import numpy as np
 from scipy.ndimage import gaussian_filter
 
-#: Richardson-Lucy iterations: chosen on the study's dev split through a scintillator
-#: (benchmarks/psf_deconvolution_study.py; docs/experimental-data.md, "A camera's point spread")
-PSF_ITERATIONS = 20
+#: Richardson-Lucy iterations, chosen on the study's dev split through a scintillator
+#: (benchmarks/psf_deconvolution_study.py; docs/experimental-data.md, "A camera's point spread"): 20 gain
+#: 0.004 more at the true sigma, but a sigma given 30% too large then costs +0.035 where 10 cost +0.010
+#: (not significant), and camera calibrations are no better than that
+PSF_ITERATIONS = 10
 #: the largest point spread taken (detector pixels): a wider blur leaves too little to restore, and a
 #: value this large is more likely a unit mistake (mrad, or the full width)
 MAX_PSF_SIGMA_PX = 5.0
