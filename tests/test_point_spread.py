@@ -36,7 +36,8 @@ def test_deconvolution_sharpens_a_blurred_disc_and_keeps_its_total(discs):
     restored = deconvolve(blurred, 1.0)
     assert _relative(restored, pattern) < 0.75 * _relative(blurred, pattern)
     assert restored.min() >= 0.0 and restored.sum() == pytest.approx(pattern.sum(), rel=0.01)
-    assert np.array_equal(deconvolve(blurred, 1.0, iterations=0), blurred)
+    assert np.array_equal(deconvolve(blurred, 1.0, iterations=0), np.maximum(blurred, 1e-6))
+    assert np.array_equal(blurred, blur(pattern, 1.0))   # the caller's array is left as it was
 
 
 def test_a_scintillators_scan_deconvolved_comes_closer_to_the_counted_one(discs):
@@ -111,3 +112,22 @@ def test_the_flagship_on_a_scintillators_si_scan_comes_within_1_3x_of_counts_wit
 
     counts, plain, sharp = error({}, None, "counts"), error(SCINTILLATOR, None, "plain"), error(SCINTILLATOR, 1.0, "psf")
     assert sharp < plain and sharp < 1.3 * counts, (counts, plain, sharp)
+
+
+def test_a_large_block_is_deconvolved_in_chunks_within_a_bounded_extra_memory(monkeypatch):
+    """A reconstruction's block is sized to --memory-gb with one float64 copy; the iteration's four copies
+    are of one chunk at a time (here 1 MiB of a 24 MiB block), and the result equals the whole-block one."""
+    import tracemalloc
+
+    import stage.microscope.point_spread as point_spread
+
+    rng = np.random.default_rng(0)
+    block = rng.poisson(3.0, size=(48, 64, 32, 32)).astype(np.float64)
+    whole = point_spread._richardson_lucy(block[:2].reshape(-1, 32, 32), 1.0, 3)
+    monkeypatch.setattr(point_spread, "CHUNK_BYTES", 1 << 20)
+    tracemalloc.start()
+    out = deconvolve(block, 1.0, iterations=3, in_place=True)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert out is block and peak < 8 << 20, peak   # in place; a few chunks, not copies of the 24 MiB block
+    np.testing.assert_allclose(out[:2].reshape(-1, 32, 32), whole, rtol=1e-12)

@@ -65,7 +65,7 @@ class CountsRestore:
         """A block (..., ky, kx) of the file's values -> float64 electrons (or dark-subtracted counts)."""
         out = (np.asarray(block, dtype=np.float64) - self.dark) / self.gain
         out = np.clip(out, 0.0, None, out=out)
-        return deconvolve(out, self.psf_sigma_px, self.psf_iterations) if self.psf_sigma_px > 0 else out
+        return deconvolve(out, self.psf_sigma_px, self.psf_iterations, in_place=True) if self.psf_sigma_px > 0 else out
 
 
 class RestoredData:

@@ -27,6 +27,9 @@ PSF_ITERATIONS = 10
 #: the largest point spread taken (detector pixels): a wider blur leaves too little to restore, and a
 #: value this large is more likely a unit mistake (mrad, or the full width)
 MAX_PSF_SIGMA_PX = 5.0
+#: the patterns deconvolved at once (bytes of float64): the iteration holds four copies of them, so a
+#: reconstruction's block (sized to --memory-gb) needs only this much more, whatever its size
+CHUNK_BYTES = 32 << 20
 #: floor of the estimate and of its re-blurred values (electrons): no division by zero in the dark field,
 #: where no electron fell, and no pixel held at 0 by the iteration's product
 _FLOOR = 1e-6
@@ -38,11 +41,22 @@ def blur(block: np.ndarray, sigma_px: float) -> np.ndarray:
     return gaussian_filter(block, sigma_px, axes=(-2, -1), mode="constant", truncate=4.0)
 
 
-def deconvolve(block: np.ndarray, sigma_px: float, iterations: int = PSF_ITERATIONS) -> np.ndarray:
+def deconvolve(block: np.ndarray, sigma_px: float, iterations: int = PSF_ITERATIONS, *,
+               in_place: bool = False) -> np.ndarray:
     """Richardson-Lucy estimate of the patterns ``block`` (..., ky, kx), values >= 0, before a Gaussian
-    point spread of ``sigma_px`` detector pixels; float64. The spread is symmetric, so the iteration's
-    adjoint blur is the blur itself."""
-    observed = np.asarray(block, dtype=np.float64)
+    point spread of ``sigma_px`` detector pixels; float64, in chunks of at most `CHUNK_BYTES`. ``in_place``:
+    written into ``block`` itself (a float64 array the caller owns), so no second block is held."""
+    out = np.asarray(block, dtype=np.float64) if in_place else np.array(block, dtype=np.float64)
+    flat = out.reshape(-1, *out.shape[-2:])
+    step = max(1, CHUNK_BYTES // max(1, flat[0].nbytes))
+    for start in range(0, len(flat), step):
+        flat[start:start + step] = _richardson_lucy(flat[start:start + step], sigma_px, iterations)
+    return out
+
+
+def _richardson_lucy(observed: np.ndarray, sigma_px: float, iterations: int) -> np.ndarray:
+    """The iteration on (n, ky, kx) ``observed`` (module docstring). The spread is symmetric, so the
+    iteration's adjoint blur is the blur itself."""
     estimate = np.maximum(observed, _FLOOR)  # a pixel at 0 would stay 0: the iteration is a product
     for _ in range(iterations):
         estimate *= blur(observed / np.maximum(blur(estimate, sigma_px), _FLOOR), sigma_px)
