@@ -181,3 +181,16 @@ def test_a_specimen_that_cannot_be_read_is_refused_in_one_line(capsys: pytest.Ca
                  "--specimen", "NiO-rocksalt"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--specimen and --zone-axis go together" in err
+
+
+def test_a_specimen_that_cannot_be_simulated_keeps_the_estimate_and_says_why(tmp_path: Path) -> None:
+    """The series is simulated after the whole scan's inference: a CIF gone by then (or any structure the
+    simulator refuses) gives a finding and the set's estimate, not a crash that would lose the maps."""
+    from models.scan_fit.thickness_reference import KnownSpecimen
+
+    cbed, mrad, _ = _scan("NiO-rocksalt", (0, 1, 1), 150.0)
+    report = new_report()
+    found = check_thickness(report, cbed, _card(), mrad, specimen=KnownSpecimen(str(tmp_path / "gone.cif"), (0, 0, 1)))
+    codes = {w["code"]: w["message"] for w in report["warnings"]}
+    assert found is not None and "could not be simulated" in codes["specimen-mismatch"]
+    assert report["measured"]["thickness_A"]["method"].startswith("PACBED's diffuse scattering")

@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from namsa.errors import NamsaError
 from stage.microscope.disc import find_disc
 
 from ..errors import ModelDirError
@@ -306,17 +307,32 @@ def _estimate(report: dict[str, Any], cbed: np.ndarray, card: Any, mrad_per_px: 
     if mrad_per_px is None:
         return "no detector pixel: no calibration and no disc", SET_METHOD, FLAG_ABOVE
     if specimen is not None and getattr(card, "expects_input", None) is not None:
-        own = reference or specimen.reference(card.expects_input.simulation_config())
-        found = estimate_thickness(cbed, own, mrad_per_px, OWN_MARGIN)
-        if isinstance(found, str) or found.residual <= MAX_OWN_RESIDUAL:
+        found = _against_specimen(report, cbed, card, mrad_per_px, specimen, reference)
+        if found is not None:
             return found, f"PACBED matched to a simulated thickness series of {specimen.name}", OWN_FLAG_ABOVE
-        from stage.microscope.check_report import add_warning
-
-        add_warning(report, "specimen-mismatch", f"the PACBED does not match {specimen.name} at any thickness "
-                                                 f"(residual {found.residual:.2g}, above the {MAX_OWN_RESIDUAL:g} a "
-                                                 "match leaves): check --specimen and --zone-axis; the thickness is "
-                                                 "estimated against the reference set instead")
     set_reference = find_reference(card, model_dir)
     if isinstance(set_reference, str):
         return set_reference, SET_METHOD, FLAG_ABOVE
     return estimate_thickness(cbed, set_reference, mrad_per_px), SET_METHOD, FLAG_ABOVE
+
+
+def _against_specimen(report: dict[str, Any], cbed: np.ndarray, card: Any, mrad_per_px: float, specimen: Any,
+                      reference: ThicknessReference | None) -> ThicknessEstimate | str | None:
+    """The estimate against the named specimen's own series (``reference``, else simulated now), or None with
+    a "specimen-mismatch" finding when it cannot be simulated or the scan does not match it."""
+    from stage.microscope.check_report import add_warning
+
+    try:   # this runs after the whole scan's inference: a specimen that cannot be simulated must not lose the maps
+        own = reference or specimen.reference(card.expects_input.simulation_config())
+    except NamsaError as exc:
+        add_warning(report, "specimen-mismatch", f"{specimen.name} could not be simulated ({str(exc)[:200]}): the "
+                                                 "thickness is estimated against the reference set instead")
+        return None
+    found = estimate_thickness(cbed, own, mrad_per_px, OWN_MARGIN)
+    if isinstance(found, str) or found.residual <= MAX_OWN_RESIDUAL:
+        return found
+    add_warning(report, "specimen-mismatch", f"the PACBED does not match {specimen.name} at any thickness (residual "
+                                             f"{found.residual:.2g}, above the {MAX_OWN_RESIDUAL:g} a match leaves): "
+                                             "check --specimen and --zone-axis; the thickness is estimated against "
+                                             "the reference set instead")
+    return None
