@@ -134,13 +134,14 @@ def score_dev_counts(card: Any, data: Path, model: str, out: Path, doses: list[f
     return scores
 
 
-def dev_samples(data: Path) -> list[tuple[np.ndarray, np.ndarray, tuple[float, float]]]:
-    """(cbed (sy, sx, P, P) intensities, true potential, scan step (y, x) Angstrom) of every dev sample."""
+def split_samples(data: Path, split: str = "dev", stride: int = 1) -> list[tuple[np.ndarray, np.ndarray, tuple[float, float]]]:
+    """(cbed (sy, sx, P, P) intensities, true potential, scan step (y, x) Angstrom) of every ``stride``-th
+    sample of the ``split``."""
     import stage
 
     out = []
     with stage.open_stores([data]) as stores:
-        for i in stores.indices("dev"):
+        for i in stores.indices(split)[::stride]:
             reader, j = stores.locate(i)
             arrays, meta = reader.read_arrays(j, names=("cbed", "potential"), dtype=np.float64)
             sy, sx = meta.scan_shape
@@ -299,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     scored = args.work / "results.json"   # every model scored in this folder so far, by name
     results = json.loads(scored.read_text()) if scored.exists() else {}
-    samples = dev_samples(data)
+    samples = split_samples(data)
     for name, model in {"flagship": f"pretrained:{FLAGSHIP}", **{n: str(m) for n, m in tuned.items()}}.items():
         if results.get(name, {}).get("model") == model and "per_sample" in results[name]["dev_cameras"]:
             continue

@@ -52,31 +52,33 @@ def network_error(rec, frames: np.ndarray, truth: np.ndarray, psf: float, iterat
     return scores(rec.predict(tile, check_dose=False)[rec.targets.index("potential")], truth)[0]
 
 
-def cases(iterations: list[int]) -> list[tuple[str, float | None, float, int]]:
+def cases(iterations: list[int], sigmas: tuple[float, ...] = SIGMAS_PX, misuse: bool = True
+          ) -> list[tuple[str, float | None, float, int]]:
     """(name, the camera's true sigma (None: counted), the sigma given, Richardson-Lucy iterations): each
     camera at every count of ``iterations`` (0: not deconvolved), and at every non-zero count a sigma given
-    `MISCALIBRATION` times the true one and the counted scan given sigma 1 by mistake."""
+    `MISCALIBRATION` times the true one and the counted scan given sigma 1 by mistake (``misuse``)."""
     counts = [n for n in iterations if n]
     out: list[tuple[str, float | None, float, int]] = [("counts", None, 0.0, 0)]
-    out += [(f"counts, psf 1 given, {n} it", None, 1.0, n) for n in counts]
-    for sigma in SIGMAS_PX:
+    out += [(f"counts, psf 1 given, {n} it", None, 1.0, n) for n in counts if misuse]
+    for sigma in sigmas:
         out += [(f"sigma {sigma:g}, {n} it", sigma, sigma if n else 0.0, n) for n in iterations]
-    out += [(f"sigma 1, given {f:g}x, {n} it", 1.0, f, n) for n in counts for f in MISCALIBRATION]
+    out += [(f"sigma 1, given {f:g}x, {n} it", 1.0, f, n) for n in counts for f in MISCALIBRATION if misuse]
     return out
 
 
-def run(data: Path, model: str, dose: float, iterations: list[int]) -> dict[str, list[float]]:
+def run(data: Path, model: str, dose: float, iterations: list[int], split: str = "dev", stride: int = 1,
+        sigmas: tuple[float, ...] = SIGMAS_PX, misuse: bool = True) -> dict[str, list[float]]:
     """Each case's error on every dev sample (the same samples and noise draws in every case: each camera
     records a sample once, and every case of that camera reads the same frames)."""
-    from camera_augmentation_study import dev_samples
+    from camera_augmentation_study import split_samples
 
     from models import load_reconstructor
     from namsa.camera import CameraSettings, record
 
     rec = load_reconstructor(model, device="cpu")
-    all_cases = cases(iterations)
+    all_cases = cases(iterations, sigmas, misuse)
     errors: dict[str, list[float]] = {name: [] for name, *_ in all_cases}
-    for k, (cbed, truth, step) in enumerate(dev_samples(data)):
+    for k, (cbed, truth, step) in enumerate(split_samples(data, split, stride)):
         for sigma in sorted({c[1] for c in all_cases}, key=lambda s: -1.0 if s is None else s):
             camera = {} if sigma is None else {**SCINTILLATOR, "scintillator_sigma_px": sigma}
             frames = record(cbed, step, CameraSettings(dose_e_per_A2=dose, seed=k, **camera))
@@ -107,9 +109,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dose", type=float, default=1e4, help="e/Angstrom^2 (default 1e4)")
     ap.add_argument("--iterations", default="0,2,5,10,20", help="Richardson-Lucy iteration counts (0: none)")
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "psf-study.json")
+    ap.add_argument("--split", default="dev", help="the split scored (default dev; test only for final figures)")
+    ap.add_argument("--stride", type=int, default=1, help="every n-th sample of the split (default 1)")
+    ap.add_argument("--sigmas", default=",".join(f"{s:g}" for s in SIGMAS_PX), help="the cameras' sigmas (px)")
+    ap.add_argument("--no-misuse", dest="misuse", action="store_false",
+                    help="leave out the miscalibrated and counted-by-mistake cases")
     args = ap.parse_args(argv)
-    errors = run(args.data, args.model, args.dose, [int(n) for n in args.iterations.split(",")])
-    args.out.write_text(json.dumps({"model": args.model, "dose": args.dose, "errors": errors}, indent=1))
+    errors = run(args.data, args.model, args.dose, [int(n) for n in args.iterations.split(",")], args.split,
+                 args.stride, tuple(float(v) for v in args.sigmas.split(",")), args.misuse)
+    args.out.write_text(json.dumps({"model": args.model, "dose": args.dose, "split": args.split, "stride": args.stride,
+                                    "errors": errors}, indent=1))
     print(table(errors))
     return 0
 
