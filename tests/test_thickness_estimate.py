@@ -194,3 +194,31 @@ def test_a_specimen_that_cannot_be_simulated_keeps_the_estimate_and_says_why(tmp
     codes = {w["code"]: w["message"] for w in report["warnings"]}
     assert found is not None and "could not be simulated" in codes["specimen-mismatch"]
     assert report["measured"]["thickness_A"]["method"].startswith("PACBED's diffuse scattering")
+
+
+def test_the_cli_prints_the_named_specimens_thickness(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`namsa reconstruct --specimen --zone-axis` on a NiO [011] file (150 A, frozen phonons, the card's
+    physics): the thickness inside the training range warns of nothing, so it is printed as a measurement."""
+    import json
+
+    from stage.microscope import ScanCalibrations, write_scan
+    from workflow.cli import main
+
+    cfg = _card().expects_input.simulation_config()
+    variations = cfg.variations.model_copy(update={"thickness_range_A": None, "frozen_phonon": True,
+                                                   "frozen_phonon_fraction": None})
+    sample = simulate_sample("NiO-rocksalt", (0, 1, 1), cfg.model_copy(update={"thickness_A": 150.0,
+                                                                               "variations": variations}))
+    sy, sx = sample.meta.scan_shape
+    step = (sample.meta.fov_A[2] / sy, sample.meta.fov_A[3] / sx)
+    path = tmp_path / "nio.hspy"
+    write_scan(path, sample.cbed.reshape(sy, sx, *sample.cbed.shape[-2:]),
+               ScanCalibrations(energy_kv=200.0, semiangle_mrad=20.0, dk_inv_A=sample.meta.pattern_dk_inv_A, step_A=step))
+    out = tmp_path / "out"
+    assert main(["reconstruct", str(path), "--model", "pretrained:study-scan-camera", "--out", str(out),
+                 "--single-pass", "--specimen", "NiO-rocksalt", "--zone-axis", "0,1,1"]) == 0
+    printed = capsys.readouterr().out
+    line = next(l for l in printed.splitlines() if "specimen thickness:" in l)
+    assert "simulated thickness series of NiO-rocksalt [011]" in line, printed
+    measured = json.loads((out / "reconstruction.json").read_text())["checks"]["after"]["measured"]["thickness_A"]
+    assert abs(measured["value"] - sample.meta.thickness_A) <= 0.2 * sample.meta.thickness_A, measured

@@ -202,6 +202,8 @@ def cmd_reconstruct(args: argparse.Namespace) -> int:
           f"(reconstruction.json lists the calibrations used and where each came from)")
     for note in summary["notes"]:
         print(f"  resampled: {note}")
+    if summary.get("thickness"):   # a measurement, not a finding: inside the training range it warns of nothing
+        print(f"  specimen thickness: {summary['thickness']}")
     for warning in summary.get("warnings", []):  # checks of the data and the maps (reconstruction.json)
         print(f"namsa: warning: {warning}", file=sys.stderr)
     return 0

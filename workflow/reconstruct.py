@@ -48,7 +48,8 @@ def reconstruct(source: Any, model: str | Path, out_dir: str | Path, *,
     8 network passes); False: one pass per tile.
     specimen: a `models.scan_fit.thickness_reference.KnownSpecimen` (`known_specimen`) when the material and
     zone axis are known: the thickness is then measured against its own simulated series.
-    Returns a summary: the files written, the pixel size (Angstrom) and what was resampled.
+    Returns a summary: the files written, the pixel size (Angstrom), what was resampled, the findings and the
+    specimen thickness in words (``thickness``: "about 160 A (133-192) by its ...", None when not estimated).
 
     Everything is written into a temporary sibling of ``out_dir`` that then replaces it as a whole
     (workflow.replace_out), so a kill leaves the earlier result or the new one, never a mix.
@@ -154,13 +155,16 @@ def _reconstruct_into(tmp: Path, out: Path, source: Any, model: str | Path, cali
     # the thickness from the whole scan's PACBED, here and not in predict's input checks: its premise, a
     # thermal-diffuse tail, holds for every real specimen but not for simulations without frozen phonons,
     # where it read 40 A samples as up to 194 A (docs/experimental-data.md, "Thickness from the data")
-    check_thickness(after, pacbed, rec.card, plan.dk_inv_A * mrad_per_inv_A(cal.energy_kv), specimen=specimen)
+    thickness = check_thickness(after, pacbed, rec.card, plan.dk_inv_A * mrad_per_inv_A(cal.energy_kv),
+                                specimen=specimen)
     info.update(checks={"before": checks, "predict": predicted.merged(), "after": after},
                 calibration_from_data=from_data.report())
     info["findings"] = findings(info["checks"])   # what bears on trust, once: the terminal, the figure, the JSON
     written = _write_and_swap(tmp, out, maps, pixel, info)
+    measured = after["measured"].get("thickness_A") or {}
     return {"out": str(out), "files": written, "pixel_size_A": pixel, "shape": list(stitched.shape[1:]),
-            "notes": notes, "findings": info["findings"], "warnings": [f["message"] for f in info["findings"]]}
+            "notes": notes, "findings": info["findings"], "warnings": [f["message"] for f in info["findings"]],
+            "thickness": None if thickness is None else f"{thickness.said()} by its {measured.get('method')}"}
 
 
 def _check_memory(scan: Any, expect: Any, calibrations: Mapping[str, Any], memory_gb: float) -> None:
