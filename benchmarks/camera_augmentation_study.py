@@ -150,14 +150,18 @@ def split_samples(data: Path, split: str = "dev", stride: int = 1) -> list[tuple
     return out
 
 
-def restored_tile(frames: np.ndarray) -> np.ndarray:
+def restored_tile(frames: np.ndarray, psf_px: float = 0.0, iterations: int | None = None) -> np.ndarray:
     """A camera's (sy, sx, D, D) frames as `namsa reconstruct` hands them to the network: restored by its
-    `CountsRestore` (dark level 0 here, no gain applied to float data: the read noise's negatives set to 0),
-    the tile divided by its mean total."""
+    `CountsRestore` (dark level 0 here, no gain applied to float data: the read noise's negatives set to 0;
+    a point spread of ``psf_px`` deconvolved in ``iterations``, the code's count when None), the tile divided
+    by its mean total."""
     from models.scan_fit.fit import normalise_tile
     from stage.microscope.counts_restore import CountsRestore
+    from stage.microscope.point_spread import PSF_ITERATIONS
 
-    restored = CountsRestore(gain=1.0, dark=0.0, electrons=False).restore(frames)
+    restore = CountsRestore(gain=1.0, dark=0.0, electrons=False, psf_sigma_px=psf_px,
+                            psf_iterations=PSF_ITERATIONS if iterations is None else iterations)
+    restored = restore.restore(frames)
     return normalise_tile(restored.reshape(-1, *frames.shape[-2:]).astype(np.float32), "dev sample")[0]
 
 

@@ -4,7 +4,7 @@
 Every dev sample of ``--data`` (benchmarks/camera_augmentation_study.py's store of the flagship's physics
 and split: one sample per material) is recorded by namsa.camera at ``--dose`` e/A^2 as counts, and through
 a scintillator (gain 10 counts/e, read noise 2 counts) of point spread sigma 0.5, 1 and 1.5 px (sample k's
-cameras seeded k); each scintillator scan is restored as `namsa reconstruct` does (`CountsRestore`: dark 0
+cameras seeded k, its index in the split, so a --stride run repeats those samples exactly); each scintillator scan is restored as `namsa reconstruct` does (`CountsRestore`: dark 0
 subtracted, negatives set to 0), then deconvolved with the true sigma for each iteration count of
 ``--iterations`` (0: none, the code before), and at each non-zero count with a sigma 30% too small and too
 large (a camera calibrated badly), and the counted scan with sigma 1 given by mistake (a direct detector).
@@ -43,12 +43,9 @@ def network_error(rec, frames: np.ndarray, truth: np.ndarray, psf: float, iterat
     """Field-rule relative L2 of ``rec``'s potential from ``frames`` (sy, sx, D, D) restored as `namsa
     reconstruct` restores them, deconvolved from a point spread of ``psf`` px (0: not) in ``iterations``."""
     from bench_camera_noise import scores
+    from camera_augmentation_study import restored_tile
 
-    from models.scan_fit.fit import normalise_tile
-    from stage.microscope.counts_restore import CountsRestore
-
-    restored = CountsRestore(gain=1.0, dark=0.0, electrons=False, psf_sigma_px=psf, psf_iterations=iterations).restore(frames)
-    tile = normalise_tile(restored.reshape(-1, *frames.shape[-2:]).astype(np.float32), "dev sample")[0]
+    tile = restored_tile(frames, psf, iterations)
     return scores(rec.predict(tile, check_dose=False)[rec.targets.index("potential")], truth)[0]
 
 
@@ -81,7 +78,7 @@ def run(data: Path, model: str, dose: float, iterations: list[int], split: str =
     for k, (cbed, truth, step) in enumerate(split_samples(data, split, stride)):
         for sigma in sorted({c[1] for c in all_cases}, key=lambda s: -1.0 if s is None else s):
             camera = {} if sigma is None else {**SCINTILLATOR, "scintillator_sigma_px": sigma}
-            frames = record(cbed, step, CameraSettings(dose_e_per_A2=dose, seed=k, **camera))
+            frames = record(cbed, step, CameraSettings(dose_e_per_A2=dose, seed=k * stride, **camera))
             for name, _, given, n in (c for c in all_cases if c[1] == sigma):
                 errors[name].append(network_error(rec, frames, truth, given, n))
         print(f"  sample {k}: " + ", ".join(f"{name} {v[-1]:.3f}" for name, v in errors.items()), flush=True)

@@ -305,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--detector-psf-px", type=positive_float, default=None, metavar="SIGMA",
                    help="the camera's point spread: Gaussian sigma in detector pixels, from its MTF calibration (a "
                         "scintillator camera's, typically 0.5-1.5); every pattern is deconvolved from it "
-                        "(Richardson-Lucy) before the checks and the model (default: none, as for a direct detector)")
+                        "(Richardson-Lucy) before the model reads it (default: none, as for a direct detector)")
     p.add_argument("--specimen", default=None, metavar="NAME|CIF",
                    help="what the specimen is, when known: a structure namsa reads (a library id such as "
                         "NiO-rocksalt, or a CIF file); with --zone-axis its thickness is measured against its own "

@@ -56,8 +56,9 @@ def check_before_inference(scan: Any, given: Mapping[str, Any], block_bytes: int
     Returns (calibrations, report, DataCalibration). A semi-angle neither given nor in the file
     is taken from the disc (source "from the data (fit)"); a given one must match the disc. Data that
     are not Poisson counts (a camera's gain, dark level, read noise: stage.microscope.counts_restore)
-    are converted before any check reads them, and deconvolved from ``given["detector_psf_px"]`` (the
-    camera's point spread, detector pixels) when it is there; the conversion is ``DataCalibration.counts``.
+    are converted before any check reads them; the conversion is ``DataCalibration.counts``, which also
+    deconvolves ``given["detector_psf_px"]`` (the camera's point spread, detector pixels) from the blocks
+    the model reads when it is there.
     ``model_problems(known)`` adds what a model refuses to the one refusal (see the module docstring).
     """
     check_energy(scan.found, given)  # the values and the data's sign first: the disc check would blame the angle

@@ -16,7 +16,7 @@ and decides:
 - normalised data, and counts with gain 1: as they are;
 - a camera point spread given by the user (``--detector-psf-px``, from the camera's MTF calibration: it
   cannot be read from a specimen's scan, see stage.microscope.point_spread): after the above, every
-  pattern deconvolved (Richardson-Lucy), whatever the data's units.
+  pattern the model reads deconvolved (Richardson-Lucy), whatever the data's units.
 
 What was measured is a measurement (``camera_noise``) and what was done a finding (`add_warning`):
 ``camera-gain`` (electrons restored), ``camera-noise`` (dark subtracted only), ``camera-psf``
@@ -99,9 +99,10 @@ def with_counts_restored(restore: CountsRestore | None, transform: PatternTransf
 
 def camera_counts(data: Any, path: str, counted: bool, report: dict[str, Any], block_bytes: int,
                   psf_sigma_px: float | None = None) -> tuple[Any, bool, CountsRestore | None]:
-    """(the data the checks should read, whether they are counts, the restore applied or None); the
-    measurement and the finding go into ``report``. ``psf_sigma_px``: the camera's point spread
-    (Gaussian sigma, detector pixels; ``--detector-psf-px``), deconvolved from every pattern when given.
+    """(the data the checks should read, whether they are counts, the restore the reconstruction applies to
+    every block or None); the measurement and the finding go into ``report``. ``psf_sigma_px``: the camera's
+    point spread (Gaussian sigma, detector pixels; ``--detector-psf-px``), deconvolved, when given, from the
+    blocks the model reads (not from what the checks read: see the comment below).
     Refuses (one line) negative data whose noise cannot be measured, and a point spread outside
     0-`MAX_PSF_SIGMA_PX`."""
     psf = _checked_psf(psf_sigma_px)
@@ -115,14 +116,16 @@ def camera_counts(data: Any, path: str, counted: bool, report: dict[str, Any], b
         pixels = data.shape[2] * data.shape[3]
         restore = replace(restore, per_pattern=(noise.mean_total - pixels * restore.dark) / restore.gain)
         add_warning(report, *_finding(noise, restore, hint=not psf))
+    # the checks read the restored values as they are: a symmetric point spread that keeps each pattern's
+    # total leaves the disc, the centre of mass and the dose where they were, and the checks' passes over
+    # a large scan would each repeat the deconvolution; the blocks the model reads get it once
+    checked = data if restore is None else RestoredData(data, restore)
     if psf:
         restore = replace(restore or CountsRestore(1.0, 0.0, counted, noise.mean_total), psf_sigma_px=psf)
-        add_warning(report, "camera-psf", f"every pattern was deconvolved from the camera's point spread "
-                                          f"(--detector-psf-px {psf:g}: Gaussian sigma in detector pixels; "
-                                          f"Richardson-Lucy, {PSF_ITERATIONS} iterations) before the checks and the model")
-    if restore is None:
-        return data, counted, None
-    return RestoredData(data, restore), restore.electrons, restore
+        add_warning(report, "camera-psf", f"every pattern the model reads was deconvolved from the camera's point "
+                                          f"spread (--detector-psf-px {psf:g}: Gaussian sigma in detector pixels; "
+                                          f"Richardson-Lucy, {PSF_ITERATIONS} iterations)")
+    return checked, counted if restore is None else restore.electrons, restore
 
 
 def _checked_psf(psf_sigma_px: float | None) -> float:
