@@ -163,6 +163,18 @@ def test_the_ranges_are_read_over_every_training_sample(training_store):
         split_ranges([training_store], "train", limit=0)
 
 
+def test_the_ranges_are_the_same_on_one_thread_and_on_many(training_store, monkeypatch):
+    """`split_ranges` measures the stacks on `SPLIT_THREADS` threads (the card is written inside a device
+    call's training step); the figures must not depend on how many."""
+    import stage.scan_statistics as scan_statistics
+
+    found = {}
+    for threads in (1, 4):
+        monkeypatch.setattr(scan_statistics, "SPLIT_THREADS", threads)
+        found[threads] = split_ranges([training_store], "train", defocus_limit=3)
+    assert found[1] == found[4] and found[1]["ranges"]["defocus_A"]["samples"] == 3
+
+
 def test_a_fine_tunes_card_records_the_union_of_its_chains_ranges(card, training_store, tmp_path):
     """A fine-tune's weights were trained on its initial model's data and its own: its card's ranges are the
     union of the initial model's card's and its training split's (`union_statistics`); an initial model
