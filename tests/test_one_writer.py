@@ -8,6 +8,7 @@ different --of on one data directory check the claims (stage.claims).
 from __future__ import annotations
 
 import csv
+import fcntl
 import json
 import logging
 import os
@@ -15,6 +16,7 @@ import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -25,7 +27,7 @@ from stage_helpers import CONFIG_HASH, make_samples
 from workflow import data_runners
 from workflow.cli import main
 from workflow.config import load_config
-from workflow.outlock import HELD_ENV, hold_output, lock_path
+from workflow.outlock import HELD_ENV, NOT_RECORDED, OutputBusy, hold_output, lock_path
 
 REPO = Path(__file__).resolve().parents[1]
 MICRO = str(REPO / "configs" / "micro.yaml")
@@ -95,6 +97,43 @@ def data(tmp_path_factory) -> Path:
 def test_the_lock_lives_beside_the_output(tmp_path):
     assert lock_path(tmp_path / "runs" / "a") == tmp_path / "runs" / ".a.lock"
     assert lock_path("/") == Path("/.namsa-out.lock")
+
+
+def _lock_unrecorded(out: Path):
+    """The lock of ``out`` taken the way a holder takes it, before it writes its details."""
+    lock_path(out).parent.mkdir(parents=True, exist_ok=True)
+    fh = open(lock_path(out), "a+")
+    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fh
+
+
+def test_a_contender_waits_for_the_holder_to_record_itself(tmp_path):
+    """The holder locks first and writes its details just after: a contender that reads the file
+    in between (seen in CI) re-reads it and names the holder instead of 'not recorded yet'."""
+    out = tmp_path / "train"
+    fh = _lock_unrecorded(out)
+    details = {"pid": 4242, "host": "node7", "command": "namsa train", "started": time.time()}
+    writer = threading.Timer(0.3, lambda: (fh.write(json.dumps(details)), fh.flush()))
+    writer.start()
+    try:
+        with pytest.raises(OutputBusy, match=r"in use by `namsa train` \(pid 4242 on node7"):
+            with hold_output(out, "namsa test"):
+                pass
+    finally:
+        writer.join()
+        fh.close()
+
+
+def test_a_holder_that_never_records_itself_is_still_named(tmp_path):
+    out = tmp_path / "train"
+    fh = _lock_unrecorded(out)
+    try:
+        with pytest.raises(OutputBusy) as busy:
+            with hold_output(out, "namsa test"):
+                pass
+        assert NOT_RECORDED in str(busy.value)
+    finally:
+        fh.close()
 
 
 def test_two_trainings_on_one_out_one_runs_the_other_exits_2(tmp_path, data):

@@ -54,6 +54,12 @@ def lock_path(out: str | os.PathLike) -> Path:
     return out.parent / f".{out.name}.lock"
 
 
+#: seconds a process that found the lock held waits for the holder to write its details: the holder
+#: takes the lock first and records itself just after, so a contender can read an empty file
+RECORD_PATIENCE_S = 2.0
+NOT_RECORDED = "another process (it has not recorded itself yet)"
+
+
 def holder_text(raw: str) -> str:
     """``namsa train (pid 123 on host, since 21:05)`` from a lock file's contents."""
     try:
@@ -61,7 +67,7 @@ def holder_text(raw: str) -> str:
         since = time.strftime("%H:%M", time.localtime(float(info["started"])))
         return f"`{info['command']}` (pid {int(info['pid'])} on {info['host']}, since {since})"
     except (ValueError, KeyError, TypeError):
-        return "another process (it has not recorded itself yet)"
+        return NOT_RECORDED
 
 
 def _open(path: Path, out: Path, flag: str) -> IO[str]:
@@ -88,9 +94,16 @@ def _record(fh: IO[str], command: str) -> None:
         pass
 
 
-def _read_holder(fh: IO[str]) -> str:
-    fh.seek(0)
-    return holder_text(fh.read())
+def _read_holder(fh: IO[str], patience_s: float = RECORD_PATIENCE_S) -> str:
+    """The holder's details, re-read for up to ``patience_s`` while the holder has locked the file but
+    not yet written them (or is half-way through writing)."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        fh.seek(0)
+        text = holder_text(fh.read())
+        if text != NOT_RECORDED or time.monotonic() >= deadline:
+            return text
+        time.sleep(0.02)
 
 
 def _held_by_ancestor(path: Path) -> bool:
