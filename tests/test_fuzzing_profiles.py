@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from make_dry_run import make_dry_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
@@ -60,8 +61,7 @@ def test_a_bad_scale_is_one_line(monkeypatch):
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_make_fuzz_selects_every_hypothesis_test_under_the_search_profile(tmp_path):
-    lines = subprocess.run(["make", "-n", "--no-print-directory", "fuzz", f"VENV={tmp_path / 'venv'}"], cwd=ROOT,
-                           capture_output=True, text=True, check=True).stdout.splitlines()
+    lines = make_dry_run("fuzz", f"VENV={tmp_path / 'venv'}")
     assert any("-m pytest -m fuzz --hypothesis-profile=search" in line for line in lines), lines
     collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
                                 "-m", "fuzz", "tests/test_fuzz_configs.py", "tests/test_icom.py"], cwd=ROOT,

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+from make_dry_run import make_dry_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -13,8 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_every_pip_step_of_make_venv_is_announced(tmp_path):
     # -n: print the recipe without running it; -B: as if .venv were not yet built.
-    dry = subprocess.run(["make", "-n", "-B", "venv", f"VENV={tmp_path / 'venv'}"], cwd=ROOT, capture_output=True,
-                         text=True, check=True).stdout.splitlines()
+    dry = make_dry_run("-B", "venv", f"VENV={tmp_path / 'venv'}")
     commands = [line for line in dry if not line.startswith("#")]
     pip_steps = [i for i, line in enumerate(commands) if " -m pip install" in line or " -m venv " in line]
     assert len(pip_steps) == 4   # venv, pip, torch, the package with its extras
@@ -25,10 +24,7 @@ def test_every_pip_step_of_make_venv_is_announced(tmp_path):
 
 def dry_run(target: str, venv: Path) -> list[str]:
     """The recipe lines ``make -n TARGET`` would run, with VENV pointing at a venv not yet built."""
-    # --no-print-directory: under `make test` (a make inside make) the dry run would add
-    # "make[1]: Entering/Leaving directory" lines around the commands.
-    return subprocess.run(["make", "-n", "--no-print-directory", target, f"VENV={venv}"], cwd=ROOT,
-                          capture_output=True, text=True, check=True).stdout.splitlines()
+    return make_dry_run(target, f"VENV={venv}")
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
@@ -94,8 +90,7 @@ def test_make_venv_installs_from_the_constraints_and_torch_at_their_pin(tmp_path
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_test_latest_runs_the_suite_unconstrained_in_its_own_venv_and_lock_writes_only_after_it(tmp_path):
     latest = tmp_path / "latest"
-    lines = subprocess.run(["make", "-n", "--no-print-directory", "lock", f"LATEST_VENV={latest}"], cwd=ROOT,
-                           capture_output=True, text=True, check=True).stdout.splitlines()
+    lines = make_dry_run("lock", f"LATEST_VENV={latest}")
     suite = next(i for i, line in enumerate(lines) if "-m pytest" in line)
     assert lines[suite].startswith(f"{latest}/bin/python -m pytest")
     assert any(" -c /dev/null " in line for line in lines[:suite])   # the newest versions, no pins
