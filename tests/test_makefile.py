@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -76,6 +78,14 @@ def test_every_requirement_of_make_venv_is_pinned_at_a_version_it_allows():
         assert name in pins, f"{name} is not pinned in constraints.txt: run make lock"
         assert requirement.specifier.contains(pins[name], prereleases=True), (spec, pins[name])
     assert "horovod" not in pins and "namsa" not in pins   # built here / this checkout
+
+
+def test_the_installed_dask_and_distributed_import_together():
+    """abtem's distributed pins dask exactly; an unpinned install once paired the newest dask with
+    distributed 2021.4.1, which fails on import (pyproject.toml's floor, [dev]). `make test-latest` runs
+    this against the newest versions."""
+    done = subprocess.run([sys.executable, "-c", "import distributed"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr.strip().splitlines()[-1:]
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
