@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -52,10 +53,16 @@ def test_readme_pretrained_example_runs_as_written(tmp_path, monkeypatch):
     np.save(tmp_path / "scan.npy", sample.cbed)
     monkeypatch.chdir(tmp_path)
     scope: dict = {}
-    exec(compile(python_block("## Does the network beat"), str(README), "exec"), scope)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exec(compile(python_block("## Does the network beat"), str(README), "exec"), scope)
     assert scope["potential"].shape == scope["density"].shape == (32, 32)
     r = np.corrcoef(scope["potential"].ravel(), sample.potential.ravel())[0, 1]
     assert r > 0.8, r   # a real reconstruction of a material it was trained on, not just the right shape
+    # in focus, within the training physics: no finding (its y and x parallax once read two aliases of the
+    # focus, -277 and +26 A, and told the reader its maps were not trustworthy)
+    from models.scan_fit import OutsideTrainingWarning
+    assert [str(w.message) for w in caught if issubclass(w.category, OutsideTrainingWarning)] == []
 
 
 def shell_blocks() -> list[tuple[str, list[str]]]:
