@@ -201,6 +201,29 @@ def test_killed_rank_makes_the_others_fail_clearly(engine):
         assert status == "error" and "PeerFailureError" in text and "--resume" in text, text[-400:]
 
 
+def _die_before_a_gather(rank: int) -> str:
+    from models.distributed.launch import all_gather_objects
+
+    ctx = init_from_env(DistributedConfig(timeout_s=20))
+    if rank == 1:
+        os._exit(3)  # a crashed node, between two of the training loop's small collectives
+    all_gather_objects(ctx, rank)
+    return "gathered"
+
+
+@pytest.mark.distributed
+def test_a_peer_lost_outside_the_engines_reduction_is_one_peer_failure_line():
+    """The training loop's small collectives (the loss average, the checkpoint's RNG gather, the parameter
+    broadcast) meet a dead peer too: CI once saw rank 0's loss average fail with gloo's bare "Read error ...
+    Connection reset by peer" where the engine's reduction says PeerFailureError and --resume."""
+    results = run_local(_die_before_a_gather, 2, timeout_s=90, allow_failures=True)
+    assert results[1] == ("exit", 3)
+    status, text = results[0]
+    first = text.strip().splitlines()[0]
+    assert status == "error" and first.startswith("PeerFailureError: rank 0: gathering an object from every rank "
+                                                  "failed (") and first.endswith("--resume"), text[-600:]
+
+
 def test_node_size_must_divide_world(monkeypatch):
     from models.distributed.launch import DistContext, LaunchEnv, _node_layout
 

@@ -7,13 +7,14 @@ variables as a hand-typed ``mpiexec``/``srun``. torch.distributed needs ``MASTER
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import re
 import socket
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import torch
 
@@ -123,7 +124,7 @@ class DistContext:
         """Wait for every rank (no-op with world size 1)."""
         if self.world_size == 1:
             return
-        try:
+        with self.collective("barrier"):
             if self.backend == "horovod":
                 import horovod.torch as hvd
 
@@ -132,9 +133,19 @@ class DistContext:
                 import torch.distributed as dist
 
                 dist.barrier()
-        except RuntimeError as exc:  # gloo/NCCL report a dead peer as RuntimeError (DistBackendError)
+
+    @contextlib.contextmanager
+    def collective(self, what: str) -> Iterator[None]:
+        """Run one collective (``what`` names it); a peer that died or lost its connection, which gloo,
+        NCCL and Horovod report as a RuntimeError wherever this rank meets it next, becomes one
+        `PeerFailureError` line that says to resume. Every collective the training loop runs goes
+        through here or through an engine's reduction (which says the same)."""
+        try:
+            yield
+        except RuntimeError as exc:
+            text = str(exc).strip()
             raise PeerFailureError(
-                f"rank {self.rank}: barrier failed ({str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__}): "
+                f"rank {self.rank}: {what} failed ({text.splitlines()[0][:160] if text else type(exc).__name__}): "
                 "another rank died or lost its connection; restart the job with --resume") from exc
 
     def notice(self, message: str) -> None:
@@ -215,15 +226,16 @@ def all_gather_objects(ctx: DistContext, obj: Any) -> list[Any]:
     """Gather one picklable object from every rank (world size 1: ``[obj]``)."""
     if ctx.world_size == 1:
         return [obj]
-    if ctx.backend == "horovod":
-        import horovod.torch as hvd
+    with ctx.collective("gathering an object from every rank"):
+        if ctx.backend == "horovod":
+            import horovod.torch as hvd
 
-        return hvd.allgather_object(obj)
-    import torch.distributed as dist
+            return hvd.allgather_object(obj)
+        import torch.distributed as dist
 
-    out: list[Any] = [None] * ctx.world_size
-    dist.all_gather_object(out, obj)
-    return out
+        out: list[Any] = [None] * ctx.world_size
+        dist.all_gather_object(out, obj)
+        return out
 
 
 def _init_torch(ctx: DistContext, cfg: DistributedConfig, launch: LaunchEnv) -> None:

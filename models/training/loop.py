@@ -278,15 +278,16 @@ class Trainer:
         """Average a small tensor over ranks (identity with one rank)."""
         if self.ctx.world_size == 1:
             return values
-        if self.ctx.backend == "horovod":
-            import horovod.torch as hvd
+        with self.ctx.collective("averaging over ranks"):
+            if self.ctx.backend == "horovod":
+                import horovod.torch as hvd
 
-            return hvd.allreduce(values, op=hvd.Average)
-        import torch.distributed as dist
+                return hvd.allreduce(values, op=hvd.Average)
+            import torch.distributed as dist
 
-        out = values.to(self.ctx.device, copy=True)  # NCCL reduces only CUDA tensors
-        dist.all_reduce(out)
-        return (out / self.ctx.world_size).to(values.device)
+            out = values.to(self.ctx.device, copy=True)  # NCCL reduces only CUDA tensors
+            dist.all_reduce(out)
+            return (out / self.ctx.world_size).to(values.device)
 
     def _after_step(self, row: dict[str, Any]) -> None:
         cfg, step = self.cfg, self.pos.step

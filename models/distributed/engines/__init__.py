@@ -59,14 +59,15 @@ def broadcast_from_rank0(tensors: list[torch.Tensor], ctx: DistContext) -> None:
         by_dtype.setdefault(t.dtype, []).append(t)
     for group in by_dtype.values():
         flat = torch.cat([t.detach().reshape(-1) for t in group])
-        if ctx.backend == "horovod":
-            import horovod.torch as hvd
+        with ctx.collective("broadcasting rank 0's parameters"):
+            if ctx.backend == "horovod":
+                import horovod.torch as hvd
 
-            flat = hvd.broadcast(flat, root_rank=0)
-        else:
-            import torch.distributed as dist
+                flat = hvd.broadcast(flat, root_rank=0)
+            else:
+                import torch.distributed as dist
 
-            dist.broadcast(flat, src=0)
+                dist.broadcast(flat, src=0)
         with torch.no_grad():
             for t, part in zip(group, torch.split(flat, [t.numel() for t in group])):
                 t.copy_(part.view_as(t))
