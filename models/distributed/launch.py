@@ -139,7 +139,9 @@ class DistContext:
         """Run one collective (``what`` names it); a peer that died or lost its connection, which gloo,
         NCCL and Horovod report as a RuntimeError wherever this rank meets it next, becomes one
         `PeerFailureError` line that says to resume. Every collective the training loop runs goes
-        through here or through an engine's reduction (which says the same)."""
+        through here or through the overlapped engines' reduction (which says the same); the DDP engine's
+        runs inside torch's backward hook, where its error is left as torch raises it (wrapping backward
+        would call a genuine backward error a lost peer)."""
         try:
             yield
         except RuntimeError as exc:
