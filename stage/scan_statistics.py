@@ -228,8 +228,8 @@ def _outside_window(trials: np.ndarray, value: float | None, per_frequency: np.n
     along, across = (_reading(trials, curve) for curve in curves)
     if along is None or across is None:
         return f"the frequencies along the scan's {'y' if along is None else 'x'} peak at the window's edge"
-    if not _agree(along, across) and not (_peaks_at(trials, curves[0], across)
-                                          and _peaks_at(trials, curves[1], along)):
+    if not _agree(along, across) and not (_peaks_at(trials, curves[0], along, across)
+                                          and _peaks_at(trials, curves[1], across, along)):
         return (f"the frequencies along the scan's y read {along:.0f} Angstrom and those along x {across:.0f}, "
                 f"as a focus beyond the window wraps differently along each")
     return ""
@@ -240,12 +240,12 @@ def _agree(a: float, b: float) -> bool:
     return abs(a - b) <= defocus_tolerance_A(a) + defocus_tolerance_A(b)
 
 
-def _peaks_at(trials: np.ndarray, curve: np.ndarray, focus: float) -> bool:
-    """Whether ``curve`` peaks (nearly) as high at ``focus`` as at its reading: its reading or one of its
-    aliases agrees with ``focus``. When the y and x frequencies read two foci and each direction's curve
-    peaks as high at the other's, the two are aliases of one focus, not a wrap (module docstring)."""
-    reading = _reading(trials, curve)
-    return reading is not None and any(_agree(peak, focus) for peak in (reading, *_aliases(trials, curve, reading)))
+def _peaks_at(trials: np.ndarray, curve: np.ndarray, reading: float, focus: float) -> bool:
+    """Whether ``curve`` (whose highest peak is at ``reading``) peaks (nearly) as high at ``focus``: its
+    reading or one of its aliases agrees with ``focus``. When the y and x frequencies read two foci and each
+    direction's curve peaks as high at the other's, the two are aliases of one focus, not a wrap (module
+    docstring)."""
+    return any(_agree(peak, focus) for peak in (reading, *_aliases(trials, curve, reading)))
 
 
 def _bright_field_images(cbed: np.ndarray, scan_shape: tuple[int, int], disc: Disc,

@@ -131,3 +131,14 @@ def test_a_large_block_is_deconvolved_in_chunks_within_a_bounded_extra_memory(mo
     tracemalloc.stop()
     assert out is block and peak < 8 << 20, peak   # in place; a few chunks, not copies of the 24 MiB block
     np.testing.assert_allclose(out[:2].reshape(-1, 32, 32), whole, rtol=1e-12)
+
+
+def test_a_strided_block_asked_for_in_place_is_still_deconvolved():
+    """A transposed (non-contiguous) float64 block cannot be reshaped as a view: it is copied once and the
+    result returned, not written through a temporary copy and lost."""
+    block = np.random.default_rng(1).poisson(50.0, size=(4, 6, 16, 16)).astype(np.float64)
+    strided = block.transpose(1, 0, 2, 3)
+    expected = deconvolve(np.ascontiguousarray(strided), 1.0)
+    out = deconvolve(strided, 1.0, in_place=True)
+    np.testing.assert_allclose(out, expected, rtol=1e-12)
+    assert not np.allclose(out, strided)

@@ -24,8 +24,8 @@ doubt between a thin heavy and a thick light crystal.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -124,16 +124,18 @@ class KnownSpecimen:
         `namsa.errors.UserError` naming the flag otherwise."""
         from namsa.errors import UserError
         from namsa.structure_io import load_structure
+        from namsa.supercell import ZoneAxisError, normalize_zone_axis
 
-        axis = tuple(int(v) for v in zone_axis)
-        if len(axis) != 3 or not any(axis):
-            raise UserError(f"--zone-axis {','.join(map(str, zone_axis))}: give three integers u,v,w, not all 0 "
-                            "(the direct-lattice direction the crystal was tilted to, e.g. 0,1,1)")
+        try:
+            axis = normalize_zone_axis(zone_axis)
+        except ZoneAxisError:   # its own line offers 'auto', which a scan's axis cannot be
+            raise UserError(f"--zone-axis {','.join(map(str, zone_axis))}: give three integers u,v,w, not all 0, the "
+                            "direct-lattice direction the crystal was tilted to, e.g. 0,1,1") from None
         try:
             load_structure(material)
         except UserError as exc:
             raise UserError(f"--specimen {material}: {exc}") from None
-        return cls(str(material), axis)  # type: ignore[arg-type]
+        return cls(str(material), axis)
 
     @property
     def name(self) -> str:

@@ -46,7 +46,9 @@ def deconvolve(block: np.ndarray, sigma_px: float, iterations: int = PSF_ITERATI
     """Richardson-Lucy estimate of the patterns ``block`` (..., ky, kx), values >= 0, before a Gaussian
     point spread of ``sigma_px`` detector pixels; float64, in chunks of at most `CHUNK_BYTES`. ``in_place``:
     written into ``block`` itself (a float64 array the caller owns), so no second block is held."""
-    out = np.asarray(block, dtype=np.float64) if in_place else np.array(block, dtype=np.float64)
+    # contiguous, so that the reshape below is a view and the chunks land in ``out`` (a strided float64 block
+    # asked for in place is copied once: writing through a reshaped copy would lose the result)
+    out = np.ascontiguousarray(block, dtype=np.float64) if in_place else np.array(block, dtype=np.float64, order="C")
     flat = out.reshape(-1, *out.shape[-2:])
     step = max(1, CHUNK_BYTES // max(1, flat[0].nbytes))
     for start in range(0, len(flat), step):
